@@ -64,8 +64,8 @@ class NamesrvConfig(RemotingLimits, TlsConfig, RocketMQKeys):
     kv_config_max_value_bytes: int = 64 * 1024
     kv_config_max_namespace_bytes: int = 4 * 1024 * 1024
     kv_config_max_total_bytes: int = 16 * 1024 * 1024
-    #: Route entries (a topic on a broker) registrations may make the NameServer hold: past it, a
-    #: registration adding entries is refused (SYSTEM_ERROR). About 120 bytes each.
+    #: Route entries (a topic on a broker, or a broker address) registrations may make the NameServer
+    #: hold: past it, a registration adding entries is refused (SYSTEM_ERROR). About 120 bytes each.
     route_max_queue_datas: int = 2_000_000
     #: ACL on the write codes (daemon.acl.plain.NAMESRV_WRITE_CODES); reads stay open to every client.
     acl_enable: bool = False

@@ -77,6 +77,23 @@ class _AcceptedBody:
     filter_server_list: tuple[str, ...]
 
 
+#: Filter servers a registration may list, and the longest name of one: a broker lists the few it
+#: starts (4.9.8's ``filterServerNums``, 0 by default), each ``host:port``. The NameServer keeps the list
+#: per address and answers it in routes: a peer listing 16 MiB of them under each invented address had
+#: them held and sent back in every route of its topics.
+MAX_FILTER_SERVERS = 64
+MAX_FILTER_SERVER_CHARS = 255
+
+
+def _filter_server_refusal(h: RegisterBrokerRequestHeader, servers: list[str]) -> str | None:
+    if len(servers) <= MAX_FILTER_SERVERS and all(len(one) <= MAX_FILTER_SERVER_CHARS for one in servers):
+        return None
+    return (
+        f"broker {h.broker_name} at {h.broker_addr} lists {len(servers)} filter servers: at most "
+        f"{MAX_FILTER_SERVERS} are taken, each of {MAX_FILTER_SERVER_CHARS} characters at most"
+    )
+
+
 async def body_digest(body: bytes) -> bytes:
     """A registration body's BLAKE2b digest: equal digests are the same bytes (a CRC-32 is not: a peer
     could make another body match). A large body is hashed in a thread (hashlib lets go of the GIL)."""
@@ -210,6 +227,10 @@ class NamesrvProcessor:
                 f"broker {h.broker_name} id {h.broker_id} at {h.broker_addr}: {holder} is registered over "
                 "another live connection; its place and address can be taken once that broker is gone",
             )
+        refusal = _filter_server_refusal(h, topics.filter_server_list)
+        if refusal is not None:  # (refused whole, a listed broker too: its list is replaced whole)
+            self._route_cap_warnings.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
+            return req.make_response(ResponseCode.SYSTEM_ERROR, refusal)
         refusal = self._over_route_cap(h, topics)
         if refusal is not None and h.broker_addr not in self.routes.broker_live_table:
             self._route_cap_warnings.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
@@ -249,23 +270,27 @@ class NamesrvProcessor:
         )
 
     def _over_route_cap(self, h: RegisterBrokerRequestHeader, topics: RegisterBrokerBody) -> str | None:
-        """Why a master's registration may not add its topics to the routes: the entries it adds would
-        pass `routeMaxQueueDatas`. Registration is open to any peer (protected mode leaves it open), and
-        one peer registering thousands of invented brokers of thousands of topics each (a few KiB
-        compressed per broker) filled the NameServer's memory without bound."""
+        """Why a registration may not add its address or a master's topics to the routes: the entries it
+        adds (a topic on a broker, or a broker address not listed yet) would pass `routeMaxQueueDatas`.
+        Registration is open to any peer (protected mode leaves it open), and one peer registering
+        thousands of invented brokers of thousands of topics each (a few KiB compressed per broker)
+        filled the NameServer's memory without bound; so did invented slaves, and masters of no topic,
+        an address each, when only topics counted."""
         table = topics.topic_config_serialize_wrapper
-        if h.broker_id != 0 or not table.topic_config_table:
-            return None
         cap = self.config.route_max_queue_datas
         routes = self.routes
-        if routes.queue_datas + len(table.topic_config_table) <= cap:  # (the common case: no count)
-            return None
-        added = routes.added_queue_datas(h.broker_name, table)
-        if routes.queue_datas + added <= cap:
+        new_address = int(h.broker_addr not in routes.broker_live_table)
+        held = routes.queue_datas + len(routes.broker_live_table)
+        topics_taken = h.broker_id == 0 and bool(table.topic_config_table)
+        if held + new_address + (len(table.topic_config_table) if topics_taken else 0) <= cap:
+            return None  # (the common case: no count)
+        added = new_address + (routes.added_queue_datas(h.broker_name, table) if topics_taken else 0)
+        if held + added <= cap:
             return None
         return (
-            f"broker {h.broker_name} at {h.broker_addr} would add {added} topic route entries to the "
-            f"{routes.queue_datas} held, over routeMaxQueueDatas={cap}; raise it in namesrv.properties"
+            f"broker {h.broker_name} at {h.broker_addr} would add {added} route entries (topics on brokers "
+            f"and broker addresses) to the {held} held, over routeMaxQueueDatas={cap}; raise it in "
+            "namesrv.properties"
         )
 
     def _held_topics_only(self, broker_name: str, topics: RegisterBrokerBody) -> RegisterBrokerBody:

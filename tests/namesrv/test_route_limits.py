@@ -7,9 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from daemon.namesrv.controller import NamesrvController
-from daemon.remoting.bodies import TopicRouteData
+from daemon.namesrv.processor import MAX_FILTER_SERVERS
+from daemon.remoting.bodies import (
+    RegisterBrokerBody,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    TopicRouteData,
+)
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.headers import RegisterBrokerRequestHeader
 from store.models import DataVersion
 from tests.support.namesrv import Namesrv, namesrv_config
 
@@ -58,3 +66,54 @@ async def test_registrations_past_the_route_cap_add_no_entries_and_listed_broker
             assert await _route(ns, "New0") is not None and controller.routes.queue_datas == 7
     finally:
         await controller.stop()
+
+
+async def test_invented_slaves_and_masters_of_no_topic_count_an_entry_each(tmp_path: Path) -> None:
+    """A slave's topics are not taken into the routes, nor has a master of no topic any: only topics
+    counted, so a peer registering invented slaves (or empty masters) under new addresses was listed
+    without bound. Each broker address counts as an entry too."""
+    controller = NamesrvController(namesrv_config(tmp_path, route_max_queue_datas=10))
+    await controller.start()
+    try:
+        async with RemotingClient() as client:
+            ns = Namesrv(controller, client)
+            assert (await ns.register({f"Real{i}": 4 for i in range(4)})).code == ResponseCode.SUCCESS
+            codes = []
+            for i in range(8):
+                slave = await ns.register(
+                    {"Real0": 4}, broker_name=f"slave-{i}", broker_addr=f"10.9.9.{i}:10911", broker_id=1
+                )
+                empty = await ns.register({}, broker_name=f"empty-{i}", broker_addr=f"10.9.8.{i}:10911")
+                codes += [slave.code, empty.code]
+            # 4 topics and the real broker's address held: 5 more addresses fit, then every one is refused
+            assert codes.count(ResponseCode.SUCCESS) == 5
+            assert set(codes[5:]) == {ResponseCode.SYSTEM_ERROR}
+            assert len(controller.routes.broker_live_table) == 6
+            assert controller.routes.queue_datas + len(controller.routes.broker_live_table) == 10
+            # a listed address registers again (its liveness kept), and its topics changed are left out
+            again = await ns.register(
+                {f"Real{i}": 4 for i in range(4)}, version=DataVersion(2, 1700000000001)
+            )
+            assert again.code == ResponseCode.SUCCESS
+            slave = await ns.register(
+                {"X": 1}, broker_name="slave-0", broker_addr="10.9.9.0:10911", broker_id=1
+            )
+            assert slave.code == ResponseCode.SUCCESS
+    finally:
+        await controller.stop()
+
+
+async def test_a_registration_listing_too_many_filter_servers_is_refused(namesrv: Namesrv) -> None:
+    """The filter server list is kept per address and answered in every route of the broker's topics:
+    a peer's 16 MiB of them were held and sent back with each lookup."""
+    for servers in ([f"10.0.0.1:{port}" for port in range(MAX_FILTER_SERVERS + 1)], ["x" * 256]):
+        wrapper = TopicConfigSerializeWrapper({"F": TopicConfig("F", 4, 4)}, DataVersion(1, 1700000000000))
+        header = RegisterBrokerRequestHeader("broker-f", "10.9.7.1:10911", "C", "10.9.7.1:10912", 0)
+        body = RegisterBrokerBody(wrapper, servers).encode()
+        request = RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), body)
+        answer = await namesrv.client.invoke(namesrv.addr, request)
+        assert answer.code == ResponseCode.SYSTEM_ERROR and "filter servers" in (answer.remark or "")
+        assert await _route(namesrv, "F") is None
+    listed = RegisterBrokerBody(wrapper, ["10.0.0.1:1"] * MAX_FILTER_SERVERS).encode()
+    request = RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), listed)
+    assert (await namesrv.client.invoke(namesrv.addr, request)).code == ResponseCode.SUCCESS
