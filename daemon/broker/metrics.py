@@ -252,14 +252,6 @@ def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> I
     closed.add_metric([*base, "header_bytes"], dispatcher.headers_refused)
     closed.add_metric([*base, "unread_replies"], dispatcher.unread_dropped)
     yield closed
-    yield _single(
-        CounterMetricFamily,
-        "rocketmq_remoting_bad_frames",
-        "Client connections closed on bytes that cannot be a remoting frame (a header over its cap aside)",
-        labels,
-        base,
-        dispatcher.bad_frames,
-    )
     refused = CounterMetricFamily(
         "rocketmq_remoting_requests_refused",
         "Requests answered SYSTEM_ERROR unread for passing a limit of what one request may carry",
@@ -267,22 +259,24 @@ def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> I
     )
     refused.add_metric([*base, "json_body"], dispatcher.bodies_refused)
     yield refused
-    yield _single(
-        CounterMetricFamily,
-        "rocketmq_remoting_tls_paced",
-        "TLS handshakes that waited their host's turn (a host beyond loopback: 50 a second after a burst)",
-        labels,
-        base,
-        server.tls_paced,
-    )
-    yield _single(
-        CounterMetricFamily,
-        "rocketmq_remoting_tls_refused",
-        "Connections closed for plaintext to a TLS-only listener or a failed TLS handshake",
-        labels,
-        base,
-        server.tls_refused,
-    )
+    for name, doc, value in (
+        (
+            "rocketmq_remoting_bad_frames",
+            "Client connections closed on bytes that cannot be a remoting frame (a header over its cap aside)",
+            dispatcher.bad_frames,
+        ),
+        (
+            "rocketmq_remoting_tls_paced",
+            "TLS handshakes that waited their host's turn (a host beyond loopback: 50 a second after a burst)",
+            server.tls_paced,
+        ),
+        (
+            "rocketmq_remoting_tls_refused",
+            "Connections closed for plaintext to a TLS-only listener or a failed TLS handshake",
+            server.tls_refused,
+        ),
+    ):
+        yield _single(CounterMetricFamily, name, doc, labels, base, value)
 
 
 def _loop_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
