@@ -49,6 +49,7 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -67,6 +68,8 @@ STALL_THRESHOLD: Final = 0.002
 CAUSES: Final = ("ran", "core", "steal", "gc", "other")
 #: The stall causes' GET_BROKER_RUNTIME_INFO keys (ms since start), in CAUSES' order.
 STALL_KEYS: Final = ("loopStallRan", "loopStallCore", "loopStallSteal", "loopStallGc", "loopStallOther")
+#: Stalls the runtime info lists (``loopStallRecent``), the last ones.
+RECENT_STALLS: Final = 64
 #: Distinct stacks the watchdog keeps (the least counted one gives way to a new one).
 STACK_TABLE: Final = 32
 #: Frames of a stack the watchdog keys on, innermost first.
@@ -96,6 +99,7 @@ LOOP_RUNTIME_KEYS = frozenset(
         "gcPauseMax",
         "loopStalls",
         "loopStallStacks",
+        "loopStallRecent",
         *STALL_KEYS,
     }
 )
@@ -217,11 +221,11 @@ class Stalls:
         self.count = 0
         self.seconds = [0.0] * len(CAUSES)
         self.by_cause = [0] * len(CAUSES)
-        #: The longest stall and its split.
-        self.max_s = 0.0
-        self.max_split: tuple[float, ...] = (0.0,) * len(CAUSES)
+        #: The last RECENT_STALLS stalls: when each ended (seconds since the epoch), its lateness, its split.
+        self.recent: deque[tuple[float, float, tuple[float, ...]]] = deque(maxlen=RECENT_STALLS)
 
     def add(self, lag: float, split: tuple[float, ...]) -> None:
+        self.recent.append((time.time(), lag, split))
         self.count += 1
         largest = 0
         for i, v in enumerate(split):
@@ -229,13 +233,19 @@ class Stalls:
             if v > split[largest]:
                 largest = i
         self.by_cause[largest] += 1
-        if lag > self.max_s:
-            self.max_s, self.max_split = lag, split
 
     def summary(self) -> str:
         """``12 stalls: ran 3.1, core 40.2, steal 0, gc 0.4, other 1.2 ms``."""
         split = ", ".join(f"{c} {v * 1000:.1f}" for c, v in zip(CAUSES, self.seconds, strict=True))
         return f"{self.count} stalls: {split} ms"
+
+    def recent_text(self) -> str:
+        """The recent stalls, oldest first: ``END_MS LATE_MS RAN/CORE/STEAL/GC/OTHER;...`` (ms; END_MS since
+        the epoch)."""
+        return ";".join(
+            f"{end * 1000:.0f} {lag * 1000:.1f} " + "/".join(f"{v * 1000:.1f}" for v in split)
+            for end, lag, split in self.recent
+        )
 
 
 class StackWatch:
@@ -277,7 +287,7 @@ class StackWatch:
         frame = sys._current_frames().get(self._loop_thread)
         if frame is None:
             return
-        parts = []
+        parts: list[str] = []
         while frame is not None and len(parts) < STACK_DEPTH:
             code = frame.f_code
             parts.append(f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})")
@@ -474,7 +484,8 @@ class LoopWatch:
     def runtime_info(self) -> dict[str, str]:
         """mqctl's GET_BROKER_RUNTIME_INFO keys: lag percentiles in ms over the last minute or two, the
         longest lag and GC pause since start, the collections and their time in all (ms), the stalls since
-        start and their lateness per cause (ms), and the watchdog's stacks."""
+        start and their lateness per cause (ms), the last stalls each with its split, and the watchdog's
+        stacks."""
         gcs = self.gc
         info = {
             "loopLagP50": f"{self.recent.percentile_ms(0.5):.2f}",
@@ -485,6 +496,7 @@ class LoopWatch:
             "gcPauseMax": f"{max(gcs.max_s) * 1000:.2f}",
             "loopStalls": str(self.stalls.count),
             "loopStallStacks": self.stacks(),
+            "loopStallRecent": self.stalls.recent_text(),
         }
         for key, seconds in zip(STALL_KEYS, self.stalls.seconds, strict=True):
             info[key] = f"{seconds * 1000:.2f}"

@@ -392,3 +392,8 @@ async def test_stalls_are_in_the_metrics_and_the_runtime_info_by_cause(broker: B
     assert int(info["loopStalls"]) >= counted >= 1
     assert float(info["loopStallRan"]) >= ran * 1000 - 0.01 and ran > 0
     assert all(float(info[k]) >= 0 for k in STALL_KEYS)
+    # the last stalls, each with its end (ms since the epoch), lateness and split (ms)
+    last = info["loopStallRecent"].split(";")[-1].split()
+    end, late, split = float(last[0]), float(last[1]), [float(v) for v in last[2].split("/")]
+    assert abs(end / 1000 - time.time()) < 60 and late >= 2 and len(split) == len(CAUSES)
+    assert sum(split) == pytest.approx(late, abs=0.1 * len(CAUSES))
