@@ -341,12 +341,15 @@ def client_list(text: str) -> list[str]:
 
 
 async def broker_loop(namesrv: str, broker: str) -> str:
-    """The broker's own view: its loop lag and GC pauses (ms, the last minute or two)."""
+    """The broker's own view: its loop lag and GC pauses (ms, the last minute or two), and the stacks its
+    watchdog took since its start (``MQCTL_LOOP_STACK_MILLIS=5``: what its loop thread was in while a probe
+    was overdue)."""
     async with Admin([namesrv]) as admin:
         info = await admin.broker_runtime_info(broker)
+    stacks = info.get("loopStallStacks")
     return (
         f"broker loop lag p99 {info.get('loopLagP99', '-')} max {info.get('loopLagMax', '-')}, "
-        f"GC pause max {info.get('gcPauseMax', '-')}"
+        f"GC pause max {info.get('gcPauseMax', '-')}" + (f"; broker loop stacks: {stacks}" if stacks else "")
     )
 
 

@@ -439,11 +439,9 @@ class LoopWatch:
         )
         self._steal = steal
         self.stalls.add(late, split)
-        log.debug(
-            "the loop was %.1f ms late: %s",
-            late * 1000,
-            ", ".join(f"{c} {v * 1000:.1f}" for c, v in zip(CAUSES, split, strict=True)),
-        )
+        if log.isEnabledFor(logging.DEBUG):
+            causes = ", ".join(f"{c} {v * 1000:.1f}" for c, v in zip(CAUSES, split, strict=True))
+            log.debug("the loop was %.1f ms late: %s", late * 1000, causes)
 
     def freeze(self, why: str = "") -> None:
         """Move every object the GC tracks into the permanent generation (not from inside the callback:
