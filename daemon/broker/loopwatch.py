@@ -341,6 +341,7 @@ class LoopWatch:
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._schedstat = -1
+        self._sampling = False
         # the counters at the last probe: monotonic time, thread CPU, run delay, GC pauses on the loop and
         # elsewhere; the steal at the last sample; the loop's usual CPU and waiting per second
         self._at = self._cpu = self._waited = self._gc_loop = self._gc_other = 0.0
@@ -382,8 +383,12 @@ class LoopWatch:
 
     def _schedule(self, now: float) -> None:
         assert self._loop is not None
-        due = min(now + self.probe, self.next_due)
-        self.probe_due = time.monotonic() + (due - now)
+        # a sample is the probe due at next_due itself (a probe due before it that ran late is none: the
+        # sample then runs after whatever held the loop, as it would have without the probes)
+        self._sampling = now + self.probe >= self.next_due
+        due = self.next_due if self._sampling else now + self.probe
+        # a sample due already (a probe before it ran late) is due now: the stall was the late probe's
+        self.probe_due = time.monotonic() + max(due - now, 0.0)
         self._handle = self._loop.call_at(due, self._tick)
 
     def _tick(self) -> None:
@@ -393,7 +398,7 @@ class LoopWatch:
         # how late this probe ran, on the precise clock (uvloop's counts whole milliseconds)
         late = mono - self.probe_due
         self.probes += 1
-        sample = now >= self.next_due - 0.0005
+        sample = self._sampling
         lag = max(0.0, now - self.next_due)
         if sample:
             self.next_due = now + self.period
