@@ -113,6 +113,9 @@ class Run:
     loop_lags_ms: list[float] = field(default_factory=list)
     cpu_wait_share: float | None = None  # of the measured wall time, PSI "some"
     steal_share: float | None = None  # of this machine's CPU time, taken by the hypervisor
+    #: This process's loop stalls over the round: how many, their lateness per cause in ms, and each one
+    #: (its end in ms since the epoch, lateness and split in ms); bench_broker_tail's.
+    client_stalls: tuple[int, list[float], list[tuple[float, float, list[float]]]] | None = None
 
 
 async def bench(namesrv: str, broker: str, duration: float, rate: float, topic: str = TOPIC) -> Run:

@@ -17,6 +17,10 @@ last minute or two, from GET_BROKER_RUNTIME_INFO, and this client's loop lag p99
 how late its 5 ms sleeps woke, in ms, a stall of the measuring side), then per message of the round the
 CPU, wake-ups and preemptions of the broker's and this client's event-loop threads and their processes'
 read and write system calls (from /proc: counts the host's load does not decide, unlike the latencies),
+then the round's stalls of the broker's loop and of this client's (a probe every 20 ms late by 2 ms or
+more, `daemon.broker.loopwatch`: the broker's from its runtime info before and after the round, this
+process's from a `LoopWatch` on its loop) with their lateness split by where it went: "ran" and "gc" the
+loop's own, "core" and "steal" the host's, "other" the rest (the GIL, a blocking call); and at the end
 the median p99.9 of each side and their ratio.
 
 This process's cyclic GC does not collect during mqctl's rounds (what it holds is collected and frozen
@@ -100,7 +104,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -115,6 +120,7 @@ from timeline import Timeline, children, loop_costs, per_message, process_costs,
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 from bench_ab import BENCH as TOOLS, INTEROP_PYTHON, cpp_bench
 
+from daemon.broker.loopwatch import CAUSES, STALL_KEYS, LoopWatch
 from daemon.remoting.loop import run
 from daemon.schedslice import set_loop_slice
 from mqctl.admin.client import Admin
@@ -249,10 +255,82 @@ def mqctl_round(
     """bench_broker_latency's round with mqctl's own client on this process's event loop."""
     me = os.getpid()
     costs = broker_costs[1](pid), loop_costs(me), process_costs(me)
-    out = run(bench(namesrv, broker, duration, rate, topic))
+    out, stalls = run(watched(bench(namesrv, broker, duration, rate, topic)))
     after = broker_costs[1](pid), loop_costs(me), process_costs(me)
     spent = [per_message(c, a, out.sent) for c, a in zip(costs, after, strict=True)]
+    out.client_stalls = stalls
     return out, [f"{broker_costs[0]} {spent[0]}", f"client loop {spent[1]}", f"client process {spent[2]}"]
+
+
+async def watched(round_: Coroutine[None, None, Run]) -> tuple[Run, Stalled]:
+    """The round, with the broker's stall classification (`LoopWatch`) on this process's loop: its stalls,
+    their lateness per cause (ms) and each stall, as the broker counts its own."""
+    watch = LoopWatch()
+    watch.stalls.recent = deque(maxlen=100_000)  # every stall of the round, for its slowest flights
+    watch.start()
+    try:
+        out = await round_
+    finally:
+        watch.stop()
+    stalls = [(end * 1000, lag * 1000, [v * 1000 for v in split]) for end, lag, split in watch.stalls.recent]
+    return out, (watch.stalls.count, [v * 1000 for v in watch.stalls.seconds], stalls)
+
+
+#: Stalls counted, lateness per cause (ms), and the stalls themselves: (end, ms since the epoch; lateness,
+#: ms; split, ms).
+Stalled = tuple[int, list[float], list[tuple[float, float, list[float]]]]
+
+
+async def broker_stalls(namesrv: str, broker: str) -> Stalled:
+    """The broker's stalls since its start, their lateness per cause (ms) and its last stalls, from its
+    runtime info (nothing from a broker that does not count them)."""
+    async with Admin([namesrv]) as admin:
+        info = await admin.broker_runtime_info(broker)
+    recent = []
+    for item in filter(None, info.get("loopStallRecent", "").split(";")):
+        end, lag, split = item.split()
+        recent.append((float(end), float(lag), [float(v) for v in split.split("/")]))
+    return int(info.get("loopStalls", "0")), [float(info.get(k, "0")) for k in STALL_KEYS], recent
+
+
+def stall_line(who: str, stalls: Stalled) -> str:
+    """``broker 12 stalls: ran 3.1, core 40.2, steal 0.0, gc 0.0, other 1.2 ms``."""
+    split = ", ".join(f"{c} {v:.1f}" for c, v in zip(CAUSES, stalls[1], strict=True))
+    return f"{who} {stalls[0]} stalls: {split} ms"
+
+
+def flights_line(out: Run, sides: list[tuple[str, Stalled]], n: int = 10) -> str:
+    """What the ``n`` slowest flights of the round overlapped of each side's stalls: lateness per cause, ms
+    a flight on average (each stall's split in proportion to its overlap with a flight's span). The broker
+    lists its last 64 stalls: on a host busy enough to stall it more often, the round's earlier ones are
+    not there."""
+    if not out.latencies_ms:
+        return ""
+    epoch_ms = (time.time() - time.perf_counter()) * 1000  # perf_counter is CLOCK_MONOTONIC, as the sends'
+    slowest = sorted(zip(out.latencies_ms, out.sent_ns, strict=True), reverse=True)[:n]
+    spans = [(sent / 1e6 + epoch_ms, sent / 1e6 + epoch_ms + ms) for ms, sent in slowest]
+    parts = []
+    for who, (_, _, recent) in sides:
+        total = [0.0] * len(CAUSES)
+        for end, lag, split in recent:
+            start = end - lag
+            for a, b in spans:
+                overlap = min(b, end) - max(a, start)
+                if overlap > 0 and lag > 0:
+                    for i, v in enumerate(split):
+                        total[i] += v * overlap / lag / len(spans)
+        parts.append(f"{who} " + ", ".join(f"{c} {v:.1f}" for c, v in zip(CAUSES, total, strict=True)))
+    return (
+        f"  the {len(spans)} slowest flights ({slowest[-1][0]:.1f}-{slowest[0][0]:.1f} ms) met stalls of "
+        "(ms a flight): " + "; ".join(parts)
+    )
+
+
+def stall_delta(before: Stalled, after: Stalled) -> Stalled:
+    """The stalls of ``after`` since ``before``."""
+    last = before[2][-1][0] if before[2] else 0.0
+    recent = [s for s in after[2] if s[0] > last]
+    return after[0] - before[0], [a - b for a, b in zip(after[1], before[1], strict=True)], recent
 
 
 def client_list(text: str) -> list[str]:
@@ -263,12 +341,15 @@ def client_list(text: str) -> list[str]:
 
 
 async def broker_loop(namesrv: str, broker: str) -> str:
-    """The broker's own view: its loop lag and GC pauses (ms, the last minute or two)."""
+    """The broker's own view: its loop lag and GC pauses (ms, the last minute or two), and the stacks its
+    watchdog took since its start (``MQCTL_LOOP_STACK_MILLIS=5``: what its loop thread was in while a probe
+    was overdue)."""
     async with Admin([namesrv]) as admin:
         info = await admin.broker_runtime_info(broker)
+    stacks = info.get("loopStallStacks")
     return (
         f"broker loop lag p99 {info.get('loopLagP99', '-')} max {info.get('loopLagMax', '-')}, "
-        f"GC pause max {info.get('gcPauseMax', '-')}"
+        f"GC pause max {info.get('gcPauseMax', '-')}" + (f"; broker loop stacks: {stacks}" if stacks else "")
     )
 
 
@@ -408,6 +489,7 @@ def main(argv: list[str] | None = None) -> None:
                                 timeline.watch(pid, role if role != "python" else "competitor")
                             timeline.mark(f"round {r + 1} {mode}")
                         topic = f"TailBench{run_tag}{r}{client}{mode}"
+                        stalls_before = run(broker_stalls(namesrv, broker))
                         if client == "mqctl":
                             with client_collector(args.client_gc):
                                 out, spent = mqctl_round(
@@ -426,6 +508,10 @@ def main(argv: list[str] | None = None) -> None:
                                 broker_costs,
                             )
                         loads.append(os.getloadavg()[0])
+                        sides = [("broker", stall_delta(stalls_before, run(broker_stalls(namesrv, broker))))]
+                        if out.client_stalls is not None:
+                            sides.append(("client loop", out.client_stalls))
+                        stalls = [stall_line(who, stalled) for who, stalled in sides]
                     if timeline is not None:
                         timeline.messages(f"{r + 1}{mode}", out.sent_ns, out.latencies_ms)
                     if recorder is not None:
@@ -440,7 +526,8 @@ def main(argv: list[str] | None = None) -> None:
                         f"round {name}: p50 {percentile(ms, 50):.2f} ms, p99 {percentile(ms, 99):.2f} ms, "
                         f"p99.9 {percentile(ms, 99.9):.2f} ms, max {ms[-1]:.1f} ms ({len(ms):,} msgs); "
                         f"{run(broker_loop(namesrv, broker))}{client_lag(out)}; load {loads[-1]:.1f}\n"
-                        f"  per message: {'; '.join(spent)}",
+                        f"  per message: {'; '.join(spent)}\n"
+                        f"  {'; '.join(stalls)}\n{flights_line(out, sides)}",
                         flush=True,
                     )
         if recorder is not None and not recorder.refused:

@@ -220,7 +220,7 @@ class Broker:
         self.locks = RebalanceLockManager()
         self.stats = BrokerStats(config.broker_cluster_name)
         #: The event loop's lag and the cyclic GC's pauses (runtime info, /metrics).
-        self.loop_watch = LoopWatch(table_size=self._table_size)
+        self.loop_watch = LoopWatch(table_size=self._table_size, stack_after=config.loop_stack_millis / 1000)
         self.hold: PullRequestHoldService
         self.schedule: ScheduleMessageService
         self.transactions: TransactionService

@@ -322,6 +322,10 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     #: CPU-bound neighbour with a longer slice instead of waiting for its turn; helper threads keep the
     #: kernel's default. 0: the kernel's default.
     sched_slice_micros: int = 0
+    #: ms a stall probe of the event loop may be overdue before a watchdog thread takes the loop thread's
+    #: stack, then every as many ms while it stays overdue (runtime key ``loopStallStacks``, DEBUG log:
+    #: what ran when the loop ran). 0: no watchdog (it wakes 50 times a second and takes the GIL to look).
+    loop_stack_millis: int = 0
     #: With ACL off and a listener beyond loopback, refuse writes from other machines (daemon.protect).
     protected_mode: bool = True
     #: The VIP port, ``listenPort - 2``, serving what ``listenPort`` serves (4.9.8's BrokerController
@@ -353,6 +357,8 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
 
     def __post_init__(self) -> None:
         check_sched_slice(self.sched_slice_micros)
+        if self.loop_stack_millis < 0:
+            raise ConfigError(f"loopStackMillis is 0 (off) or more, not {self.loop_stack_millis}")
         if self.grpc_max_connections < 1:
             raise ConfigError(
                 f"grpcMaxConnections is at least 1, not {self.grpc_max_connections} "

@@ -36,6 +36,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from daemon.broker.loopwatch import CAUSES
 from daemon.broker.stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItem
 from store.supervise import supervised
 
@@ -308,6 +309,24 @@ def _loop_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Itera
     yield pauses
     yield collections
     yield longest
+    cause_labels = [*labels, "cause"]
+    stall_s = CounterMetricFamily(
+        "rocketmq_broker_loop_stall_seconds",
+        "Lateness of the loop's stall probes (each late by 2 ms or more), by where it went: ran (the loop's "
+        "thread on a core), core (waiting for one), steal (the hypervisor's), gc (a collection), other (the "
+        "GIL held by another thread, a blocking call)",
+        labels=cause_labels,
+    )
+    stalls = CounterMetricFamily(
+        "rocketmq_broker_loop_stalls",
+        "Stalls of the event loop (a probe late by 2 ms or more), each counted under its largest cause",
+        labels=cause_labels,
+    )
+    for cause, seconds, n in zip(CAUSES, watch.stalls.seconds, watch.stalls.by_cause, strict=True):
+        stall_s.add_metric([*base, cause], seconds)
+        stalls.add_metric([*base, cause], n)
+    yield stall_s
+    yield stalls
     yield _single(
         CounterMetricFamily,
         "rocketmq_broker_gc_freezes",

@@ -88,6 +88,15 @@ async def readers(admin: Admin, cluster: str | None = None) -> list[str]:
     return out
 
 
+def stall_split(table: dict[str, str]) -> dict[str, float] | None:
+    """The loop's stall lateness by cause (ms) from an mqctl broker's runtime info; None from another."""
+    from daemon.broker.loopwatch import CAUSES, STALL_KEYS
+
+    if STALL_KEYS[0] not in table:
+        return None
+    return {cause: float(table.get(key, "0")) for cause, key in zip(CAUSES, STALL_KEYS, strict=True)}
+
+
 def first_float(text: str | None) -> float | None:
     """RocketMQ's TPS fields hold 'last10s last60s last600s' (or blanks before any traffic)."""
     parts = (text or "").split()

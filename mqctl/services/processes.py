@@ -151,6 +151,11 @@ class BrokerFigures(TypedDict):
     gc_collections: int | None
     gc_pause_total_ms: float | None
     gc_pause_max_ms: float | None
+    #: The event loop's stalls since start (probes late by 2 ms or more) and their lateness by cause, in ms
+    #: (ran, core, steal, gc, other), and the watchdog's stacks (``loopStackMillis``); None from a Java broker.
+    loop_stalls: int | None
+    loop_stall_ms: dict[str, float] | None
+    loop_stall_stacks: str | None
     #: POP (5.x) messages popped and not yet acked, by group (None from a broker without POP).
     pop_in_flight: dict[str, int] | None
     #: DLedger mode: how the member's peer channel is guarded (mutual TLS, or plaintext and where); else None.
@@ -183,6 +188,9 @@ class Probe(TypedDict):
     gc_collections: NotRequired[int | None]
     gc_pause_total_ms: NotRequired[float | None]
     gc_pause_max_ms: NotRequired[float | None]
+    loop_stalls: NotRequired[int | None]
+    loop_stall_ms: NotRequired[dict[str, float] | None]
+    loop_stall_stacks: NotRequired[str | None]
     pop_in_flight: NotRequired[dict[str, int] | None]
     dledger_channel: NotRequired[str | None]
     clusters: NotRequired[int]
@@ -212,7 +220,7 @@ def probe(addr: str, daemon: Literal["broker", "namesrv"], timeout: float = 3.0)
 
 async def _broker_figures(admin: Admin, addr: str) -> BrokerFigures:
     from daemon.broker.pop import parse_pop_in_flight
-    from mqctl.services.cluster import first_float
+    from mqctl.services.cluster import first_float, stall_split
 
     table = await admin.broker_runtime_info(addr)
     return {
@@ -230,6 +238,9 @@ async def _broker_figures(admin: Admin, addr: str) -> BrokerFigures:
         "gc_collections": int(table["gcCollections"]) if "gcCollections" in table else None,
         "gc_pause_total_ms": first_float(table.get("gcPauseTotal")),
         "gc_pause_max_ms": first_float(table.get("gcPauseMax")),
+        "loop_stalls": int(table["loopStalls"]) if "loopStalls" in table else None,
+        "loop_stall_ms": stall_split(table),
+        "loop_stall_stacks": table.get("loopStallStacks") or None,
         # POP (5.x) messages popped and not acked, by group
         "pop_in_flight": parse_pop_in_flight(table["popInFlight"]) if "popInFlight" in table else None,
         "dledger_channel": table.get("dledgerChannel"),

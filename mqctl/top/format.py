@@ -137,7 +137,16 @@ def loop_lag(b: BrokerView) -> str:
         return ""
     figures = "/".join(f"{v or 0:g}" for v in (b.loop_lag_p50_ms, b.loop_lag_p99_ms, b.loop_lag_max_ms))
     gc = f", gc max {b.gc_pause_max_ms:g}ms" if b.gc_pause_max_ms is not None else ""
-    return f", loop p50/p99/max {figures}ms{gc}"
+    return f", loop p50/p99/max {figures}ms{gc}{stalls(b)}"
+
+
+def stalls(b: BrokerView) -> str:
+    """`, 12 stalls ran/core/steal/gc/other 31/402/0/4/12ms`: the loop's stalls since start and where their
+    lateness went (nothing from a broker that does not say)."""
+    if b.loop_stalls is None or b.loop_stall_ms is None:
+        return ""
+    split = "/".join(f"{v:.0f}" for v in b.loop_stall_ms.values())
+    return f", {b.loop_stalls} stalls {'/'.join(b.loop_stall_ms)} {split}ms"
 
 
 BROKER_COLUMNS = (

@@ -25,7 +25,7 @@ from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
 from mqctl.admin.messaging import view
 from mqctl.errors import ConnectError, NotFoundError
-from mqctl.services.cluster import BrokerRow, brokers, first_float
+from mqctl.services.cluster import BrokerRow, brokers, first_float, stall_split
 from mqctl.services.fanout import failure_reason
 from mqctl.services.groups import connections, group_on_broker, progress
 from mqctl.services.retention import broker_plan
@@ -230,6 +230,8 @@ class LiveSource:
             loop_lag_p99_ms=first_float(runtime.get("loopLagP99")),
             loop_lag_max_ms=first_float(runtime.get("loopLagMax")),
             gc_pause_max_ms=first_float(runtime.get("gcPauseMax")),
+            loop_stalls=_int(runtime.get("loopStalls")),
+            loop_stall_ms=stall_split(runtime),
             pop_in_flight=_int(runtime.get("popInFlightTotal")),
             timer_pending=_int(runtime.get("timerPendingMessages")),
         )

@@ -49,6 +49,9 @@ class BrokerView:
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     gc_pause_max_ms: float | None = None
+    #: Its stalls since start and their lateness by cause in ms (ran, core, steal, gc, other).
+    loop_stalls: int | None = None
+    loop_stall_ms: dict[str, float] | None = None
     #: POP (5.x): messages popped and not yet acked (None from a broker without POP).
     pop_in_flight: int | None = None
     #: Timer messages waiting for their time on an mqctl broker (None from a broker without them).

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.broker.loopwatch import CAUSES
 from daemon.config import parse_properties
 from mqctl.services.processes import process_name
 from tests.support.bounded import read_line
@@ -68,6 +69,8 @@ def test_daemon_start_status_stop(cli: RunCli, broker_conf: Path) -> None:
         lag = [figures[f"loop_lag_{k}_ms"] for k in ("p50", "p99", "max")]
         assert all(isinstance(v, float) for v in lag) and lag == sorted(lag) and lag[0] >= 0
         assert isinstance(figures["gc_pause_max_ms"], float) and figures["gc_collections"] >= 0
+        assert figures["loop_stalls"] >= 0 and list(figures["loop_stall_ms"]) == list(CAUSES)
+        assert figures["loop_stall_stacks"] is None  # the watchdog is off by default
         assert figures["pop_in_flight"] == {}  # POP in flight by group: none popped
     finally:
         stopped = cli("broker", "stop", "-c", str(broker_conf))

@@ -11,13 +11,23 @@ import signal
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from daemon.broker.broker import Broker
-from daemon.broker.loopwatch import FREEZE_ENTRIES, LOOP_RUNTIME_KEYS, GcPauses, LoopWatch
+from daemon.broker.config import BrokerConfig
+from daemon.broker.loopwatch import (
+    CAUSES,
+    FREEZE_ENTRIES,
+    LOOP_RUNTIME_KEYS,
+    STALL_KEYS,
+    GcPauses,
+    LoopWatch,
+    classify,
+)
+from daemon.config import ConfigError
 from daemon.lifecycle import SERVING_GC_THRESHOLD, serve
 from tests.support.broker import BrokerHandle, broker_config
 from tests.support.turns import LoopTurns
@@ -265,3 +275,125 @@ async def test_offsets_are_formatted_on_the_loop_in_slices_and_written_only_when
         offsets.commit_offset("G", "T1", 0, 2)
         await broker.broker._persist_offsets()
     assert len(written) == 2 and '"T1@G":{0:2' in written[1]
+
+
+def _spun_on_the_loop(cpu_s: float) -> None:
+    """Run Python on the loop's thread for ``cpu_s`` seconds of its CPU (however long a busy host makes
+    that in wall time)."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
+async def _stalled(watch: LoopWatch, stall: Callable[[], None]) -> list[float]:
+    """Seconds of lateness per cause that ``stall`` (called on the loop right after a probe) added."""
+    before, count = list(watch.stalls.seconds), watch.stalls.count
+    await _probes(watch, 3)
+    loop = asyncio.get_running_loop()
+    loop.call_soon(stall)
+    await _probes(watch, 3)
+    assert watch.stalls.count > count
+    return [a - b for a, b in zip(watch.stalls.seconds, before, strict=True)]
+
+
+async def _probes(watch: LoopWatch, n: int) -> None:
+    target = watch.probes + n
+    while watch.probes < target:
+        await asyncio.sleep(watch.probe / 4)
+
+
+async def test_a_callback_that_spins_is_a_stall_that_ran() -> None:
+    watch = LoopWatch()
+    watch.start()
+    try:
+        spun = 0.1
+        split = dict(zip(CAUSES, await _stalled(watch, lambda: _spun_on_the_loop(spun)), strict=True))
+    finally:
+        watch.stop()
+    # the loop's own CPU: counted as ran whatever the host's load made of its wall time (a wait for a core
+    # is split off as "core"; the window reaches back to the probe before, at most 20 ms)
+    assert split["ran"] >= 0.6 * spun, split
+    assert split["other"] < split["ran"], split
+
+
+async def test_a_thread_holding_the_gil_is_a_stall_the_loop_did_not_run() -> None:
+    watch = LoopWatch()
+    held: list[float] = []
+
+    def hold() -> None:  # one C call: the GIL stays with this thread until it returns
+        cpu = time.thread_time()
+        sum(range(30_000_000))
+        held.append(time.thread_time() - cpu)
+
+    def start_holder() -> None:
+        threading.Thread(target=hold).start()
+
+    watch.start()
+    try:
+        split = dict(zip(CAUSES, await _stalled(watch, start_holder), strict=True))
+        while not held:
+            await asyncio.sleep(0.01)
+    finally:
+        watch.stop()
+    assert held[0] > 0.02, f"the holder's call took {held[0]}s of CPU: too short to stall the loop"
+    # the loop's thread slept on the GIL (neither on a core nor waiting for one) for as long as the holder
+    # ran, at least
+    assert split["other"] >= 0.5 * held[0], (split, held)
+    assert split["ran"] < 0.25 * held[0], (split, held)
+
+
+def test_a_stall_s_lateness_is_split_between_its_causes() -> None:
+    # running and waiting first, scaled to the lateness when the window held more of them
+    assert classify(0.01, 0.015, 0.005, 0.0, 0.0, 0.0) == pytest.approx((0.0075, 0.0025, 0, 0, 0))
+    # steal covers what they leave; the loop thread's collections are of its running, other threads' of
+    # what is left; the rest is "other"
+    assert classify(0.02, 0.004, 0.002, 0.01, 0.001, 0.0) == pytest.approx((0.003, 0.002, 0.01, 0.001, 0.004))
+    assert classify(0.02, 0.0, 0.0, 0.0, 0.0, 0.005) == pytest.approx((0, 0, 0, 0.005, 0.015))
+    # less than the usual rate: nothing of it counted
+    assert classify(0.01, -0.002, -0.001, 0.0, 0.0, 0.0) == pytest.approx((0, 0, 0, 0, 0.01))
+
+
+async def test_the_watchdog_names_what_ran_while_the_loop_was_overdue() -> None:
+    watch = LoopWatch(stack_after=0.005)
+    watch.start()
+    try:
+        await _stalled(watch, lambda: _spun_on_the_loop(0.1))
+        stacks = watch.runtime_info()["loopStallStacks"]
+    finally:
+        watch.stop()
+    assert watch.stack_watch is not None and watch.stack_watch._thread is None  # stopped with the watch
+    assert "_spun_on_the_loop (test_loopwatch.py:" in stacks, stacks
+
+
+async def test_the_watchdog_is_off_by_default(broker: BrokerHandle) -> None:
+    watch = broker.broker.loop_watch
+    assert watch.stack_watch is None and watch.runtime_info()["loopStallStacks"] == ""
+    assert not any(t.name == "loop-stack-watch" for t in threading.enumerate())
+
+
+def test_loop_stack_millis_is_not_negative() -> None:
+    with pytest.raises(ConfigError, match="loopStackMillis"):
+        BrokerConfig(loop_stack_millis=-1)
+
+
+@pytest.mark.slow
+async def test_stalls_are_in_the_metrics_and_the_runtime_info_by_cause(broker: BrokerHandle) -> None:
+    b = broker.broker
+    await _stalled(b.loop_watch, lambda: _spun_on_the_loop(0.05))
+    assert b.metrics_port is not None
+    text = await asyncio.to_thread(_scrape, b.metrics_port)
+
+    def by_cause(c: str) -> str:  # the exposition sorts the labels
+        return f'broker="broker-a",cause="{c}",cluster="DefaultCluster"'
+
+    ran = _value(text, "rocketmq_broker_loop_stall_seconds_total", by_cause("ran"))
+    counted = sum(_value(text, "rocketmq_broker_loop_stalls_total", by_cause(c)) for c in CAUSES)
+    info = b.runtime_info()
+    assert int(info["loopStalls"]) >= counted >= 1
+    assert float(info["loopStallRan"]) >= ran * 1000 - 0.01 and ran > 0
+    assert all(float(info[k]) >= 0 for k in STALL_KEYS)
+    # the last stalls, each with its end (ms since the epoch), lateness and split (ms)
+    last = info["loopStallRecent"].split(";")[-1].split()
+    end, late, split = float(last[0]), float(last[1]), [float(v) for v in last[2].split("/")]
+    assert abs(end / 1000 - time.time()) < 60 and late >= 2 and len(split) == len(CAUSES)
+    assert sum(split) == pytest.approx(late, abs=0.1 * len(CAUSES))

@@ -125,6 +125,11 @@ def test_broker_state_carries_loop_lag_of_an_mqctl_broker_only() -> None:
     assert fmt.broker_cells(ours)[-1].endswith(", loop p50/p99/max 0.12/0.5/201ms, gc max 3.25ms")
     waiting = dataclasses.replace(ours, timer_pending=1200)
     assert fmt.broker_cells(waiting)[-1].endswith("gc max 3.25ms, 1,200 timers waiting")
+    split = {"ran": 31.2, "core": 402.0, "steal": 0.0, "gc": 4.4, "other": 12.0}
+    stalled = dataclasses.replace(ours, loop_stalls=12, loop_stall_ms=split)
+    assert fmt.broker_cells(stalled)[-1].endswith(
+        "gc max 3.25ms, 12 stalls ran/core/steal/gc/other 31/402/0/4/12ms"
+    )
 
 
 def test_broker_state_shows_pop_in_flight_when_any() -> None:
