@@ -207,11 +207,12 @@ def _load_specs(file: Path) -> list[Any]:
 
     from mqctl.cli.common import name_problem
     from mqctl.errors import UsageError
+    from mqctl.services.metadata import parse_document
     from mqctl.services.topics import TopicSpec
 
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
+        raw = parse_document(file.read_text(encoding="utf-8"))
+    except (ValueError, yaml.YAMLError) as exc:
         raise UsageError(f"{file}: not YAML or JSON: {exc}") from None
     items = raw.get("topics") if isinstance(raw, dict) else raw
     if not isinstance(items, list):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -143,6 +144,13 @@ def test_apply_is_idempotent(mq: RunCli, daemons: LocalCluster, tmp_path: Path) 
     assert daemons.broker.topics.get("A2").perm == 4
     second = mq("topic", "apply", "-f", str(spec), "--execute", "-o", "json").json()
     assert [row["action"] for row in second] == ["unchanged", "unchanged"]
+    tabbed = tmp_path / "topics.json"  # JSON indented with tabs (jq --tab, fastjson): YAML refuses the tabs
+    tabbed.write_text(
+        json.dumps({"topics": [{"name": "A1", "read_queues": 2, "write_queues": 2}]}, indent="\t")
+    )
+    assert [row["action"] for row in mq("topic", "apply", "-f", str(tabbed), "-o", "json").json()] == [
+        "unchanged"
+    ]
     spec.write_text("- {name: A1, read_queues: 3, write_queues: 2}\n")
     planned = mq("topic", "apply", "-f", str(spec), "-o", "json")
     assert planned.json()[0]["action"] == "would update" and planned.json()[0]["changes"] == {
