@@ -210,15 +210,23 @@ def show_clean_report(rep: CleanReport, output: str, *, to_stderr: bool = False)
         return
     if rep.note:
         err.print(rep.note)
+    # offline, mqctl removes the files it lists (the CommitLog's and the queues' and indexes' below them); a
+    # broker's plan ('broker clean') lists none: the broker deletes the CommitLog files and its own files after
+    offline = bool(rep.removes or rep.removed)
     if rep.executed:
+        in_all = f", {len(rep.removed)} file(s) in all" if offline else ""
         err.print(
-            f"deleted {len(rep.deleted)} CommitLog file(s), {len(rep.removed)} file(s) in all; "
-            f"min offset now {rep.min_offset_after}"
+            f"deleted {len(rep.deleted)} CommitLog file(s){in_all}; min offset now {rep.min_offset_after}"
         )
-    elif rep.delete_files:
+    elif rep.delete_files and offline:
         err.print(
             f"dry run: nothing deleted; --execute removes the {len(rep.removes)} file(s) listed "
             f"({rep.delete_files} CommitLog file(s) marked 'delete')"
+        )
+    elif rep.delete_files:
+        err.print(
+            f"dry run: nothing deleted; --execute has the broker delete the {rep.delete_files} CommitLog "
+            "file(s) marked 'delete'"
         )
 
 
