@@ -16,6 +16,8 @@ import typer
 from mqctl.errors import DaemonError, UsageError
 
 if TYPE_CHECKING:
+    import asyncio
+
     from daemon.broker.broker import Broker
     from daemon.namesrv.controller import NamesrvController
 
@@ -61,6 +63,7 @@ class DLedgerGroup:
         self.confs = confs
         self.addrs = addrs
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         import asyncio
@@ -94,10 +97,15 @@ class DLedgerGroup:
         except BaseException:
             await self.stop()
             raise
+        self._watch = asyncio.create_task(watch_members(self.procs, self.addrs, self.confs))
 
     async def stop(self) -> None:
         import asyncio
 
+        from daemon.lifecycle import cancel_tasks
+
+        await cancel_tasks([self._watch])  # the members this stop ends are not news
+        self._watch = None
         for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -111,6 +119,36 @@ class DLedgerGroup:
                 proc.wait()
         self.procs = []
         await self.namesrv.stop()
+
+
+async def watch_members(
+    procs: list[subprocess.Popen[bytes]], addrs: list[str], confs: list[Path], interval: float = 1.0
+) -> None:
+    """Say once, at WARNING, that a member exited while the group runs (killed, or stopped on a fatal
+    failure): the group goes on without it, and nothing else tells whoever watches ``up``'s output."""
+    import asyncio
+    import logging
+    import signal
+
+    told: set[int] = set()
+    while True:
+        for i, (proc, addr, conf) in enumerate(zip(procs, addrs, confs, strict=True)):
+            code = proc.poll()
+            if code is None or i in told:
+                continue
+            told.add(i)
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            logging.getLogger(__name__).warning(
+                "DLedger member n%d %s (pid %d) exited (%s); the group goes on without it: see %s; "
+                "start it again with 'mqctl broker start -c %s --daemon'",
+                i,
+                addr,
+                proc.pid,
+                how,
+                conf.parent / "broker.log",
+                conf,
+            )
+        await asyncio.sleep(interval)
 
 
 def dledger_confs(
