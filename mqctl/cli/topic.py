@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,8 +64,24 @@ def create(
 
     spec = _spec(topic, read_queues, write_queues, perm, order)
     online(
-        lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists),
+        lambda admin: _warned(
+            upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists)
+        ),
     )
+
+
+async def _warned(write: Awaitable[Any]) -> Any:
+    """The write's result, after a warning line for the queues it leaves unread (more write queues than
+    read queues: mqadmin updateTopic says nothing, and those messages wait for no consumer)."""
+    from mqctl.output import printable
+
+    result = await write
+    for where in result.get("unread_queues", []):
+        sys.stderr.write(
+            f"mqctl: warning: {printable(where, newlines=False)} take messages that no consumer reads "
+            "(write queues beyond the read queues: scale out with -r first, scale in with -w first)\n"
+        )
+    return result
 
 
 @app.command("update")
@@ -93,8 +111,8 @@ def update(
         confirm(question, yes=yes)
 
     online(
-        lambda admin: upsert(
-            admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists, confirm=ask
+        lambda admin: _warned(
+            upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists, confirm=ask)
         ),
     )
 

@@ -128,6 +128,23 @@ def test_deleting_a_missing_topic_says_so_before_asking(mq: RunCli) -> None:
     assert len(missing.stderr.strip().splitlines()) == 1
 
 
+def test_write_queues_beyond_the_read_queues_are_warned_of(mq: RunCli, daemons: LocalCluster) -> None:
+    """Producers send to every write queue and consumers read the read queues: -w above -r leaves the queues
+    between them unread. mqadmin updateTopic says nothing; the message of a sent order then waits for no one."""
+    created = mq("topic", "create", "-t", "Skewed", "-r", "2", "-w", "4", "-o", "json")
+    assert created.code == 0, created.stderr
+    assert created.json()["unread_queues"] == [f"{daemons.broker_addr}: queues 2..3"]
+    assert f"mqctl: warning: {daemons.broker_addr}: queues 2..3 take messages that no consumer reads" in (
+        created.stderr
+    )
+    evened = mq("topic", "update", "-t", "Skewed", "-r", "4", "-o", "json")
+    assert evened.code == 0 and "unread_queues" not in evened.json() and "warning" not in evened.stderr
+    scaled_out = mq("topic", "update", "-t", "Skewed", "-w", "6")  # a scale-out that forgot -r
+    assert scaled_out.code == 0 and "queues 4..5 take messages" in scaled_out.stderr
+    perm_only = mq("topic", "update", "-t", "Skewed", "--perm", "r", "-o", "json")  # no queue count changed
+    assert perm_only.code == 0 and "warning" not in perm_only.stderr
+
+
 def test_update_missing_topic(mq: RunCli) -> None:
     assert mq("topic", "update", "-t", "Nope", "-w", "2").code == NotFoundError.exit_code
     assert (
