@@ -87,7 +87,12 @@ class TopicSpec:
 
 
 async def topics(admin: Admin, cluster: str | None = None) -> list[dict[str, str]]:
-    """Every topic the NameServer routes, or only those of ``cluster``."""
+    """Every topic the NameServer routes, or only those of ``cluster`` (one it does not list is not found:
+    a typo read as a cluster without topics)."""
+    if cluster is not None:
+        from mqctl.services.cluster import brokers
+
+        await brokers(admin, cluster)
     return Rows(({"topic": name} for name in await admin.topic_list(cluster)), columns=["topic"])
 
 

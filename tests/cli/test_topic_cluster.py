@@ -53,7 +53,13 @@ def test_a_cluster_the_namesrv_does_not_list_is_not_found(mq: RunCli, daemons: L
     """``-c`` with a typo printed an empty table and exited 0 (group list, cluster status, timer ls, ...):
     it is not found, and the error names the clusters there are. The health check still calls it CRITICAL."""
     cluster = daemons.broker.config.broker_cluster_name
-    for args in (["cluster", "list"], ["cluster", "status"], ["group", "list"], ["timer", "ls"]):
+    for args in (
+        ["cluster", "list"],
+        ["cluster", "status"],
+        ["group", "list"],
+        ["timer", "ls"],
+        ["topic", "list"],
+    ):
         result = mq(*args, "-c", "NoSuchCluster")
         assert result.code == NotFoundError.exit_code, (args, result.stdout, result.stderr)
         assert f"cluster 'NoSuchCluster' not found (the NameServer lists: {cluster})" in result.stderr
@@ -100,6 +106,7 @@ def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
         }
     ]
     assert {"topic": "Orders"} in mq("topic", "list", "-o", "json").json()
+    assert {"topic": "Orders"} in mq("topic", "list", "-c", "DefaultCluster", "-o", "json").json()
 
     status = mq("topic", "status", "-t", "Orders", "-o", "json").json()
     # every queue consumers read (4 read queues), not only the write queues GET_TOPIC_STATS_INFO answers for
