@@ -31,7 +31,7 @@ from mqctl.cli.common import (
     render_every,
     request_timeout,
 )
-from mqctl.errors import BrokerError, Interrupted, StoreError, UsageError
+from mqctl.errors import BrokerError, ConflictError, Interrupted, StoreError, UsageError
 
 if TYPE_CHECKING:
     from mqctl.services.retention import CleanReport
@@ -174,7 +174,16 @@ def clean(
         first = "Run recovery, then remove" if rep.recovery else "Remove"
         confirm(f"{first} {len(rep.removes)} file(s) from {store}?", yes=yes)
 
-    rep = retention.store_clean(store, config, execute=execute, allow_recovery=allow_recovery, confirm=ask)
+    from store.errors import StoreLockedError
+
+    try:
+        rep = retention.store_clean(
+            store, config, execute=execute, allow_recovery=allow_recovery, confirm=ask
+        )
+    except StoreLockedError as exc:  # the broker that holds it plans its own retention
+        raise ConflictError(
+            str(exc), hint="stop the broker that holds it first, or see its plan online: 'mqctl broker clean'"
+        ) from None
     show_clean_report(rep, output)
 
 
