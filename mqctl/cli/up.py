@@ -125,7 +125,8 @@ async def watch_members(
     procs: list[subprocess.Popen[bytes]], addrs: list[str], confs: list[Path], interval: float = 1.0
 ) -> None:
     """Say once, at WARNING, that a member exited while the group runs (killed, or stopped on a fatal
-    failure): the group goes on without it, and nothing else tells whoever watches ``up``'s output."""
+    failure), and whether the rest still make a majority: nothing else tells whoever watches ``up``'s
+    output (the group goes on without it while they do)."""
     import asyncio
     import logging
     import signal
@@ -138,13 +139,21 @@ async def watch_members(
                 continue
             told.add(i)
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            alive, majority = sum(p.poll() is None for p in procs), len(procs) // 2 + 1
+            goes_on = (
+                f"the group goes on with {alive} of {len(procs)}"
+                if alive >= majority
+                else f"{alive} of {len(procs)} left, no majority ({majority}): the group elects no master "
+                "and takes no writes until members come back"
+            )
             logging.getLogger(__name__).warning(
-                "DLedger member n%d %s (pid %d) exited (%s); the group goes on without it: see %s; "
-                "start it again with 'mqctl broker start -c %s --daemon'",
+                "DLedger member n%d %s (pid %d) exited (%s); %s: see %s; start it again with "
+                "'mqctl broker start -c %s --daemon'",
                 i,
                 addr,
                 proc.pid,
                 how,
+                goes_on,
                 conf.parent / "broker.log",
                 conf,
             )

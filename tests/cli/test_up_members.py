@@ -19,21 +19,27 @@ from mqctl.cli.up import watch_members
 
 
 def test_a_member_that_exits_is_told_once_with_how(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    sleeper = [sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1])); sys.exit(3)"]
-    procs = [subprocess.Popen([*sleeper, seconds]) for seconds in ("600", "0", "600")]
+    # each member runs until its stdin closes, then exits with code 3
+    member = [sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"]
+    procs = [subprocess.Popen(member, stdin=subprocess.PIPE) for _ in range(3)]
     addrs = [f"127.0.0.1:{20000 + 4 * i}" for i in range(3)]
     confs = [tmp_path / f"store-broker-a-n{i}" / "broker.conf" for i in range(3)]
 
     def told() -> list[str]:
         return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
 
+    async def until_told(count: int) -> None:
+        for _ in range(3000):
+            if len(told()) >= count:
+                return
+            await asyncio.sleep(0.02)
+
     async def run() -> None:
         watch = asyncio.create_task(watch_members(procs, addrs, confs, interval=0.02))
-        procs[0].send_signal(signal.SIGKILL)
-        for _ in range(3000):  # member n1 exits by itself with code 3, n0 is killed
-            if len(told()) >= 2:
-                break
-            await asyncio.sleep(0.02)
+        procs[0].send_signal(signal.SIGKILL)  # n0 is killed
+        await until_told(1)
+        procs[1].stdin.close()  # type: ignore[union-attr]  # n1 exits by itself, with code 3
+        await until_told(2)
         for _ in range(5):  # more rounds of the watch: nothing is told twice
             await asyncio.sleep(0.02)
         watch.cancel()
@@ -47,12 +53,13 @@ def test_a_member_that_exits_is_told_once_with_how(tmp_path: Path, caplog: pytes
             proc.wait()
     lines = told()
     assert len(lines) == 2, lines
-    killed = next(line for line in lines if "member n0" in line)
+    killed, exited = lines
     assert f"n0 127.0.0.1:20000 (pid {procs[0].pid}) exited (killed by SIGKILL)" in killed
     assert f"see {confs[0].parent / 'broker.log'}" in killed
     assert f"'mqctl broker start -c {confs[0]} --daemon'" in killed
-    assert "n1 127.0.0.1:20004" in next(line for line in lines if "member n1" in line)
-    assert "exit code 3" in next(line for line in lines if "member n1" in line)
+    assert "the group goes on with 2 of 3" in killed  # a majority is left
+    assert "n1 127.0.0.1:20004" in exited and "exit code 3" in exited
+    assert "1 of 3 left, no majority (2): the group elects no master" in exited
     assert not any("member n2" in line for line in lines)  # still running
 
 
