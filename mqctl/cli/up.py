@@ -167,7 +167,7 @@ def dledger_confs(
     host: str,
     listen: str,
     broker_port: int,
-    metrics_port: int,
+    metrics_port: int | None,
     grpc_port: int = 0,
     tls: dict[str, Any] | None = None,
 ) -> tuple[list[Path], list[str]]:
@@ -175,7 +175,8 @@ def dledger_confs(
     listens on broker port + 4i and its DLedger port one above (a master/slave broker's HA port), its gRPC
     front on `grpc_port` + i (every member runs one: the role follows the election); port 0 picks a free
     block laid out the same way (the peers must know each other's ports) below the kernel's ephemeral range,
-    where no connection on the host takes one before its member binds it. `tls` (`up --tls`'s settings, by
+    where no connection on the host takes one before its member binds it. /metrics on `metrics_port` + i (0:
+    a free port each, as a master/slave `up` does; None: none). `tls` (`up --tls`'s settings, by
     field name) go in as 4.9.8's keys, with `tls.enable` and `haTls`: clients, registration and the DLedger channel on TLS."""
     import dataclasses
 
@@ -205,7 +206,7 @@ def dledger_confs(
             "dLegerGroup": name,
             "dLegerPeers": peers,
             "dLegerSelfId": f"n{i}",
-            "metricsEnable": str(bool(metrics_port)).lower(),
+            "metricsEnable": str(metrics_port is not None).lower(),
             "metricsPort": metrics_port + i if metrics_port else 0,
             "grpcListenPort": grpc_port + i if grpc_port and broker_port else 0,
             **tls_keys,
@@ -357,7 +358,7 @@ def up(
             host,
             listen,
             broker_port,
-            0 if no_metrics else metrics_port,
+            None if no_metrics else metrics_port,
             grpc_port if grpc_port is not None else load_config(BrokerConfig).grpc_listen_port,
             tls_keys,
         )
