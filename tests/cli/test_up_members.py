@@ -11,11 +11,26 @@ import logging
 import signal
 import subprocess
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mqctl.cli.up import watch_members
+
+
+def _run_then_reap(
+    work: Coroutine[Any, Any, None], procs: list[subprocess.Popen[bytes]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Run ``work`` with up's warnings captured, then kill and reap every child left."""
+    try:
+        with caplog.at_level(logging.WARNING, logger="mqctl.cli.up"):
+            asyncio.run(work)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def test_a_member_that_exits_is_told_once_with_how(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -44,13 +59,7 @@ def test_a_member_that_exits_is_told_once_with_how(tmp_path: Path, caplog: pytes
             await asyncio.sleep(0.02)
         watch.cancel()
 
-    try:
-        with caplog.at_level(logging.WARNING, logger="mqctl.cli.up"):
-            asyncio.run(run())
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+    _run_then_reap(run(), procs, caplog)
     lines = told()
     assert len(lines) == 2, lines
     killed, exited = lines
@@ -85,13 +94,7 @@ def test_the_members_up_stops_are_not_told(tmp_path: Path, caplog: pytest.LogCap
         await group.stop()
         await asyncio.sleep(0.1)
 
-    try:
-        with caplog.at_level(logging.WARNING, logger="mqctl.cli.up"):
-            asyncio.run(run())
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+    _run_then_reap(run(), procs, caplog)
     assert [proc.returncode for proc in procs] == [-signal.SIGTERM] * 2
     assert namesrv.stopped and group.procs == [] and group._watch is None
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == []
