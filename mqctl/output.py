@@ -233,6 +233,10 @@ def _shown(column: str, row: dict[str, Any]) -> str:
     return text if _state["raw"] else printable(text)
 
 
+#: Times whose 0 is no "never": a message with no delivery time (no timer) is delivered at once.
+_AT_ZERO = {"deliver_time": "at once"}
+
+
 def _cell(column: str, row: dict[str, Any]) -> str:
     """Sizes in KiB/MiB, times in local time (``--utc``: UTC) or "never" for 0, durations as ``3d 04h``
     (see :mod:`mqctl.units`), a value whose ``_encoding`` twin is base64 (a binary body) as ``base64:…``
@@ -242,7 +246,7 @@ def _cell(column: str, row: dict[str, Any]) -> str:
         return f"base64:{value}"
     twin = row.get(f"{column}_ms")
     if value is None and twin == 0:
-        return "never"
+        return _AT_ZERO.get(column, "never")
     if isinstance(twin, int) and twin and isinstance(value, str):
         try:
             return units.table_time(twin, utc=_state["utc"])

@@ -154,7 +154,7 @@ async def _caught_up(addrs: list[str], measured: int, seconds: float) -> None:
 def _start_members(
     tree: Path, root: Path, ns: str, measured: int, wrapper: list[str]
 ) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
-    confs, addrs = dledger_confs(root, "broker-a", 3, "127.0.0.1", "127.0.0.1", 0, 0)
+    confs, addrs = dledger_confs(root, "broker-a", 3, "127.0.0.1", "127.0.0.1", 0, None)
     procs = []
     env = {**os.environ, "PYTHONPATH": str(tree)}
     for i, conf in enumerate(confs):

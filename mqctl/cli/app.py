@@ -292,6 +292,17 @@ def _keep_argument_help() -> None:
 
     keeping_help.keeps_help = True  # type: ignore[attr-defined]
     TyperArgument.__init__ = keeping_help  # type: ignore[method-assign]
+    # Click 8.5 also lists the arguments under "Positional arguments" (format_arguments), and typer's
+    # format_options still lists them under "Arguments": every BODY, NAME or ID was shown twice
+    from typer.core import TyperCommand, TyperGroup
+
+    for cls in (TyperCommand, TyperGroup):
+        if hasattr(click.Command, "format_arguments") and "format_arguments" not in vars(cls):
+            cls.format_arguments = _typer_lists_them  # type: ignore[method-assign]
+
+
+def _typer_lists_them(self: click.Command, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    """No "Positional arguments" section: typer's format_options lists them under "Arguments"."""
 
 
 def _build_noun(name: str) -> click.Command:

@@ -31,7 +31,7 @@ from mqctl.cli.common import (
     render_every,
     request_timeout,
 )
-from mqctl.errors import BrokerError, Interrupted, StoreError, UsageError
+from mqctl.errors import BrokerError, ConflictError, Interrupted, StoreError, UsageError
 
 if TYPE_CHECKING:
     from mqctl.services.retention import CleanReport
@@ -174,7 +174,16 @@ def clean(
         first = "Run recovery, then remove" if rep.recovery else "Remove"
         confirm(f"{first} {len(rep.removes)} file(s) from {store}?", yes=yes)
 
-    rep = retention.store_clean(store, config, execute=execute, allow_recovery=allow_recovery, confirm=ask)
+    from store.errors import StoreLockedError
+
+    try:
+        rep = retention.store_clean(
+            store, config, execute=execute, allow_recovery=allow_recovery, confirm=ask
+        )
+    except StoreLockedError as exc:  # the broker that holds it plans its own retention
+        raise ConflictError(
+            str(exc), hint="stop the broker that holds it first, or see its plan online: 'mqctl broker clean'"
+        ) from None
     show_clean_report(rep, output)
 
 
@@ -210,15 +219,23 @@ def show_clean_report(rep: CleanReport, output: str, *, to_stderr: bool = False)
         return
     if rep.note:
         err.print(rep.note)
+    # offline, mqctl removes the files it lists (the CommitLog's and the queues' and indexes' below them); a
+    # broker's plan ('broker clean') lists none: the broker deletes the CommitLog files and its own files after
+    offline = bool(rep.removes or rep.removed)
     if rep.executed:
+        in_all = f", {len(rep.removed)} file(s) in all" if offline else ""
         err.print(
-            f"deleted {len(rep.deleted)} CommitLog file(s), {len(rep.removed)} file(s) in all; "
-            f"min offset now {rep.min_offset_after}"
+            f"deleted {len(rep.deleted)} CommitLog file(s){in_all}; min offset now {rep.min_offset_after}"
         )
-    elif rep.delete_files:
+    elif rep.delete_files and offline:
         err.print(
             f"dry run: nothing deleted; --execute removes the {len(rep.removes)} file(s) listed "
             f"({rep.delete_files} CommitLog file(s) marked 'delete')"
+        )
+    elif rep.delete_files:
+        err.print(
+            f"dry run: nothing deleted; --execute has the broker delete the {rep.delete_files} CommitLog "
+            "file(s) marked 'delete'"
         )
 
 

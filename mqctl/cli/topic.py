@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,8 +64,24 @@ def create(
 
     spec = _spec(topic, read_queues, write_queues, perm, order)
     online(
-        lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists),
+        lambda admin: _warned(
+            upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists)
+        ),
     )
+
+
+async def _warned(write: Awaitable[Any]) -> Any:
+    """The write's result, after a warning line for the queues it leaves unread (more write queues than
+    read queues: mqadmin updateTopic says nothing, and those messages wait for no consumer)."""
+    from mqctl.output import printable
+
+    result = await write
+    for where in result.get("unread_queues", []):
+        sys.stderr.write(
+            f"mqctl: warning: {printable(where, newlines=False)} take messages that no consumer reads "
+            "(write queues beyond the read queues: scale out with -r first, scale in with -w first)\n"
+        )
+    return result
 
 
 @app.command("update")
@@ -93,8 +111,8 @@ def update(
         confirm(question, yes=yes)
 
     online(
-        lambda admin: upsert(
-            admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists, confirm=ask
+        lambda admin: _warned(
+            upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists, confirm=ask)
         ),
     )
 
@@ -207,11 +225,12 @@ def _load_specs(file: Path) -> list[Any]:
 
     from mqctl.cli.common import name_problem
     from mqctl.errors import UsageError
+    from mqctl.services.metadata import parse_document
     from mqctl.services.topics import TopicSpec
 
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
+        raw = parse_document(file.read_text(encoding="utf-8"))
+    except (ValueError, yaml.YAMLError) as exc:
         raise UsageError(f"{file}: not YAML or JSON: {exc}") from None
     items = raw.get("topics") if isinstance(raw, dict) else raw
     if not isinstance(items, list):

@@ -89,10 +89,15 @@ def trace(
     result = read_all(lambda: run_admin(target.namesrv, work, timeout=seconds))
     timelines = result if isinstance(result, list) else [result]
     if tree:
+        from rich.measure import Measurement
+
         console = stdout_console()
         for timeline in timelines:
+            drawn = timeline_tree(timeline)
+            if not console.is_terminal:  # piped, as wide as it is: an event is one line, as a table's row is
+                console.width = Measurement.get(console, console.options.update_width(1 << 20), drawn).maximum
             with whole_output:  # a Ctrl-C while a slow reader holds the write still gets the whole tree
-                console.print(timeline_tree(timeline))
+                console.print(drawn)
     elif flags().output == "table":  # one message's summary and events after another
         for timeline in timelines:
             render(timeline, "table")

@@ -16,6 +16,8 @@ import typer
 from mqctl.errors import DaemonError, UsageError
 
 if TYPE_CHECKING:
+    import asyncio
+
     from daemon.broker.broker import Broker
     from daemon.namesrv.controller import NamesrvController
 
@@ -61,6 +63,7 @@ class DLedgerGroup:
         self.confs = confs
         self.addrs = addrs
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         import asyncio
@@ -94,10 +97,15 @@ class DLedgerGroup:
         except BaseException:
             await self.stop()
             raise
+        self._watch = asyncio.create_task(watch_members(self.procs, self.addrs, self.confs))
 
     async def stop(self) -> None:
         import asyncio
 
+        from daemon.lifecycle import cancel_tasks
+
+        await cancel_tasks([self._watch])  # the members this stop ends are not news
+        self._watch = None
         for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -113,6 +121,45 @@ class DLedgerGroup:
         await self.namesrv.stop()
 
 
+async def watch_members(
+    procs: list[subprocess.Popen[bytes]], addrs: list[str], confs: list[Path], interval: float = 1.0
+) -> None:
+    """Say once, at WARNING, that a member exited while the group runs (killed, or stopped on a fatal
+    failure), and whether the rest still make a majority: nothing else tells whoever watches ``up``'s
+    output (the group goes on without it while they do)."""
+    import asyncio
+    import logging
+    import signal
+
+    told: set[int] = set()
+    while True:
+        for i, (proc, addr, conf) in enumerate(zip(procs, addrs, confs, strict=True)):
+            code = proc.poll()
+            if code is None or i in told:
+                continue
+            told.add(i)
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            alive, majority = sum(p.poll() is None for p in procs), len(procs) // 2 + 1
+            goes_on = (
+                f"the group goes on with {alive} of {len(procs)}"
+                if alive >= majority
+                else f"{alive} of {len(procs)} left, no majority ({majority}): the group elects no master "
+                "and takes no writes until members come back"
+            )
+            logging.getLogger(__name__).warning(
+                "DLedger member n%d %s (pid %d) exited (%s); %s: see %s; start it again with "
+                "'mqctl broker start -c %s --daemon'",
+                i,
+                addr,
+                proc.pid,
+                how,
+                goes_on,
+                conf.parent / "broker.log",
+                conf,
+            )
+        await asyncio.sleep(interval)
+
+
 def dledger_confs(
     root: Path,
     name: str,
@@ -120,7 +167,7 @@ def dledger_confs(
     host: str,
     listen: str,
     broker_port: int,
-    metrics_port: int,
+    metrics_port: int | None,
     grpc_port: int = 0,
     tls: dict[str, Any] | None = None,
 ) -> tuple[list[Path], list[str]]:
@@ -128,7 +175,8 @@ def dledger_confs(
     listens on broker port + 4i and its DLedger port one above (a master/slave broker's HA port), its gRPC
     front on `grpc_port` + i (every member runs one: the role follows the election); port 0 picks a free
     block laid out the same way (the peers must know each other's ports) below the kernel's ephemeral range,
-    where no connection on the host takes one before its member binds it. `tls` (`up --tls`'s settings, by
+    where no connection on the host takes one before its member binds it. /metrics on `metrics_port` + i (0:
+    a free port each, as a master/slave `up` does; None: none). `tls` (`up --tls`'s settings, by
     field name) go in as 4.9.8's keys, with `tls.enable` and `haTls`: clients, registration and the DLedger channel on TLS."""
     import dataclasses
 
@@ -158,7 +206,7 @@ def dledger_confs(
             "dLegerGroup": name,
             "dLegerPeers": peers,
             "dLegerSelfId": f"n{i}",
-            "metricsEnable": str(bool(metrics_port)).lower(),
+            "metricsEnable": str(metrics_port is not None).lower(),
             "metricsPort": metrics_port + i if metrics_port else 0,
             "grpcListenPort": grpc_port + i if grpc_port and broker_port else 0,
             **tls_keys,
@@ -310,7 +358,7 @@ def up(
             host,
             listen,
             broker_port,
-            0 if no_metrics else metrics_port,
+            None if no_metrics else metrics_port,
             grpc_port if grpc_port is not None else load_config(BrokerConfig).grpc_listen_port,
             tls_keys,
         )

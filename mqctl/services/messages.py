@@ -711,6 +711,12 @@ async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: b
     damaged: list[tuple[str, int]] = []
     copies = await _find_unique_key(admin, msg_id.upper(), topic, damaged)
     if not copies:
+        if isinstance(failure, RemotingConnectError) and located is not None:
+            raise ConnectError(
+                f"{msg_id} is an offset id, which holds the address of the broker that stored the message: "
+                f"{located[0]}, and it does not answer ({failure})",
+                hint="for a broker since moved or gone, --id takes the client id (unique_key) too",
+            ) from None
         if failure is not None:
             raise failure
         if damaged:

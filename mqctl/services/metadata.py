@@ -326,8 +326,8 @@ def load(path: Path, name_problem: NameCheck) -> Metadata:
     import yaml
 
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raw = parse_document(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
         raise UsageError(f"{path}: not a metadata file: {exc}") from None
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: expected a mapping ('mqctl export' or mqadmin exportMetadata output)")
@@ -339,6 +339,23 @@ def load(path: Path, name_problem: NameCheck) -> Metadata:
         return _from_export(raw, name_problem)
     except (ValueError, TypeError, KeyError) as exc:
         raise UsageError(f"{path}: {exc}") from None
+
+
+def parse_document(text: str) -> Any:
+    """A YAML or JSON file's document: JSON read as JSON (mqadmin's file is fastjson's pretty print,
+    indented with tabs, which YAML refuses), else YAML; a YAML flow mapping that is not JSON is YAML, and
+    a broken JSON file's error is JSON's (ValueError; YAML's is yaml.YAMLError)."""
+    import yaml
+
+    if not text.lstrip().startswith("{"):
+        return yaml.safe_load(text)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise exc from None
 
 
 def _from_mqadmin(raw: dict[str, Any]) -> Metadata:

@@ -87,7 +87,12 @@ class TopicSpec:
 
 
 async def topics(admin: Admin, cluster: str | None = None) -> list[dict[str, str]]:
-    """Every topic the NameServer routes, or only those of ``cluster``."""
+    """Every topic the NameServer routes, or only those of ``cluster`` (one it does not list is not found:
+    a typo read as a cluster without topics)."""
+    if cluster is not None:
+        from mqctl.services.cluster import brokers
+
+        await brokers(admin, cluster)
     return Rows(({"topic": name} for name in await admin.topic_list(cluster)), columns=["topic"])
 
 
@@ -192,6 +197,9 @@ class TopicWrite(TypedDict):
     action: str
     dry_run: NotRequired[bool]
     brokers: list[BrokerChange]
+    #: Masters this write (or plan) leaves with more write queues than read queues, as 'ADDR: queues A..B':
+    #: what producers send to those queues no consumer reads. Only when there is one.
+    unread_queues: NotRequired[list[str]]
 
 
 class TopicDeleted(TypedDict):
@@ -360,10 +368,20 @@ async def _upsert_on(
         if soft:
             return {"topic": spec.name, "action": "missing", "brokers": []}
         raise NotFoundError(f"topic {spec.name!r} not found", hint="use 'mqctl topic create' or --if-exists")
+    before = {addr: table.get(spec.name) for addr, table in tables.items()}
     changes = await apply_to_tables(
         tables, spec.name, spec.apply_to, _diff, admin.create_topic, dry_run=dry_run
     )
-    return {"topic": spec.name, "action": mode, "dry_run": dry_run, "brokers": changes}
+    result: TopicWrite = {"topic": spec.name, "action": mode, "dry_run": dry_run, "brokers": changes}
+    unread = [
+        f"{change['broker']}: queues {new.read_queue_nums}..{new.write_queue_nums - 1}"
+        for change in changes
+        if {"read_queues", "write_queues"} & set(change["changes"])
+        and (new := spec.apply_to(before[change["broker"]])).write_queue_nums > new.read_queue_nums
+    ]
+    if unread:
+        result["unread_queues"] = unread
+    return result
 
 
 T = TypeVar("T")

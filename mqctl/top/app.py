@@ -51,8 +51,9 @@ HELP = """\
   [b]Esc[/b]        back / clear the filter
   [b]?[/b]          this help        [b]q[/b]  quit
 
-Data: the standard admin request codes, plus the broker's /metrics endpoint
-when it has one (put bytes per topic need it; RocketMQ 4.9 has none).
+Data: the standard admin request codes, plus the broker's /metrics
+endpoint when it has one (put bytes per topic need it; RocketMQ 4.9 has
+none).
 A view whose data is older than two refresh intervals is marked STALE.
 Oldest unconsumed (≤) is an upper bound: the age of the last consumed
 message on the group's furthest-behind queue (on a queue it never

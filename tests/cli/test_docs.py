@@ -70,4 +70,5 @@ def test_every_positional_argument_has_its_help() -> None:
     ]
     assert blank == []
     ctx = click.Context(root.commands["msg"].commands["send"], info_name="send")
-    assert "Message body" in ctx.get_help()
+    # once: Click 8.5's "Positional arguments" section came before typer's "Arguments", both listing it
+    assert ctx.get_help().count("Message body") == 1

@@ -22,7 +22,6 @@ EMPTY_LISTS = [
     ("dlq", "ls"),
     ("timer", "ls"),
     ("timer", "ls", "-t", "Nothing"),
-    ("topic", "list", "--cluster", "Nowhere"),
     ("topic", "apply", "--file", "NO_TOPICS"),
     ("group", "list"),
     ("namesrv", "kv", "list", "--namespace", "nothing_here"),

@@ -123,7 +123,8 @@ def test_mqadmin_export_metadata_json_is_applied_to_every_master(
     cli: RunCli, target: LocalCluster, tmp_path: Path
 ) -> None:
     """4.9.8 ``ExportMetadataCommand`` with -c: fastjson's bean properties, queue counts added up over the
-    masters it read, an exportTime."""
+    masters it read, an exportTime; the file is fastjson's pretty print (``JSON.toJSONString(result,
+    true)``), indented with tabs, which a YAML reader refuses."""
     mqadmin = {
         "exportTime": 1764355200000,
         "subscriptionGroupTable": {
@@ -152,7 +153,7 @@ def test_mqadmin_export_metadata_json_is_applied_to_every_master(
         },
     }
     path = tmp_path / "metadata.json"
-    path.write_text(json.dumps(mqadmin, indent=2))
+    path.write_text(json.dumps(mqadmin, indent="\t", separators=(",", ":")))
     ns = target.namesrv_addr
     result = run(cli, ns, "apply", "-f", str(path), "--execute", "-o", "json")
     assert result.code == 0, result.stderr
@@ -207,6 +208,8 @@ def test_files_it_cannot_apply(cli: RunCli, target: LocalCluster, tmp_path: Path
             "prefix of every group's retry",
         ),
         ("- a\n", "mapping"),
+        # a cut mqadmin file: JSON's error, not YAML's on the tab
+        ('{\n\t"topicConfigTable":{\n', "Expecting"),
         *(
             (
                 f"kind: mqctl-metadata\nversion: 1\noffsets:\n- {{group: G, topic: T, broker: b, queues: {q}}}\n",
@@ -226,6 +229,11 @@ def test_files_it_cannot_apply(cli: RunCli, target: LocalCluster, tmp_path: Path
         path.write_text(text)
         refused = run(cli, ns, "apply", "-f", str(path))
         assert refused.code == UsageError.exit_code and why in refused.stderr, (text, refused.stderr)
+    # YAML's flow style, not JSON, is still YAML
+    path.write_text("{kind: mqctl-metadata, version: 1, topics: [{name: T}]}\n")
+    assert [r["action"] for r in run(cli, ns, "apply", "-f", str(path), "-o", "json").json()] == [
+        "would create"
+    ]
 
 
 def test_a_system_topic_in_the_file_is_skipped_in_the_plan_and_the_run(

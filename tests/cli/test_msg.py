@@ -325,7 +325,11 @@ def test_query_by_id_of_a_missing_offset_or_an_unreachable_broker(
     assert mq("msg", "query", "--id", beyond).code == 3
     unreachable = mq("msg", "query", "--id", create_msg_id(("127.0.0.1", 1), 0))
     assert unreachable.code == 5, unreachable.stderr
-    assert "127.0.0.1:1" in unreachable.stderr
+    # not the NameServer nor a broker it lists: the line says where the address came from
+    assert "holds the address of the broker that stored the message: 127.0.0.1:1, and it does not answer" in (
+        unreachable.stderr
+    )
+    assert "client id (unique_key)" in unreachable.stderr
 
 
 # ---------------------------------------------------------------------------------------- show

@@ -207,20 +207,29 @@ def test_a_message_without_trace_is_not_found_with_a_reason(
     assert "enableMsgTrace" not in mq("msg", "trace", world.untraced.msg_id).stdout
 
 
-def test_the_table_and_the_tree_show_the_timeline(mq: Callable[..., CliResult], world: World) -> None:
+def test_the_table_and_the_tree_show_the_timeline(
+    cli: RunCli, mq: Callable[..., CliResult], world: World
+) -> None:
+    ns = world.cluster.namesrv_addr
     table = mq("msg", "trace", world.paid.unique_key)
     assert table.code == 0, table.stderr
     for text in ("events", "produce", "store", "consume", "CG_Billing", "FAILED", "queue_offset="):
         assert text in table.stdout
-    tree = mq("msg", "trace", world.paid.unique_key, "--tree")
+    # piped with no $COLUMNS (a shell does not export it), as 'msg trace ID --tree > file' runs
+    tree = cli("msg", "trace", world.paid.unique_key, "--tree", env={"NAMESRV_ADDR": ns, "COLUMNS": ""})
     assert tree.code == 0, tree.stderr
     lines = tree.stdout.splitlines()
     assert lines[0].startswith(f"message {world.paid.unique_key}  topic {TOPIC}")
     assert any("produced by PG_Orders" in line for line in lines)
+    # piped, each event is one line, as wide as it is (rich wrapped the tree at 80 columns, 'offset N' and a
+    # consume attempt's result on lines of their own)
     assert any(
-        f"stored on broker-a ({world.cluster.broker_addr}) queue {world.paid.queue_id}" in line
+        f"stored on broker-a ({world.cluster.broker_addr}) queue {world.paid.queue_id} "
+        f"offset {world.paid.queue_offset}" in line
         for line in lines
     )
+    assert all(line.startswith(("message ", "├── ", "└── ", "│   ", "    ")) for line in lines), lines
+    assert all(line.lstrip("│ ").startswith(("├── ", "└── ")) for line in lines[1:]), lines
     billing = lines.index(next(line for line in lines if "consumer group CG_Billing" in line))
     assert "attempt 1" in lines[billing + 1] and "FAILED" in lines[billing + 1]
     assert "attempt 2" in lines[billing + 2] and "OK" in lines[billing + 2]

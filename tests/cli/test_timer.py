@@ -72,6 +72,16 @@ def test_a_send_past_due_is_stored_in_its_topic(mq: Callable[..., CliResult], da
     assert parked_topic(daemons, sent["msg_id"]) == "TmPast"
 
 
+def test_a_message_without_a_delivery_time_goes_at_once(mq: Callable[..., CliResult]) -> None:
+    """An ordinary send's table said 'deliver_time never', as if the message would never be delivered."""
+    table = mq("msg", "send", "-t", "TmNow", "now")
+    assert table.code == 0, table.stderr
+    (line,) = [line for line in table.stdout.splitlines() if line.startswith("deliver_time")]
+    assert line.split("│")[1].strip() == "at once" and "never" not in table.stdout
+    sent = ok(mq("msg", "send", "-t", "TmNow", "now", "-o", "json"))
+    assert (sent["deliver_time"], sent["deliver_time_ms"]) == (None, 0)  # JSON keeps the raw values
+
+
 def test_delay_flags_exclude_each_other(mq: Callable[..., CliResult]) -> None:
     result = mq("msg", "send", "-t", "TmX", "--delay", "1m", "--delay-level", "2", "x")
     assert result.code == 2 and "one of --deliver-at" in result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,7 +53,13 @@ def test_a_cluster_the_namesrv_does_not_list_is_not_found(mq: RunCli, daemons: L
     """``-c`` with a typo printed an empty table and exited 0 (group list, cluster status, timer ls, ...):
     it is not found, and the error names the clusters there are. The health check still calls it CRITICAL."""
     cluster = daemons.broker.config.broker_cluster_name
-    for args in (["cluster", "list"], ["cluster", "status"], ["group", "list"], ["timer", "ls"]):
+    for args in (
+        ["cluster", "list"],
+        ["cluster", "status"],
+        ["group", "list"],
+        ["timer", "ls"],
+        ["topic", "list"],
+    ):
         result = mq(*args, "-c", "NoSuchCluster")
         assert result.code == NotFoundError.exit_code, (args, result.stdout, result.stderr)
         assert f"cluster 'NoSuchCluster' not found (the NameServer lists: {cluster})" in result.stderr
@@ -99,6 +106,7 @@ def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
         }
     ]
     assert {"topic": "Orders"} in mq("topic", "list", "-o", "json").json()
+    assert {"topic": "Orders"} in mq("topic", "list", "-c", "DefaultCluster", "-o", "json").json()
 
     status = mq("topic", "status", "-t", "Orders", "-o", "json").json()
     # every queue consumers read (4 read queues), not only the write queues GET_TOPIC_STATS_INFO answers for
@@ -127,6 +135,23 @@ def test_deleting_a_missing_topic_says_so_before_asking(mq: RunCli) -> None:
     assert len(missing.stderr.strip().splitlines()) == 1
 
 
+def test_write_queues_beyond_the_read_queues_are_warned_of(mq: RunCli, daemons: LocalCluster) -> None:
+    """Producers send to every write queue and consumers read the read queues: -w above -r leaves the queues
+    between them unread. mqadmin updateTopic says nothing; the message of a sent order then waits for no one."""
+    created = mq("topic", "create", "-t", "Skewed", "-r", "2", "-w", "4", "-o", "json")
+    assert created.code == 0, created.stderr
+    assert created.json()["unread_queues"] == [f"{daemons.broker_addr}: queues 2..3"]
+    assert f"mqctl: warning: {daemons.broker_addr}: queues 2..3 take messages that no consumer reads" in (
+        created.stderr
+    )
+    evened = mq("topic", "update", "-t", "Skewed", "-r", "4", "-o", "json")
+    assert evened.code == 0 and "unread_queues" not in evened.json() and "warning" not in evened.stderr
+    scaled_out = mq("topic", "update", "-t", "Skewed", "-w", "6")  # a scale-out that forgot -r
+    assert scaled_out.code == 0 and "queues 4..5 take messages" in scaled_out.stderr
+    perm_only = mq("topic", "update", "-t", "Skewed", "--perm", "r", "-o", "json")  # no queue count changed
+    assert perm_only.code == 0 and "warning" not in perm_only.stderr
+
+
 def test_update_missing_topic(mq: RunCli) -> None:
     assert mq("topic", "update", "-t", "Nope", "-w", "2").code == NotFoundError.exit_code
     assert (
@@ -143,6 +168,13 @@ def test_apply_is_idempotent(mq: RunCli, daemons: LocalCluster, tmp_path: Path) 
     assert daemons.broker.topics.get("A2").perm == 4
     second = mq("topic", "apply", "-f", str(spec), "--execute", "-o", "json").json()
     assert [row["action"] for row in second] == ["unchanged", "unchanged"]
+    tabbed = tmp_path / "topics.json"  # JSON indented with tabs (jq --tab, fastjson): YAML refuses the tabs
+    tabbed.write_text(
+        json.dumps({"topics": [{"name": "A1", "read_queues": 2, "write_queues": 2}]}, indent="\t")
+    )
+    assert [row["action"] for row in mq("topic", "apply", "-f", str(tabbed), "-o", "json").json()] == [
+        "unchanged"
+    ]
     spec.write_text("- {name: A1, read_queues: 3, write_queues: 2}\n")
     planned = mq("topic", "apply", "-f", str(spec), "-o", "json")
     assert planned.json()[0]["action"] == "would update" and planned.json()[0]["changes"] == {

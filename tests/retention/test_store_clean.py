@@ -125,6 +125,8 @@ def test_refuses_while_a_broker_holds_the_lock(cli_process: RunCli, store_a: Pat
         for args in ([], ["--execute"]):
             res = cli_process("store", "clean", "--store", str(store_a), "--reserved-hours", "0", *args)
             assert res.code == 4 and "locked" in res.stderr
+            # the running broker's own plan is one command away: the line names it
+            assert "'mqctl broker clean'" in res.stderr, res.stderr
     finally:
         os.close(fd)
     assert len(os.listdir(store_a / "commitlog")) == 4

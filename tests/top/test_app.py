@@ -4,11 +4,12 @@ failures and the stale marker."""
 from __future__ import annotations
 
 import pytest
+from rich.text import Text
 from textual.pilot import Pilot
 from textual.widgets import Static
 
 from mqctl.errors import ConnectError
-from mqctl.top.app import GroupScreen, HelpScreen, Table, TopApp
+from mqctl.top.app import HELP, GroupScreen, HelpScreen, Table, TopApp
 from tests.support.waiting import wait_until
 from tests.top.data import DETAIL, NOW, count_idle_paused_ticks, fixed_source
 
@@ -140,6 +141,9 @@ async def test_help_opens_and_closes() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
+        # every line fits the box: one 75 columns long wrapped 'endpoint' onto a line of its own
+        box = app.screen.query_one(Static)
+        assert box.content_size.height == len(Text.from_markup(HELP).plain.splitlines())
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
 
