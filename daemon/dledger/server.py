@@ -35,6 +35,7 @@ from daemon.dledger.protocol import (
     PUSH_ANSWER,
     PUSH_ANSWER_TAG,
     REMOTING_RESPONSE_CODE,
+    BinaryPushFrames,
     DLedgerRequestCode,
     DLedgerResponseCode,
     HeartBeatRequest,
@@ -176,6 +177,8 @@ class DLedgerServer:
         #: (leader) per peer, the connection on which it last said it reads binary pushes: they go on that
         #: connection only (a peer restarted meanwhile, maybe as a 4.9.8 member, is asked again)
         self._binary: dict[str, Connection] = {}
+        #: (leader) per peer, its binary pushes' frames for the term they were last made in
+        self._push_frames: dict[str, BinaryPushFrames] = {}
         #: (follower) what the peer gate is shown of each binary push (its senders), filled in per push
         self._gate_view = PushEntryRequest()
         # from this member's own address, which its peers' gates look for (the listener binds it too)
@@ -271,11 +274,12 @@ class DLedgerServer:
                 trace.mark_range(f"push-write {out.peer}", first, count)
             if conn is not None:
                 try:
-                    conn.request(
-                        self._request(out),
-                        RPC_TIMEOUT_MS / 1000,
-                        functools.partial(self._answered, out, conn),
-                    )
+                    on_answer = functools.partial(self._answered, out, conn)
+                    if out.raw is not None:
+                        opaque = conn.expect(BINARY_PUSH_CODE, RPC_TIMEOUT_MS / 1000, on_answer)
+                        conn.send_frame(self._push_frame(out, opaque))
+                    else:
+                        conn.request(self._request(out), RPC_TIMEOUT_MS / 1000, on_answer)
                     continue
                 except RemotingError:  # closed meanwhile: the task reconnects
                     pass
@@ -284,6 +288,16 @@ class DLedgerServer:
             task = asyncio.create_task(self._call(out))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+
+    def _push_frame(self, out: Out, opaque: int) -> bytes:
+        """A binary push's frame, its header from the peer's template for the push's term (the same bytes
+        as :meth:`_request`'s command encoded)."""
+        req = out.request
+        assert isinstance(req, PushEntryRequest) and out.raw is not None
+        frames = self._push_frames.get(out.peer)
+        if frames is None or frames.term != req.term:
+            frames = self._push_frames[out.peer] = BinaryPushFrames(req)
+        return frames.frame(opaque, req.commit_index, out.first, out.count, out.raw)
 
     def _as_json(self, out: Out) -> Out:
         """A binary push whose connection is not the one its peer said it on: JSON, and the peer's pushes
