@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 import logging
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
@@ -59,6 +60,17 @@ Code = DLedgerResponseCode
 #: enum's class, paid per send where the quorum's bookkeeping names one
 _SUCCESS: Final = Code.SUCCESS
 _ACK_TIMEOUT: Final = Code.WAIT_QUORUM_ACK_TIMEOUT
+#: the codes a push's answer is compared with, as ints (an answer's code is one: no enum compare)
+_OK: Final[int] = int(Code.SUCCESS)
+_NETWORK_ERROR: Final[int] = int(Code.NETWORK_ERROR)
+_INCONSISTENT_STATE: Final[int] = int(Code.INCONSISTENT_STATE)
+_REPEATED_PUSH: Final[int] = int(Code.REPEATED_PUSH)
+_UNEXPECTED_ARGUMENT: Final[int] = int(Code.UNEXPECTED_ARGUMENT)
+
+#: what an append's outcome is handed to (its driver's; None: only counted in `Node.outcomes`)
+Done = Callable[[Code], object] | None
+#: an append waiting for the quorum: (its entry's index, its deadline, what its outcome is handed to)
+Waiter = tuple[int, int, Done]
 
 #: Pushes a leader keeps in flight to one follower (``EntryDispatcher.maxPendingSize``).
 MAX_PENDING_PUSHES = 1000
@@ -246,6 +258,11 @@ class PushState(enum.Enum):
     APPEND = "APPEND"
 
 
+#: read once (compiled, ``Role.LEADER`` is an attribute lookup on the enum's class): each send asks
+_LEADER: Final = Role.LEADER
+_APPEND: Final = PushState.APPEND
+
+
 @dataclass(slots=True)
 class PeerPush:
     """``EntryDispatcher`` for one follower: where it stands and what is in flight to it."""
@@ -280,7 +297,8 @@ class Node:
 
     Call `tick(now)` often (every 10 ms, as DLedger's maintainer threads loop), answer requests with the
     ``on_*`` methods, and feed each answer to an `Out` back through `on_response`. `role_changes` collects
-    ``(term, role)`` as they happen, `completed` the appends answered (index -> code) since last drained.
+    ``(term, role)`` as they happen; the appends answered since last drained are in `answered` (SUCCESS)
+    and `failed` (with their codes), their driver's to hand out (`outcomes` drains both by index).
     """
 
     def __init__(
@@ -308,13 +326,16 @@ class Node:
         self.pushes: dict[str, PeerPush] = {}
         #: (leader) the first index of its own term: only replicas of it and later entries count to commit
         self.term_first_index = 0
-        #: leader: appends waiting for the quorum, index -> (term, deadline)
-        self.waiting: dict[int, tuple[int, int]] = {}
-        #: whether `waiting` holds its indexes, and so their deadlines, in ascending order (entries are
-        #: appended, and waited for, in order): the commit and the expiry then look at its front only
+        #: (leader) the appends waiting for the quorum, in index order (each send waits for the entry it
+        #: just appended: added at the end), each once per wait with its own deadline: a commit answers
+        #: the run at the front up to the new committed index, and the expiry the front while deadlines rise
+        self.waiting: deque[Waiter] = deque()
+        #: whether the deadlines in `waiting` rise with its indexes (no wait was added out of order)
         self._waiting_ordered = True
         self._last_tracked = -1
-        self.completed: dict[int, Code] = {}
+        #: the waits answered SUCCESS since last drained, in index order, and those answered otherwise
+        self.answered: list[Waiter] = []
+        self.failed: list[tuple[Waiter, Code]] = []
         self.role_changes: list[tuple[int, Role]] = []
         #: the answer to a take-leadership request while it is pending: (target term, code or None)
         self.take_leadership: tuple[int, Code | None] | None = None
@@ -338,7 +359,7 @@ class Node:
 
     @property
     def is_leader(self) -> bool:
-        return self.m.role is Role.LEADER
+        return self.m.role is _LEADER
 
     def others(self) -> list[str]:
         return [p for p in self.m.peers if p != self.m.self_id]
@@ -392,13 +413,26 @@ class Node:
         self._role(term, Role.FOLLOWER)
 
     def _fail_waiting(self, code: Code) -> None:
-        for index in self.waiting:
-            self.completed[index] = code
-        self._clear_waiting()
-
-    def _clear_waiting(self) -> None:
+        failed = self.failed
+        for waiter in self.waiting:
+            failed.append((waiter, code))
         self.waiting.clear()
         self._waiting_ordered, self._last_tracked = True, -1
+
+    def fail_waiting(self, code: Code) -> None:
+        """Answer every waiting append `code` (its driver stops)."""
+        self._fail_waiting(code)
+
+    def outcomes(self) -> dict[int, Code]:
+        """The appends answered since last drained, index -> code (the last of an index waited for twice),
+        drained: for drivers that hand no ``done`` to :meth:`track`."""
+        out: dict[int, Code] = {}
+        for waiter, code in self.failed:
+            out[waiter[0]] = code
+        for waiter in self.answered:
+            out[waiter[0]] = _SUCCESS
+        self.answered, self.failed = [], []
+        return out
 
     def _vote_interval(self) -> int:
         if self._taking_leadership():
@@ -426,9 +460,9 @@ class Node:
             elif now >= deadline:
                 self.take_leadership_wait = None
                 self.take_leadership = (req.term + 1, Code.TAKE_LEADERSHIP_FAILED)
-        if self.m.role is Role.LEADER:
+        if self.m.role is _LEADER:
             out = self._maintain_leader(now)
-            if self.m.role is Role.LEADER:
+            if self.m.role is _LEADER:
                 out += self._push(now)
                 self._expire_waiting(now)
             return out
@@ -746,7 +780,7 @@ class Node:
     # ------------------------------------------------------------------ the leader's pushes
 
     def append(self, body: bytes, now: int) -> tuple[Code, Entry | None]:
-        """``handleAppend`` on the leader: the entry, answered in `completed` once a quorum has it."""
+        """``handleAppend`` on the leader: the entry, answered in `answered` once a quorum has it."""
         self._now = now
         if not self.is_leader:
             return Code.NOT_LEADER, None
@@ -756,17 +790,26 @@ class Node:
         self.track(entry.index, now)
         return Code.SUCCESS, entry
 
-    def track(self, index: int, now: int) -> None:
-        """Answer entry `index` (appended to the log by its owner, the CommitLog) once a quorum has it."""
+    def track(self, index: int, now: int, done: Done = None) -> None:
+        """Answer entry `index` (appended to the log by its owner, the CommitLog) once a quorum has it, or
+        WAIT_QUORUM_ACK_TIMEOUT once this wait's time is up, or TERM_CHANGED when this leadership ends:
+        ``(index, deadline, done)`` goes to `answered` or `failed`. Each wait is its own (an index waited
+        for twice is answered twice, each by its own deadline)."""
         self._now = now
+        waiter = (index, now + self.t.max_wait_ack_time_ms, done)
         waiting = self.waiting
-        if index in waiting or index < self._last_tracked:
-            self._waiting_ordered = False  # (its deadline moves, or it comes after a later index)
-        else:
+        if index >= self._last_tracked:
             self._last_tracked = index
-        waiting[index] = (self.m.term, now + self.t.max_wait_ack_time_ms)
+            waiting.append(waiter)
+        else:  # (after a later index: placed by index, so its deadline may come before those ahead of it)
+            at = len(waiting)
+            while at > 0 and waiting[at - 1][0] > index:
+                at -= 1
+            waiting.insert(at, waiter)
+            self._waiting_ordered = False
         # a quorum may hold it already only in a group of one, or when it was appended before (a caller
-        # that waits again): else the followers' answers commit it
+        # that waits again, or an entry a tick pushed before its put was waited for): else the followers'
+        # answers commit it
         held = index <= self.log.committed_index or not self.pushes
         for p in self.pushes.values():
             held = held or p.water_mark >= index
@@ -816,24 +859,34 @@ class Node:
         return False
 
     def _expire_waiting(self, now: int) -> None:
-        self._complete_waiting(now, -1)
-
-    def _complete_waiting(self, now: int, committed: int) -> None:
-        """Answer the waiting appends up to `committed` (SUCCESS) and those whose time is up at `now`:
-        in order, from the front only while `waiting` is (each push's answer and each round call this)."""
+        """Answer WAIT_QUORUM_ACK_TIMEOUT the waits whose time is up at `now` (each round): from the front
+        while the deadlines rise with the indexes, else every wait looked at."""
         waiting = self.waiting
         if not waiting:
             return
-        ordered = self._waiting_ordered
-        done: list[int] = []
-        for index, (_, deadline) in waiting.items():
-            if index <= committed or deadline <= now:
-                done.append(index)
-            elif ordered:
-                break
-        for index in done:
-            del waiting[index]
-            self.completed[index] = _SUCCESS if index <= committed else _ACK_TIMEOUT
+        failed = self.failed
+        if self._waiting_ordered:
+            while waiting and waiting[0][1] <= now:
+                failed.append((waiting.popleft(), _ACK_TIMEOUT))
+        else:
+            kept: deque[Waiter] = deque()
+            for waiter in waiting:
+                if waiter[1] <= now:
+                    failed.append((waiter, _ACK_TIMEOUT))
+                else:
+                    kept.append(waiter)
+            self.waiting = waiting = kept
+        if not waiting:
+            self._waiting_ordered, self._last_tracked = True, -1
+
+    def _commit_waiting(self, committed: int) -> None:
+        """Answer SUCCESS the waits up to `committed`: the run at the front of `waiting` (in index order)."""
+        waiting = self.waiting
+        if not waiting or waiting[0][0] > committed:
+            return
+        answered = self.answered
+        while waiting and waiting[0][0] <= committed:
+            answered.append(waiting.popleft())
         if not waiting:
             self._waiting_ordered, self._last_tracked = True, -1
 
@@ -862,7 +915,7 @@ class Node:
         if quorum_index > self.log.committed_index and quorum_index >= self.term_first_index:
             self.log.set_committed(quorum_index)
         # (the deadlines are the round's: the answer's read does not expire what it did not commit)
-        self._complete_waiting(-1, self.log.committed_index)
+        self._commit_waiting(self.log.committed_index)
 
     def _push_request(self, peer: str, entry: Entry | None, kind: PushType) -> Out:
         req = self._base(PushEntryRequest(), peer)
@@ -874,7 +927,7 @@ class Node:
     def _push(self, now: int) -> list[Out]:
         out: list[Out] = []
         for peer, p in self.pushes.items():
-            if p.state is PushState.APPEND:
+            if p.state is _APPEND:
                 made = self._push_append(peer, p, now)
             elif not p.awaiting and now >= p.not_before and self.log.last_index >= 0:
                 made = self._push_compare(peer, p, now)
@@ -1053,9 +1106,9 @@ class Node:
             return
         now = self._now
         if resp is not None:
-            self.m.live[peer] = resp.code != Code.NETWORK_ERROR
+            self.m.live[peer] = resp.code != _NETWORK_ERROR
         if req.type is PushType.APPEND:
-            if p.state is not PushState.APPEND or resp is None:
+            if p.state is not _APPEND or resp is None:
                 return  # a timed-out push is pushed again from tick
             if not raw:
                 first, count = req.first_entry_index, req.count
@@ -1065,7 +1118,7 @@ class Node:
             return
         if req.type is PushType.COMMIT:
             return
-        if p.state is PushState.APPEND:
+        if p.state is _APPEND:
             return
         p.awaiting = False
         if resp is None or resp.code not in (Code.SUCCESS, Code.INCONSISTENT_STATE):
@@ -1091,8 +1144,8 @@ class Node:
         req = out.request
         if not self.is_leader or p is None or req.term != self.m.term or out.epoch != p.epoch:
             return
-        self.m.live[peer] = code != Code.NETWORK_ERROR
-        if p.state is PushState.APPEND:  # (a binary push is an APPEND)
+        self.m.live[peer] = code != _NETWORK_ERROR
+        if p.state is _APPEND:  # (a binary push is an APPEND)
             at = index if index >= 0 else None  # (as decode_push_answer reads it)
             self._append_answered(peer, p, req.term, out.first, out.count, True, code, term, at, count)
 
@@ -1111,7 +1164,7 @@ class Node:
     ) -> None:
         """An APPEND push of ``pushed`` entries from ``first`` answered (``code``, ``term``, ``index``,
         ``count``), the follower's push state in APPEND."""
-        if code == Code.SUCCESS and index is not None:
+        if code == _OK and index is not None:
             if index != first or term != push_term:
                 # not this push's answer (DLedger's follower echoes its term and first index): its
                 # entries are pushed again when it times out, no water mark moved by what it claims
@@ -1122,10 +1175,10 @@ class Node:
             if last > p.water_mark:
                 p.water_mark = last
                 self._advance_commit()
-        elif code == Code.INCONSISTENT_STATE:
+        elif code == _INCONSISTENT_STATE:
             self._to_compare(p, self._now)
-        elif code != Code.REPEATED_PUSH:
-            if code == Code.UNEXPECTED_ARGUMENT and raw:
+        elif code != _REPEATED_PUSH:
+            if code == _UNEXPECTED_ARGUMENT and raw:
                 # a body refused: from its data file unchecked; JSON reads check what leaves the memory
                 p.binary, p.binary_refused = False, True
                 self._binary_changed()

@@ -17,12 +17,15 @@ import dataclasses
 import enum
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 import orjson
 import pybase64
 
 from daemon.remoting.codes import CURRENT_VERSION, FLAG_RESPONSE
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingProtocolError
+from daemon.remoting.frame import MAX_FRAME_LENGTH, encode_command
 from store import fastjson
 from store.models import camel_case
 
@@ -692,6 +695,55 @@ def binary_push_fields(req: PushEntryRequest, first: int, count: int) -> dict[st
         BINARY_ANSWER_KEY: BINARY_PUSH_VERSION,
     }
     return fields
+
+
+#: A frame's length and its header's (a JSON header: no serialize type bits).
+_FRAME_PREFIX: Final = struct.Struct(">iI")
+#: The numbers of a binary push that change from push to push, in the order its header holds them.
+_PUSH_NUMBERS = b',"commitIndex":"0","index":"0","count":"0",'
+_PUSH_OPAQUE = b',"opaque":0,'
+
+
+class BinaryPushFrames:
+    """The frames of one leader's binary pushes to one follower in one term: the frame
+    ``encode_command`` makes of a :func:`binary_push_fields` request, its JSON header encoded once here
+    with only the commit index, the first index, the count and the opaque written in per push (a push's
+    request, extFields and header made by ``encode_command`` was the leader's largest cost of making it).
+    `term` says which term it was made for."""
+
+    def __init__(self, req: PushEntryRequest) -> None:
+        # the header of such a request with every changing number 0, as the connection writes it
+        # (``Connection.request``'s flag: a request, not one-way)
+        fields = binary_push_fields(req, 0, 0)
+        fields["commitIndex"] = "0"
+        sample = RemotingCommand.request(BINARY_PUSH_CODE, fields)
+        header = encode_command(sample)[_FRAME_PREFIX.size :]
+        # a JSON string holds no unescaped quote: a key's ``,"`` is the key's, wherever the names put one
+        numbers = header.index(_PUSH_NUMBERS)
+        opaque = header.index(_PUSH_OPAQUE, numbers)
+        self.term = req.term
+        #: the header up to the commit index's value; from the count's to the opaque's; the rest
+        self._head = header[:numbers] + b',"commitIndex":"'
+        self._middle = header[numbers + len(_PUSH_NUMBERS) - 1 : opaque] + b',"opaque":'
+        self._tail = header[opaque + len(_PUSH_OPAQUE) - 1 :]
+
+    def frame(self, opaque: int, commit_index: int, first: int, count: int, raw: bytes) -> bytes:
+        """The whole frame of the push of `raw` (entries `first`... of it, `count` of them)."""
+        header = b'%s%d","index":"%d","count":"%d"%s%d%s' % (
+            self._head,
+            commit_index,
+            first,
+            count,
+            self._middle,
+            opaque,
+            self._tail,
+        )
+        length = 4 + len(header) + len(raw)
+        if length + 4 > MAX_FRAME_LENGTH:
+            raise RemotingProtocolError(
+                f"frame of {length + 4} bytes exceeds the {MAX_FRAME_LENGTH} byte limit"
+            )
+        return b"".join((_FRAME_PREFIX.pack(length, len(header)), header, raw))
 
 
 def encode_push_answer(resp: PushEntryResponse) -> bytes:

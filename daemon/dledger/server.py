@@ -20,6 +20,7 @@ import ssl as _ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Final
 
 from daemon.dledger import trace
 from daemon.dledger.gate import PeerGate
@@ -34,6 +35,7 @@ from daemon.dledger.protocol import (
     PUSH_ANSWER,
     PUSH_ANSWER_TAG,
     REMOTING_RESPONSE_CODE,
+    BinaryPushFrames,
     DLedgerRequestCode,
     DLedgerResponseCode,
     HeartBeatRequest,
@@ -64,6 +66,8 @@ from store.dledger import RaftLog, load_term, persist_term
 log = logging.getLogger(__name__)
 
 Code = DLedgerResponseCode
+#: read once (compiled, ``Code.SUCCESS`` is an attribute lookup on the enum's class): once a send
+_SUCCESS: Final = Code.SUCCESS
 
 #: DLedgerRpcNettyService's timeout of every request (ms).
 RPC_TIMEOUT_MS = 3000
@@ -173,6 +177,8 @@ class DLedgerServer:
         #: (leader) per peer, the connection on which it last said it reads binary pushes: they go on that
         #: connection only (a peer restarted meanwhile, maybe as a 4.9.8 member, is asked again)
         self._binary: dict[str, Connection] = {}
+        #: (leader) per peer, its binary pushes' frames for the term they were last made in
+        self._push_frames: dict[str, BinaryPushFrames] = {}
         #: (follower) what the peer gate is shown of each binary push (its senders), filled in per push
         self._gate_view = PushEntryRequest()
         # from this member's own address, which its peers' gates look for (the listener binds it too)
@@ -180,8 +186,6 @@ class DLedgerServer:
         self._peer_refusals = WarningGate(log)
         self._task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
-        #: appends waiting for the quorum: index -> what to call with the outcome
-        self._waiters: dict[int, list[Callable[[Code], object]]] = {}
         self._committed = raft_log.committed_index
         self._push_soon = False
         self._dispatching = False
@@ -241,9 +245,8 @@ class DLedgerServer:
         for task in list(self._inflight):
             task.cancel()
         await asyncio.gather(*self._inflight, return_exceptions=True)
-        waiters, self._waiters = self._waiters, {}
-        for index in list(waiters):
-            self._answer_waiters(waiters, index, Code.TERM_CHANGED)
+        self.node.fail_waiting(Code.TERM_CHANGED)
+        self._answer_waits()
         await self.server.stop(grace=0)
         await self.client.close()
 
@@ -271,11 +274,12 @@ class DLedgerServer:
                 trace.mark_range(f"push-write {out.peer}", first, count)
             if conn is not None:
                 try:
-                    conn.request(
-                        self._request(out),
-                        RPC_TIMEOUT_MS / 1000,
-                        functools.partial(self._answered, out, conn),
-                    )
+                    on_answer = functools.partial(self._answered, out, conn)
+                    if out.raw is not None:
+                        opaque = conn.expect(BINARY_PUSH_CODE, RPC_TIMEOUT_MS / 1000, on_answer)
+                        conn.send_frame(self._push_frame(out, opaque))
+                    else:
+                        conn.request(self._request(out), RPC_TIMEOUT_MS / 1000, on_answer)
                     continue
                 except RemotingError:  # closed meanwhile: the task reconnects
                     pass
@@ -284,6 +288,16 @@ class DLedgerServer:
             task = asyncio.create_task(self._call(out))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+
+    def _push_frame(self, out: Out, opaque: int) -> bytes:
+        """A binary push's frame, its header from the peer's template for the push's term (the same bytes
+        as :meth:`_request`'s command encoded)."""
+        req = out.request
+        assert isinstance(req, PushEntryRequest) and out.raw is not None
+        frames = self._push_frames.get(out.peer)
+        if frames is None or frames.term != req.term:
+            frames = self._push_frames[out.peer] = BinaryPushFrames(req)
+        return frames.frame(opaque, req.commit_index, out.first, out.count, out.raw)
 
     def _as_json(self, out: Out) -> Out:
         """A binary push whose connection is not the one its peer said it on: JSON, and the peer's pushes
@@ -415,13 +429,8 @@ class DLedgerServer:
                 self._live, self._live_seen = live, dict(node.m.live)
         elif self._live_seen or self._live:
             self._live, self._live_seen = set(), {}
-        if node.completed:
-            done, node.completed = node.completed, {}
-            waiters, tracing = self._waiters, trace.ENABLED  # (each read once a pass, not once a send)
-            for index, code in done.items():
-                if tracing:
-                    trace.mark("commit", index)
-                self._answer_waiters(waiters, index, code)
+        if node.answered or node.failed:
+            self._answer_waits()
         committed = self.log.committed_index
         if committed != self._committed:
             if (
@@ -466,13 +475,31 @@ class DLedgerServer:
 
     # ------------------------------------------------------------------ what the broker asks
 
-    @staticmethod
-    def _answer_waiters(waiters: dict[int, list[Callable[[Code], object]]], index: int, code: Code) -> None:
-        for done in waiters.pop(index, ()):
-            try:
-                done(code)
-            except Exception:  # one failing answer must not strand the others
-                log.exception("DLedger: answering the append of entry %d failed", index)
+    def _answer_waits(self) -> None:
+        """Each wait the machine answered since the last pass handed its outcome, in one pass: those a
+        commit answered (in index order), then the others."""
+        node = self.node
+        answered, failed = node.answered, node.failed
+        tracing = trace.ENABLED  # (read once a pass, not once a send)
+        if answered:
+            node.answered = []
+            for index, _deadline, done in answered:
+                if tracing:
+                    trace.mark("commit", index)
+                if done is not None:
+                    try:
+                        done(_SUCCESS)
+                    except Exception:  # one failing answer must not strand the others
+                        log.exception("DLedger: answering the append of entry %d failed", index)
+        if failed:
+            node.failed = []
+            for waiter, code in failed:
+                done = waiter[2]
+                if done is not None:
+                    try:
+                        done(code)
+                    except Exception:
+                        log.exception("DLedger: answering the append of entry %d failed", waiter[0])
 
     def wait_committed(self, index: int) -> asyncio.Future[Code]:
         """Code.SUCCESS once a quorum holds entry `index` (appended by the CommitLog), else the failure."""
@@ -484,15 +511,11 @@ class DLedgerServer:
         """:meth:`wait_committed` without a future: ``done(code)`` is called in the pass that learns the
         outcome (the read of the follower's answer that commits the entry), each waiting send answered
         there in turn, none woken later as a task of its own."""
-        if not self.node.is_leader:
+        node = self.node
+        if not node.is_leader:
             done(Code.NOT_LEADER)
             return
-        waiting = self._waiters.get(index)
-        if waiting is None:
-            self._waiters[index] = [done]
-        else:
-            waiting.append(done)
-        self.node.track(index, now_ms())
+        node.track(index, now_ms(), done)
         if not self._push_soon:
             # push at once, not at the next tick, but after the other requests this loop iteration read:
             # the sends that arrived together go to each follower in one push

@@ -533,17 +533,30 @@ class Connection(asyncio.Protocol):
         from the read that brings it (or with the RemotingError that ends the wait: a timeout, the
         connection's loss), so that a caller on a latency-bound path (a DLedger push and its quorum) is
         not woken one loop round later, twice."""
+        request.opaque = self.expect(request.code, timeout, on_answer)
+        request.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        self.send(request)
+
+    def expect(
+        self, code: int, timeout: float, on_answer: Callable[[RemotingCommand | Exception], None]
+    ) -> int:
+        """The first half of :meth:`request`, for a caller that encodes its request's frame itself: the
+        opaque to write in it, whose response (or the RemotingError that ends the wait) goes to
+        `on_answer`. The frame goes at once through :meth:`send_frame`."""
         if self.is_closed:
             raise self._broken or RemotingConnectError(self.peer, "connection closed")
-        request.opaque = opaque = next_opaque()
-        request.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        opaque = next_opaque()
         deadline = self._loop.time() + timeout
-        self._callbacks[opaque] = (on_answer, deadline, timeout, request.code)
+        self._callbacks[opaque] = (on_answer, deadline, timeout, code)
         # one timer for every waiting request, not one each (a DLedger leader makes one per push and
         # follower, and nearly all are answered long before it): set for the earliest deadline
         if self._sweep is None or deadline < self._sweep_at:
             self._expire_at(deadline)
-        self.send(request)
+        return opaque
+
+    def send_frame(self, frame: bytes) -> None:
+        """Write one frame already encoded (:meth:`expect`'s request); dropped if the connection is gone."""
+        self._write(frame)
 
     def _expire_at(self, when: float) -> None:
         if self._sweep is not None:

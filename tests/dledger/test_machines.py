@@ -94,7 +94,7 @@ class Cluster:
         node = self.nodes[p]
         if node is not None:
             # what was only in memory goes: the pending answers of a crashed leader never come
-            for index in node.waiting:
+            for index, _deadline, _done in node.waiting:
                 self.pending.pop((p, index), None)
         self.nodes[p] = None
 
@@ -207,11 +207,10 @@ class Cluster:
             seen = self.committed.setdefault(i, (entry.term, entry.body))
             assert seen == (entry.term, entry.body), f"{p}: committed entry {i} changed"
         self.checked[p] = max(self.checked.get(p, -1), log.committed_index)
-        for index, code in node.completed.items():
+        for index, code in node.outcomes().items():
             body = self.pending.pop((p, index), None)
             if body is not None and code == DLedgerResponseCode.SUCCESS:
                 self.acked.append((index, body))
-        node.completed.clear()
 
     def leader(self) -> Node | None:
         live = [n for n in self.nodes.values() if n is not None and n.is_leader]
@@ -619,26 +618,58 @@ def test_followers_pushed_from_the_same_index_share_one_read_of_the_run() -> Non
 
 def test_waiting_appends_are_answered_whatever_order_they_were_tracked_in() -> None:
     """The commit and the expiry look at the front of the waiting appends while they were tracked in order
-    (each send waits for the entry it just appended); one tracked out of order, or tracked again (its
-    deadline moved), is still answered as its own index and deadline say."""
+    (each send waits for the entry it just appended); one tracked out of order, or tracked again, is
+    still answered as its own index and deadline say: each wait once, by its own deadline."""
     node = a_leader(4)
     node.track(3, 0)
     node.track(1, 0)  # after a later index
     node.pushes["n1"].water_mark = 1
     node._advance_commit()
-    assert node.completed == {1: DLedgerResponseCode.SUCCESS}
+    assert node.outcomes() == {1: DLedgerResponseCode.SUCCESS}
+    assert [w[0] for w in node.waiting] == [3]
 
     node = a_leader(3)
-    node.track(0, 0)
-    node.track(1, 100)
-    node.track(0, 200)  # its deadline moves past 1's
-    node.tick(2550)
-    assert node.completed == {}
-    node.tick(2600)
-    assert node.completed == {1: DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT}
+    node.track(0, 0, "first")  # type: ignore[arg-type]
+    node.track(1, 100, "one")  # type: ignore[arg-type]
+    node.track(0, 200, "again")  # type: ignore[arg-type]  # its deadline comes after 1's
+    node.tick(2499)
+    assert node.failed == [] and node.answered == []
+    node.tick(2500)
+    assert node.failed == [((0, 2500, "first"), DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT)]
+    node.tick(2650)
+    assert node.failed[1:] == [((1, 2600, "one"), DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT)]
     node.pushes["n2"].water_mark = 0
     node._advance_commit()
-    assert node.completed[0] == DLedgerResponseCode.SUCCESS and not node.waiting
+    assert node.answered == [(0, 2700, "again")] and not node.waiting
+
+
+def test_waits_are_answered_in_index_order_by_the_commit_that_reaches_them() -> None:
+    """A commit answers the run of waits up to the committed index, in order, and no further; an index
+    waited for twice is answered twice; the rest wait for a later commit or their deadline."""
+    node = a_leader(5)
+    for index in (0, 1, 1, 2, 3, 4):
+        node.track(index, 10 * index, index)  # type: ignore[arg-type]
+    node.pushes["n1"].water_mark = 2
+    node._advance_commit()
+    assert node.log.committed_index == 2
+    assert [(i, d) for i, _deadline, d in node.answered] == [(0, 0), (1, 1), (1, 1), (2, 2)]
+    assert [w[0] for w in node.waiting] == [3, 4]
+    node.answered.clear()
+    node.pushes["n2"].water_mark = 3
+    node._advance_commit()
+    assert [w[0] for w in node.answered] == [3] and [w[0] for w in node.waiting] == [4]
+    node.tick(2540)
+    assert node.failed == [((4, 2540, 4), DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT)]
+    assert not node.waiting
+
+
+def test_a_leader_stepping_down_answers_every_wait_term_changed() -> None:
+    node = a_leader(3)
+    for index in (0, 1, 2):
+        node.track(index, 0)
+    node.to_follower(2, "n1")
+    assert node.outcomes() == dict.fromkeys((0, 1, 2), DLedgerResponseCode.TERM_CHANGED)
+    assert not node.waiting
 
 
 def test_a_group_of_one_commits_what_it_tracks_at_once() -> None:
@@ -646,7 +677,7 @@ def test_a_group_of_one_commits_what_it_tracks_at_once() -> None:
     node.to_leader(1)
     node.log.append_leader(b"x", 1)
     node.track(0, 0)
-    assert node.completed == {0: DLedgerResponseCode.SUCCESS} and node.log.committed_index == 0
+    assert node.outcomes() == {0: DLedgerResponseCode.SUCCESS} and node.log.committed_index == 0
 
 
 def a_follower(leader: str = "n0") -> Node:

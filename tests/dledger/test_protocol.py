@@ -13,7 +13,9 @@ from hypothesis import given, strategies as st
 
 from daemon.dledger.protocol import (
     BEANS,
+    BINARY_PUSH_CODE,
     REMOTING_RESPONSE_CODE,
+    BinaryPushFrames,
     DLedgerEntry,
     DLedgerRequestCode,
     DLedgerResponseCode,
@@ -28,11 +30,13 @@ from daemon.dledger.protocol import (
     VoteResult,
     WireBean,
     bean_from_json,
+    binary_push_fields,
     decode_push_answer,
     encode_push_answer,
     entry_json,
     is_push_answer,
     push_answer_frame,
+    read_binary_push,
 )
 from daemon.remoting.codes import FLAG_RESPONSE
 from daemon.remoting.command import RemotingCommand
@@ -358,3 +362,59 @@ def test_a_written_out_init_takes_every_field_with_its_default(cls: type) -> Non
             assert getattr(made, f.name) == f.default_factory(), f.name
     if not hasattr(cls, "__mypyc_attrs__"):  # (compiled, a keyword-only __init__ shows no signature)
         assert [p for p in inspect.signature(cls).parameters] == [f.name for f in fields]
+
+
+@given(
+    st.text(max_size=12),
+    st.text(max_size=8),
+    st.text(max_size=8),
+    longs,
+    longs,
+    st.integers(-1, 2**63 - 1),
+    java_ints,
+    st.integers(0, 2**31 - 1),
+    st.binary(max_size=64),
+)
+def test_a_binary_push_frame_from_its_template_is_the_request_encode_command_writes(
+    group: str,
+    leader: str,
+    follower: str,
+    term: int,
+    commit: int,
+    first: int,
+    count: int,
+    opaque: int,
+    raw: bytes,
+) -> None:
+    """The leader's binary push, its header encoded once per follower and term with the numbers written in
+    per push, is byte for byte the frame of the generic path (``binary_push_fields`` as a request's
+    extFields, written by ``Connection.request``), whatever the names hold (quotes, commas, keys' text,
+    characters JSON escapes), and reads back as that request."""
+    req = PushEntryRequest(group=group, leader_id=leader, local_id=leader, remote_id=follower, term=term)
+    req.commit_index = commit
+    push = RemotingCommand.request(BINARY_PUSH_CODE, binary_push_fields(req, first, count), raw)
+    push.opaque = opaque
+    frame = BinaryPushFrames(req).frame(opaque, commit, first, count, raw)
+    assert frame == encode_command(push)
+    read = decode_frame(frame)
+    assert read is not None and read[1] == len(frame)
+    assert read_binary_push(read[0].ext_fields) == (
+        group or None,
+        leader or None,
+        leader or None,
+        follower or None,
+        term,
+        commit,
+        first,
+        count,
+    )
+
+
+def test_a_binary_push_frame_keeps_the_keys_of_names_that_look_like_them() -> None:
+    """A group named like the numbers' keys does not move where the numbers are written."""
+    name = ',"commitIndex":"0","index":"0","count":"0","opaque":0,'
+    req = PushEntryRequest(group=name, leader_id=name, local_id=name, remote_id=name, term=3)
+    req.commit_index = 5
+    push = RemotingCommand.request(BINARY_PUSH_CODE, binary_push_fields(req, 7, 2), b"xy")
+    push.opaque = 11
+    assert BinaryPushFrames(req).frame(11, 5, 7, 2, b"xy") == encode_command(push)
