@@ -252,7 +252,8 @@ def apply(
 ) -> None:
     """Plan making topics match a file (create what is missing, update what differs); --execute applies it.
 
-    The file holds a list (or ``{topics: [...]}``) of ``{name, read_queues, write_queues, perm, order}``.
+    The file holds a list (or ``{topics: [...]}``) of ``{name, read_queues, write_queues, perm, order}``,
+    and 5.x's ``attributes`` (``{message.type: FIFO}``: all the topic should have; left out: as they are).
     The plan says per topic and broker 'would create', 'would update' or 'unchanged'; applying twice
     changes nothing.
     """
@@ -293,8 +294,16 @@ def _load_specs(file: Path) -> list[Any]:
         problem = name_problem("topic", str(item["name"]))
         if problem is not None:
             raise UsageError(f"{file}: {problem}")
-        unknown = set(item) - {"name", "read_queues", "write_queues", "perm", "order"}
+        unknown = set(item) - {"name", "read_queues", "write_queues", "perm", "order", "attributes"}
         if unknown:
             raise UsageError(f"{file}: unknown keys {sorted(unknown)} in topic {item['name']!r}")
+        attributes = item.get("attributes")
+        if attributes is not None and not (
+            isinstance(attributes, dict)
+            and all(isinstance(t, str) for t in (*attributes, *attributes.values()))
+        ):
+            raise UsageError(
+                f"{file}: topic {item['name']!r}: attributes must map names to strings: {attributes!r}"
+            )
         specs.append(TopicSpec(**item))
     return specs

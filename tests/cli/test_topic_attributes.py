@@ -205,3 +205,19 @@ def test_a_file_attribute_of_the_wrong_type_is_refused(
     )
     result = run(cli, cluster, "apply", "-f", str(path))
     assert result.code == 2 and "attributes {'reserve.time': 60} is not a mapping" in result.stderr
+
+
+def test_topic_apply_files_take_attributes(cli: RunCli, cluster: LocalCluster, tmp_path: Path) -> None:
+    path = tmp_path / "topics.yaml"
+    path.write_text(
+        yaml.safe_dump([{"name": "Seq", "attributes": {"message.type": "FIFO"}}, {"name": "Plain"}])
+    )
+    ok(run(cli, cluster, "topic", "apply", "-f", str(path), "--execute"))
+    assert show(cli, cluster, "Seq")["attributes"] == {"message.type": "FIFO"}
+    assert show(cli, cluster, "Plain")["attributes"] == {}
+    again = json.loads(ok(run(cli, cluster, "topic", "apply", "-f", str(path), "-o", "json")))
+    assert {r["action"] for r in again} == {"unchanged"}
+
+    path.write_text(yaml.safe_dump([{"name": "Seq", "attributes": {"message.type": 1}}]))
+    result = run(cli, cluster, "topic", "apply", "-f", str(path))
+    assert result.code == 2 and "attributes must map names to strings" in result.stderr
