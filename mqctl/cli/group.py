@@ -74,7 +74,7 @@ OrderlyOpt = Annotated[
     typer.Option(
         "--orderly/--no-orderly",
         help="5.x FIFO group: its 5.x consumers receive each message group in order (consumeMessageOrderly, "
-        "5.x mqadmin updateSubGroup -o; off; a 4.9.8 broker keeps it and does nothing with it).",
+        "5.x mqadmin updateSubGroup -o; off; a 4.9.8 broker ignores it).",
     ),
 ]
 
