@@ -17,7 +17,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Final, Self
+from typing import Any, Self
 
 from store import fastjson
 
@@ -154,8 +154,9 @@ class DataVersion(Bean):
         self.timestamp = now_ms
 
 
-#: 5.x's SubscriptionGroupConfig property of a FIFO group.
-ORDERLY: Final = "consumeMessageOrderly"
+#: 5.x's SubscriptionGroupConfig property of a FIFO group (not Final: compiled modules import this one, and
+#: mypyc would write a Final's value into them, see build_native's INLINED).
+ORDERLY = "consumeMessageOrderly"
 
 
 def _with_extra(bean: Bean, extra: dict[str, Any]) -> dict[str, Any]:
