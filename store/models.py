@@ -156,7 +156,7 @@ class DataVersion(Bean):
 
 #: 5.x's SubscriptionGroupConfig property of a FIFO group (not Final: compiled modules import this one, and
 #: mypyc would write a Final's value into them, see build_native's INLINED).
-ORDERLY = "consumeMessageOrderly"
+CONSUME_MESSAGE_ORDERLY = "consumeMessageOrderly"
 
 
 def _with_extra(bean: Bean, extra: dict[str, Any]) -> dict[str, Any]:
@@ -247,4 +247,4 @@ class SubscriptionGroupConfig(Bean):
     def orderly(self) -> bool:
         """5.x's ``consumeMessageOrderly`` (``mqadmin updateSubGroup -o true``): its consumers receive FIFO;
         false without one, as in 4.9.8's configs."""
-        return str(self.extra.get(ORDERLY)).lower() == "true"
+        return str(self.extra.get(CONSUME_MESSAGE_ORDERLY)).lower() == "true"

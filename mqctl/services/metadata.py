@@ -35,6 +35,7 @@ from mqctl.services import groups, topics
 from mqctl.services.acl import AccountPerms, PlainAccount, account_row, acl_off, config_of
 from mqctl.services.cluster import brokers
 from store import (
+    CONSUME_MESSAGE_ORDERLY,
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SYS_GROUP_PREFIX,
@@ -42,7 +43,6 @@ from store import (
     SubscriptionGroupConfig,
     fastjson,
 )
-from store.models import ORDERLY
 
 KIND = "mqctl-metadata"
 VERSION = 1
@@ -359,7 +359,7 @@ def _from_mqadmin(raw: dict[str, Any]) -> Metadata:
         group: dict[str, Any] = dict(
             group_entry(SubscriptionGroupConfig.from_json({"groupName": name, **obj}))
         )
-        if ORDERLY not in obj:  # 4.9.8's: the target's 5.x setting is kept
+        if CONSUME_MESSAGE_ORDERLY not in obj:  # 4.9.8's: the target's 5.x setting is kept
             del group["orderly"]
         meta.groups.append((_group_spec(name, group), None))
     return meta
