@@ -93,6 +93,7 @@ from .message import (
     StoredMessage as StoredMessage,
 )
 from .models import (
+    CONSUME_MESSAGE_ORDERLY as CONSUME_MESSAGE_ORDERLY,
     SubscriptionGroupConfig as SubscriptionGroupConfig,
     TopicConfig as TopicConfig,
 )

@@ -154,6 +154,11 @@ class DataVersion(Bean):
         self.timestamp = now_ms
 
 
+#: 5.x's SubscriptionGroupConfig property of a FIFO group (not Final: compiled modules import this one, and
+#: mypyc would write a Final's value into them, see build_native's INLINED).
+CONSUME_MESSAGE_ORDERLY = "consumeMessageOrderly"
+
+
 def _with_extra(bean: Bean, extra: dict[str, Any]) -> dict[str, Any]:
     """``bean``'s JSON object with the properties it was read with that it has no field for."""
     out = Bean.to_json(bean)
@@ -237,3 +242,9 @@ class SubscriptionGroupConfig(Bean):
         ``groupRetryPolicy``...), as a 5.x broker sends them: a slave, or a DLedger member that takes the
         table and is elected later, keeps a FIFO group FIFO (4.9.8's readers ignore them)."""
         return _with_extra(self, self.extra)
+
+    @property
+    def orderly(self) -> bool:
+        """5.x's ``consumeMessageOrderly`` (``mqadmin updateSubGroup -o true``): its consumers receive FIFO;
+        false without one, as in 4.9.8's configs."""
+        return str(self.extra.get(CONSUME_MESSAGE_ORDERLY)).lower() == "true"

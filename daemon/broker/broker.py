@@ -1127,6 +1127,15 @@ class Broker:
             result = self.store.put_message(msg)
         return await self.held(result)
 
+    def leased(self) -> bool:
+        """Whether this broker may lend POP messages now: always, but a DLedger member only on a fresh
+        leadership lease (:meth:`~daemon.dledger.server.DLedgerServer.lease_fresh`). A leader cut off its
+        peers steps down when a round of heartbeats finds no majority, counted from the answers it last
+        had: up to a round after its peers may have elected another, which lends the same messages. The
+        old one's lendings would hand each message to a second consumer, and no ack could end them (an
+        ack needs the majority); a FIFO lending needs the majority too, before it is answered."""
+        return self.dledger is None or self.dledger.lease_fresh()
+
     async def held(self, result: PutResult) -> PutResult:
         """A put's result once a DLedger quorum holds it (and everything appended before it); as it is
         outside DLedger mode."""

@@ -105,6 +105,8 @@ RETRY_FIRST_PROBABILITY: Final = 0.2
 PROPERTY_POP_CK: Final = "POP_CK"
 #: 5.x ``NO_MESSAGE``: an ack or change whose handle is not (or no longer) the message's current one.
 NO_MESSAGE: Final = 208
+#: How often a pop waiting for a DLedger member's leadership lease looks again (see PopHost.leased).
+LEASE_RETRY_S: Final = 0.05
 #: 5.x ``INVALID_PARAMETER`` (4.9.8 has no such code).
 INVALID_PARAMETER: Final = 29
 #: The journal is rewritten to its live records at start and when it grows past this.
@@ -522,6 +524,7 @@ class PopHost(Protocol):
 
     async def put(self, msg: Message) -> PutResult: ...
     async def held(self, result: PutResult) -> PutResult: ...
+    def leased(self) -> bool: ...
 
 
 class PopService:
@@ -756,6 +759,12 @@ class PopService:
         )
         deadline = time.monotonic() + max(0, min(poll_ms, MAX_POLL_MS)) / 1000
         while True:
+            if not self.broker.leased():  # maybe cut off, another member elected: it lends nothing meanwhile
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                await asyncio.sleep(min(left, LEASE_RETRY_S))
+                continue
             dead: list[InFlight] = []
             lent: list[InFlight] = []
             found = self._pop_once(ask, dead, lent)

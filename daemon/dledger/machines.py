@@ -56,6 +56,8 @@ _OUT_OF_ORDER = WarningGate(log)
 _R = TypeVar("_R", bound=RequestOrResponse)
 
 Code = DLedgerResponseCode
+#: `Node.lease_start` of a leader no quorum acknowledged yet (and of every other member)
+NO_LEASE: Final = -(1 << 62)
 #: what a waiting append is answered, read once: compiled, each ``Code.X`` is an attribute lookup on the
 #: enum's class, paid per send where the quorum's bookkeeping names one
 _SUCCESS: Final = Code.SUCCESS
@@ -250,6 +252,8 @@ class _BeatRound:
     not_ready: int = 0
     max_term: int = -1
     inconsistent_leader: bool = False
+    #: when it went out: a quorum's acknowledgement starts the leader's lease then (see `lease_fresh`)
+    sent: int = 0
 
 
 class PushState(enum.Enum):
@@ -320,6 +324,8 @@ class Node:
         self.last_leader_beat = 0
         self.last_send_beat = -1
         self.last_success_beat = 0
+        #: (leader) when the last heartbeat round a quorum acknowledged went out (see `lease_fresh`)
+        self.lease_start = NO_LEASE
         self.vote_round: _VoteRound | None = None
         self._vote_seq = 0
         self.beat_round: _BeatRound | None = None
@@ -361,6 +367,21 @@ class Node:
     def is_leader(self) -> bool:
         return self.m.role is _LEADER
 
+    def lease_fresh(self, now: int) -> bool:
+        """Whether this member leads on a lease at `now`: a round of heartbeats that a quorum acknowledged
+        went out less than the election timeout (``maxHeartBeatLeak`` × ``heartBeatTimeIntervalMs``) ago,
+        and it hands the leadership to nobody. Each member of that quorum heard from it after the round
+        went out and stands for no election until the timeout has passed since (it leaves its leader
+        sooner only when asked to vote in a later term, which a candidate asks only after a round in its
+        own term found no leader): no other member leads while the lease is fresh. Its own step-down
+        counts the silence from the answers it last had, which come late on a loaded host or a slow
+        link: up to a round after its peers stood for election."""
+        return (
+            self.m.role is Role.LEADER
+            and self.m.transferee is None
+            and now - self.lease_start < self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms
+        )
+
     def others(self) -> list[str]:
         return [p for p in self.m.peers if p != self.m.self_id]
 
@@ -384,6 +405,7 @@ class Node:
         self.m.live.clear()
         self.last_send_beat = -1
         self.last_success_beat = self._now
+        self.lease_start = NO_LEASE  # (its voters' timers are not known reset: its first round starts it)
         self.pushes = {p: PeerPush() for p in self.others()}
         self._binary_changed()
         # (terms only grow along a log, and a member leads a term once: what it holds now is all earlier)
@@ -484,7 +506,7 @@ class Node:
         if now - self.last_send_beat <= self.t.heart_beat_time_interval_ms and self.last_send_beat != -1:
             return self._check_preferred(now)
         self.last_send_beat = now
-        self.beat_round = _BeatRound(self.m.term, now + self.t.heart_beat_time_interval_ms)
+        self.beat_round = _BeatRound(self.m.term, now + self.t.heart_beat_time_interval_ms, sent=now)
         out = []
         for peer in self.others():
             req = self._base(HeartBeatRequest(), peer)
@@ -505,6 +527,7 @@ class Node:
             self.to_candidate(r.max_term)
         elif self.m.is_quorum(r.succeeded):
             self.last_success_beat = now
+            self.lease_start = max(self.lease_start, r.sent)
         elif self.m.is_quorum(r.succeeded + r.not_ready):
             self.last_send_beat = -1
         elif r.inconsistent_leader:

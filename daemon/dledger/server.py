@@ -224,6 +224,11 @@ class DLedgerServer:
                 "with tls.server.trustCertPath and the members' certificates"
             )
 
+    def lease_fresh(self) -> bool:
+        """Whether this member leads on a fresh lease now (:meth:`Node.lease_fresh`): no other member can
+        have been elected since a quorum last acknowledged its heartbeats."""
+        return self.node.lease_fresh(now_ms())
+
     @property
     def exposed(self) -> bool:
         """Beyond loopback without mutual TLS: the peer gate is the channel's only guard."""

@@ -379,7 +379,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         """5.x's `consumeMessageOrderly` of the group: its consumers receive FIFO (a queue is held while
         a message of it is in flight) and a PushConsumer consumes in order."""
         config = self.broker.groups.get(group)
-        return config is not None and str(config.extra.get("consumeMessageOrderly")).lower() == "true"
+        return config is not None and config.orderly
 
     # ------------------------------------------------------------------ route
 

@@ -238,7 +238,9 @@ class Admin:
         )
         await self.client.invoke_checked(addr, request, self.timeout)
 
-    async def create_topic(self, addr: str, config: TopicConfig) -> None:
+    async def create_topic(self, addr: str, config: TopicConfig, attributes: str | None = None) -> None:
+        """UPDATE_AND_CREATE_TOPIC; ``attributes``: 5.x's changes of the topic's attributes
+        (``+message.type=FIFO,-reserve.time``; a 4.9.8 broker ignores them), none: kept as they are."""
         header = bh.CreateTopicRequestHeader(
             topic=config.topic_name,
             default_topic=AUTO_CREATE_TOPIC,
@@ -248,6 +250,7 @@ class Admin:
             topic_filter_type=config.topic_filter_type,
             topic_sys_flag=config.topic_sys_flag,
             order=config.order,
+            attributes=attributes,
         )
         await self.call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
 

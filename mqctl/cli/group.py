@@ -69,6 +69,15 @@ NotifyOpt = Annotated[
     ),
 ]
 
+OrderlyOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--orderly/--no-orderly",
+        help="5.x FIFO group: its 5.x consumers receive each message group in order (consumeMessageOrderly, "
+        "5.x mqadmin updateSubGroup -o; off; a 4.9.8 broker ignores it).",
+    ),
+]
+
 
 def _spec(
     group: str,
@@ -80,10 +89,13 @@ def _spec(
     broker_id: int | None,
     slow_broker_id: int | None,
     notify: bool | None,
+    orderly: bool | None = None,
 ) -> Any:
     from mqctl.services.groups import GroupSpec
 
-    return GroupSpec(group, retry, retries, broadcast, from_min, enabled, broker_id, slow_broker_id, notify)
+    return GroupSpec(
+        group, retry, retries, broadcast, from_min, enabled, broker_id, slow_broker_id, notify, orderly
+    )
 
 
 @app.command("create")
@@ -100,6 +112,7 @@ def create(
     broker_id: BrokerIdOpt = None,
     slow_id: SlowBrokerIdOpt = None,
     notify: NotifyOpt = None,
+    orderly: OrderlyOpt = None,
     if_not_exists: Annotated[
         bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")
     ] = False,
@@ -107,7 +120,9 @@ def create(
     """Create a subscription group on every master of the cluster (or on one broker)."""
     from mqctl.services.groups import upsert
 
-    spec = _spec(group, retry_queues, max_retries, broadcast, from_min, enabled, broker_id, slow_id, notify)
+    spec = _spec(
+        group, retry_queues, max_retries, broadcast, from_min, enabled, broker_id, slow_id, notify, orderly
+    )
     online(
         lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists)
     )
@@ -127,6 +142,7 @@ def update(
     broker_id: BrokerIdOpt = None,
     slow_id: SlowBrokerIdOpt = None,
     notify: NotifyOpt = None,
+    orderly: OrderlyOpt = None,
     if_exists: Annotated[
         bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")
     ] = False,
@@ -134,7 +150,9 @@ def update(
     """Change an existing group's settings; fields not given stay as they are."""
     from mqctl.services.groups import upsert
 
-    spec = _spec(group, retry_queues, max_retries, broadcast, from_min, enabled, broker_id, slow_id, notify)
+    spec = _spec(
+        group, retry_queues, max_retries, broadcast, from_min, enabled, broker_id, slow_id, notify, orderly
+    )
     online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists))
 
 

@@ -7,6 +7,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 
 from mqctl.cli.common import (
@@ -38,11 +39,63 @@ OrderOpt = Annotated[
     bool | None, typer.Option("--order/--no-order", help="Ordered topic (create: no; update: as it is).")
 ]
 
+#: 5.x's TopicMessageType values a topic may be given (MIXED is refused by 5.x's brokers by default, and ours).
+MESSAGE_TYPES = tuple("NORMAL FIFO DELAY TRANSACTION".split())  # noqa: SIM905  (one string: see attributes.py)
+MessageTypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--message-type",
+        click_type=click.Choice(MESSAGE_TYPES, case_sensitive=False),
+        help="5.x message type the topic takes (attribute message.type; 5.x clients' sends of another type "
+        "are refused; a 4.9.8 broker ignores it).",
+    ),
+]
+AttributeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--attribute",
+        "-a",
+        metavar="[+]KEY=VALUE|-KEY",
+        help="5.x topic attribute to set (+KEY=VALUE or KEY=VALUE) or remove (-KEY), as 5.x mqadmin updateTopic "
+        "-a takes them: message.type, reserve.time; queue.type and cleanup.policy at creation (repeatable).",
+    ),
+]
 
-def _spec(topic: str, read: int | None, write: int | None, perm: str | None, order: bool | None) -> Any:
+
+def _attribute_changes(message_type: str | None, attributes: list[str] | None) -> str | None:
+    """--message-type and --attribute as 5.x's change text (``+message.type=FIFO,-reserve.time``); a
+    malformed one is a usage error before anything is asked of a broker."""
+    from daemon.broker.attributes import AttributeRefused, parse_changes
+    from mqctl.errors import UsageError
+
+    parts = [f"+message.type={message_type.upper()}"] if message_type else []
+    for given in attributes or []:
+        if "," in given:
+            raise UsageError(f"bad --attribute {given!r}: one attribute per --attribute")
+        parts.append(given if given.startswith(("+", "-")) else f"+{given}")
+    if not parts:
+        return None
+    text = ",".join(parts)
+    try:
+        parse_changes(text)
+    except AttributeRefused as refused:
+        raise UsageError(f"bad --attribute: {refused.remark}") from None
+    return text
+
+
+def _spec(
+    topic: str,
+    read: int | None,
+    write: int | None,
+    perm: str | None,
+    order: bool | None,
+    message_type: str | None = None,
+    attributes: list[str] | None = None,
+) -> Any:
     from mqctl.services.topics import TopicSpec
 
-    return TopicSpec(topic, read, write, perm, order)
+    changes = _attribute_changes(message_type, attributes)
+    return TopicSpec(topic, read, write, perm, order, attribute_changes=changes)
 
 
 @app.command("create")
@@ -55,6 +108,8 @@ def create(
     write_queues: WriteQueuesOpt = None,
     perm: PermOpt = None,
     order: OrderOpt = None,
+    message_type: MessageTypeOpt = None,
+    attribute: AttributeOpt = None,
     if_not_exists: Annotated[
         bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")
     ] = False,
@@ -62,7 +117,7 @@ def create(
     """Create a topic on every master of the cluster (or on one broker); an existing topic is a conflict."""
     from mqctl.services.topics import upsert
 
-    spec = _spec(topic, read_queues, write_queues, perm, order)
+    spec = _spec(topic, read_queues, write_queues, perm, order, message_type, attribute)
     online(
         lambda admin: _warned(
             upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists)
@@ -94,18 +149,21 @@ def update(
     write_queues: WriteQueuesOpt = None,
     perm: PermOpt = None,
     order: OrderOpt = None,
+    message_type: MessageTypeOpt = None,
+    attribute: AttributeOpt = None,
     if_exists: Annotated[
         bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")
     ] = False,
     yes: YesOpt = False,
 ) -> None:
-    """Change an existing topic's queue counts, permission or order flag; unchanged fields stay.
+    """Change an existing topic's queue counts, permission, order flag or 5.x attributes; unchanged fields
+    stay.
 
     Fewer read queues leave the messages in the queues beyond them unread: when those hold messages it
     asks first (off a terminal: --yes)."""
     from mqctl.services.topics import upsert
 
-    spec = _spec(topic, read_queues, write_queues, perm, order)
+    spec = _spec(topic, read_queues, write_queues, perm, order, message_type, attribute)
 
     def ask(question: str) -> None:
         confirm(question, yes=yes)
@@ -146,6 +204,18 @@ def list_(
     from mqctl.services.topics import topics
 
     online(lambda admin: topics(admin, cluster))
+
+
+@app.command("show")
+@cluster_options(watch=True)
+def show(
+    topic: TopicOpt,
+) -> None:
+    """The topic's config on each master holding it: queue counts, permission, order flag and its 5.x
+    attributes (message_type: NORMAL when it has none, as 5.x reads it)."""
+    from mqctl.services.topics import show as topic_show
+
+    online(lambda admin: topic_show(admin, topic))
 
 
 @app.command("route")
@@ -200,7 +270,8 @@ def apply(
 ) -> None:
     """Plan making topics match a file (create what is missing, update what differs); --execute applies it.
 
-    The file holds a list (or ``{topics: [...]}``) of ``{name, read_queues, write_queues, perm, order}``.
+    The file holds a list (or ``{topics: [...]}``) of ``{name, read_queues, write_queues, perm, order}``,
+    and 5.x's ``attributes`` (``{message.type: FIFO}``: all the topic should have; left out: as they are).
     The plan says per topic and broker 'would create', 'would update' or 'unchanged'; applying twice
     changes nothing.
     """
@@ -242,8 +313,16 @@ def _load_specs(file: Path) -> list[Any]:
         problem = name_problem("topic", str(item["name"]))
         if problem is not None:
             raise UsageError(f"{file}: {problem}")
-        unknown = set(item) - {"name", "read_queues", "write_queues", "perm", "order"}
+        unknown = set(item) - {"name", "read_queues", "write_queues", "perm", "order", "attributes"}
         if unknown:
             raise UsageError(f"{file}: unknown keys {sorted(unknown)} in topic {item['name']!r}")
+        attributes = item.get("attributes")
+        if attributes is not None and not (
+            isinstance(attributes, dict)
+            and all(isinstance(t, str) for t in (*attributes, *attributes.values()))
+        ):
+            raise UsageError(
+                f"{file}: topic {item['name']!r}: attributes must map names to strings: {attributes!r}"
+            )
         specs.append(TopicSpec(**item))
     return specs

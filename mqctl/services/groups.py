@@ -19,7 +19,7 @@ from mqctl.services.cluster import masters, readers
 from mqctl.services.fanout import FailureRow, each_broker, failures
 from mqctl.services.topics import BrokerChange, apply_to_tables, gather_limited, target_masters
 from mqctl.units import when
-from store import SYSTEM_GROUPS, SubscriptionGroupConfig
+from store import CONSUME_MESSAGE_ORDERLY, SYSTEM_GROUPS, SubscriptionGroupConfig
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,13 @@ class GroupSpec:
     broker_id: int | None = None
     slow_broker_id: int | None = None
     notify_ids_changed: bool | None = None
+    #: 5.x's ``consumeMessageOrderly`` (not in 4.9.8's config): its 5.x consumers receive FIFO
+    orderly: bool | None = None
 
     def apply_to(self, current: SubscriptionGroupConfig | None) -> SubscriptionGroupConfig:
         base = current or SubscriptionGroupConfig(self.name)
+        if self.orderly is not None and (self.orderly or CONSUME_MESSAGE_ORDERLY in base.extra):
+            base = dataclasses.replace(base, extra={**base.extra, CONSUME_MESSAGE_ORDERLY: self.orderly})
         pairs: dict[str, Any] = {
             "retry_queue_nums": self.retry_queues,
             "retry_max_times": self.max_retries,

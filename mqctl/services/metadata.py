@@ -35,6 +35,7 @@ from mqctl.services import groups, topics
 from mqctl.services.acl import AccountPerms, PlainAccount, account_row, acl_off, config_of
 from mqctl.services.cluster import brokers
 from store import (
+    CONSUME_MESSAGE_ORDERLY,
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SYS_GROUP_PREFIX,
@@ -58,6 +59,7 @@ GROUP_KEYS = {
     "broker_id": "broker_id",
     "slow_broker_id": "which_broker_when_consume_slowly",
     "notify_ids_changed": "notify_consumer_ids_changed_enable",
+    "orderly": "orderly",  # 5.x's consumeMessageOrderly: false in a 4.9.8 group
 }
 ACL_KEYS = (
     "admin",
@@ -90,6 +92,8 @@ class TopicEntry(TypedDict):
     order: bool
     sysflag: int
     filter_type: str
+    #: 5.x's (``message.type``...), only when the topic has some: a file without them keeps the target's
+    attributes: NotRequired[dict[str, str]]
 
 
 class GroupEntry(TypedDict):
@@ -103,6 +107,7 @@ class GroupEntry(TypedDict):
     broker_id: int
     slow_broker_id: int
     notify_ids_changed: bool
+    orderly: bool
 
 
 #: An ACL account on one broker, as the file holds it (the keys of :data:`ACL_KEYS`, no secret).
@@ -180,7 +185,7 @@ def _entries(found: dict[str, dict[str, Entry]]) -> list[tuple[str, list[str], E
 
 
 def topic_entry(config: TopicConfig) -> TopicEntry:
-    return {
+    entry: TopicEntry = {
         "read_queues": config.read_queue_nums,
         "write_queues": config.write_queue_nums,
         "perm": _PERM_NAMES.get(config.perm, config.perm),
@@ -188,6 +193,9 @@ def topic_entry(config: TopicConfig) -> TopicEntry:
         "sysflag": config.topic_sys_flag,
         "filter_type": config.topic_filter_type,
     }
+    if config.attributes:
+        entry["attributes"] = dict(sorted(config.attributes.items()))
+    return entry
 
 
 def group_entry(config: SubscriptionGroupConfig) -> GroupEntry:
@@ -200,6 +208,7 @@ def group_entry(config: SubscriptionGroupConfig) -> GroupEntry:
         "broker_id": config.broker_id,
         "slow_broker_id": config.which_broker_when_consume_slowly,
         "notify_ids_changed": config.notify_consumer_ids_changed_enable,
+        "orderly": config.orderly,
     }
 
 
@@ -364,7 +373,11 @@ def _from_mqadmin(raw: dict[str, Any]) -> Metadata:
         topic = topic_entry(TopicConfig.from_json({"topicName": name, **obj}))
         meta.topics.append((_topic_spec(name, topic), None))
     for name, obj in sorted((raw.get("subscriptionGroupTable") or {}).items()):
-        group = group_entry(SubscriptionGroupConfig.from_json({"groupName": name, **obj}))
+        group: dict[str, Any] = dict(
+            group_entry(SubscriptionGroupConfig.from_json({"groupName": name, **obj}))
+        )
+        if CONSUME_MESSAGE_ORDERLY not in obj:  # 4.9.8's: the target's 5.x setting is kept
+            del group["orderly"]
         meta.groups.append((_group_spec(name, group), None))
     return meta
 
@@ -399,8 +412,10 @@ _TYPE_NAMES = {
     "perm": "r, w, rw or a number of PermName's bits (0 to 15)",
     "filter_type": " or ".join(FILTER_TYPES),
     **dict.fromkeys(
-        ("order", "broadcast", "consume_from_min", "enabled", "notify_ids_changed"), "true or false"
+        ("order", "broadcast", "consume_from_min", "enabled", "notify_ids_changed", "orderly"),
+        "true or false",
     ),
+    "attributes": "a mapping of 5.x attribute names to values (message.type: FIFO...)",
 }
 
 
@@ -412,6 +427,8 @@ def _typed(value: Any, key: str) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 15
     if key == "filter_type":
         return value in FILTER_TYPES
+    if key == "attributes":
+        return isinstance(value, dict) and all(isinstance(v, str) for v in (*value, *value.values()))
     if _TYPE_NAMES.get(key) == "true or false":
         return isinstance(value, bool)
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
@@ -426,6 +443,7 @@ def _topic_spec(name: str, values: Mapping[str, Any]) -> topics.TopicSpec:
         order=values.get("order"),
         sysflag=values.get("sysflag"),
         filter_type=values.get("filter_type"),
+        attributes=values.get("attributes"),
     )
 
 

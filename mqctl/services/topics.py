@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, TypeVar
 
+from daemon.broker.attributes import AttributeRefused, alter_attributes
 from daemon.broker.bodies import MessageQueue, TopicOffset, TopicStatsTable
 from daemon.remoting.bodies import PermName, TopicConfig, TopicRouteData
 from daemon.remoting.codes import ResponseCode
@@ -69,14 +70,34 @@ class TopicSpec:
     order: bool | None = None
     sysflag: int | None = None
     filter_type: str | None = None
+    #: 5.x's attribute changes as ``mqadmin updateTopic -a`` takes them (``+message.type=FIFO,-reserve.time``)
+    attribute_changes: str | None = None
+    #: the 5.x attributes the topic should have, all of them (a metadata file's); None: as they are
+    attributes: Mapping[str, str] | None = None
 
     def apply_to(self, current: TopicConfig | None) -> TopicConfig:
         base = current or TopicConfig(self.name, read_queue_nums=8, write_queue_nums=8)
         if isinstance(self.perm, str) and self.perm not in PERMS:
             raise UsageError(f"bad --perm {self.perm!r}: use r, w or rw")
         perm = PERMS[self.perm] if isinstance(self.perm, str) else self.perm
+        extra = base.extra
+        changes = self.attribute_changes
+        if self.attributes is not None:
+            changes = attribute_changes(base.attributes if current is not None else {}, self.attributes)
+        if changes:
+            # the broker's own parse and refusals, said before anything is written
+            try:
+                attributes = alter_attributes(current.attributes if current is not None else None, changes)
+            except AttributeRefused as refused:
+                raise UsageError(
+                    f"topic {self.name!r}: attributes {changes!r} refused: {refused.remark}"
+                ) from None
+            extra = {k: v for k, v in base.extra.items() if k != "attributes"}
+            if attributes:
+                extra["attributes"] = attributes
         return dataclasses.replace(
             base,
+            extra=extra,
             read_queue_nums=self.read_queues if self.read_queues is not None else base.read_queue_nums,
             write_queue_nums=self.write_queues if self.write_queues is not None else base.write_queue_nums,
             perm=perm if perm is not None else base.perm,
@@ -84,6 +105,26 @@ class TopicSpec:
             topic_sys_flag=self.sysflag if self.sysflag is not None else base.topic_sys_flag,
             topic_filter_type=self.filter_type if self.filter_type is not None else base.topic_filter_type,
         )
+
+
+def attribute_changes(old: Mapping[str, str], new: Mapping[str, str]) -> str:
+    """5.x's change text that turns attributes ``old`` into ``new``: ``+key=value`` for each one added or
+    changed, ``-key`` for each one removed, sorted ("" when they are equal)."""
+    added = [f"+{k}={v}" for k, v in sorted(new.items()) if old.get(k) != v]
+    return ",".join(added + [f"-{k}" for k in sorted(old) if k not in new])
+
+
+def _writer(
+    admin: Admin, tables: dict[str, dict[str, TopicConfig]]
+) -> Callable[[str, TopicConfig], Awaitable[None]]:
+    """UPDATE_AND_CREATE_TOPIC of a config to a master, with the attribute changes from what its table holds."""
+
+    async def write(addr: str, new: TopicConfig) -> None:
+        old = tables[addr].get(new.topic_name)
+        changes = attribute_changes(old.attributes if old is not None else {}, new.attributes)
+        await admin.create_topic(addr, new, changes or None)
+
+    return write
 
 
 async def topics(admin: Admin, cluster: str | None = None) -> list[dict[str, str]]:
@@ -114,6 +155,47 @@ async def route(admin: Admin, topic: str) -> list[RouteRow]:
                 slaves=[addr for broker_id, addr in sorted(addrs.items()) if broker_id != 0],
             )
         )
+    return rows
+
+
+@dataclass
+class TopicConfigRow:
+    """``topic show``: the topic's config on one master holding it."""
+
+    broker_name: str
+    broker: str
+    read_queues: int
+    write_queues: int
+    perm: str
+    order: bool
+    #: 5.x's message type (the ``message.type`` attribute; NORMAL without one, as 5.x reads it)
+    message_type: str
+    #: every 5.x attribute the topic has (none on a 4.9.8 broker)
+    attributes: dict[str, str]
+
+
+async def show(admin: Admin, topic: str) -> list[TopicConfigRow]:
+    """The topic's config on each master holding it, read from the broker (the others named on stderr)."""
+    from mqctl.services.fanout import each_broker
+
+    masters = await masters_of_topic(admin, topic)
+    tables = await each_broker(admin, masters.values(), admin.topic_configs)
+    rows = Rows.of(TopicConfigRow)
+    for name, addr in sorted(masters.items()):
+        config = tables.get(addr, {}).get(topic)
+        if config is not None:
+            rows.append(
+                TopicConfigRow(
+                    broker_name=name,
+                    broker=addr,
+                    read_queues=config.read_queue_nums,
+                    write_queues=config.write_queue_nums,
+                    perm=perm_text(config.perm),
+                    order=config.order,
+                    message_type=config.message_type,
+                    attributes=config.attributes,
+                )
+            )
     return rows
 
 
@@ -244,9 +326,10 @@ TOPIC_FIELDS = {
     "order": "order",
     "sysflag": "topic_sys_flag",
     "filter_type": "topic_filter_type",
+    "attributes": "attributes",  # 5.x's (message.type...): not in a 4.9.8 topic
 }
 #: Settings a creation lists only when they are not RocketMQ's defaults.
-_RARE = {"sysflag": 0, "filter_type": "SINGLE_TAG"}
+_RARE: dict[str, Any] = {"sysflag": 0, "filter_type": "SINGLE_TAG", "attributes": {}}
 
 
 def _setting(config: TopicConfig, name: str) -> Any:
@@ -370,7 +453,7 @@ async def _upsert_on(
         raise NotFoundError(f"topic {spec.name!r} not found", hint="use 'mqctl topic create' or --if-exists")
     before = {addr: table.get(spec.name) for addr, table in tables.items()}
     changes = await apply_to_tables(
-        tables, spec.name, spec.apply_to, _diff, admin.create_topic, dry_run=dry_run
+        tables, spec.name, spec.apply_to, _diff, _writer(admin, tables), dry_run=dry_run
     )
     result: TopicWrite = {"topic": spec.name, "action": mode, "dry_run": dry_run, "brokers": changes}
     unread = [
@@ -407,10 +490,11 @@ async def create_missing(admin: Admin, specs: list[TopicSpec], *, parallel: int 
     addrs = await target_masters(admin, None, None)
     tables = await asyncio.gather(*(admin.topic_configs(addr) for addr in addrs))
     todo = [
-        admin.create_topic(addr, spec.apply_to(None))
+        admin.create_topic(addr, config, attribute_changes({}, config.attributes) or None)
         for addr, table in zip(addrs, tables, strict=True)
         for spec in specs
         if spec.name not in table
+        for config in (spec.apply_to(None),)
     ]
     await gather_limited(todo, parallel)
     return len(todo)

@@ -1014,6 +1014,7 @@ def test_json_outputs_use_one_documented_name_per_concept(
         ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["unique_key"], "-o", "json")),
         ok(mq("msg", "show", "-t", TOPIC, "-q", "0", "--offset", "0", "-o", "json")),
         ok(mq("topic", "route", "-t", TOPIC, "-o", "json")),
+        ok(mq("topic", "show", "-t", TOPIC, "-o", "json")),
         ok(mq("topic", "create", "-t", "GlossaryT", "-r", "2", "-w", "2", "-o", "json")),
         ok(mq("msg", "resend", "-g", DLQ_GROUP, "-o", "json")),
         ok(mq("dlq", "ls", "-o", "json")),

@@ -55,8 +55,13 @@ class Cluster:
         loss: float = 0.05,
         term_entries: bool = True,
         binary: bool = False,
+        timings: Timings | None = None,
+        refuse: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
+        self.timings = timings or Timings()
+        #: a cut link refuses connections (answered at once, as a peer's closed port) rather than stalls
+        self.refuse = refuse
         #: every member says it reads binary pushes (as mqctl's members do in their answers)
         self.binary = binary
         #: an elected leader appends an entry of its term at once, as the broker its term record
@@ -87,7 +92,7 @@ class Cluster:
             disk.term, disk.vote = term, vote
 
         m = MemberState("g", p, dict(self.peers), persist, term=disk.term, voted_for=disk.vote)
-        self.nodes[p] = Node(m, disk.log, Timings(), random.Random(self.rng.random()))
+        self.nodes[p] = Node(m, disk.log, self.timings, random.Random(self.rng.random()))
         self.nodes[p]._now = self.now  # type: ignore[union-attr]
 
     def crash(self, p: str) -> None:
@@ -114,6 +119,9 @@ class Cluster:
 
     def dispatch(self, src: str, outs: list[Out]) -> None:
         for out in outs:
+            if not self.reachable(src, out.peer) and self.refuse:
+                self.send(self.now + STEP, "answer", (src, out, None))
+                continue
             if self.rng.random() < self.loss or not self.reachable(src, out.peer):
                 self.send(self.now + 3000, "answer", (src, out, None))  # the remoting timeout
                 continue
@@ -851,3 +859,71 @@ def test_a_candidate_told_of_a_later_term_leaves_its_open_round_at_the_next_tick
     n1.tick(STEP)
     assert vote_of_n0().vote_result is VoteResult.ACCEPT
     assert (n1.m.term, n1.m.voted_for, n1.vote_round) == (2, "n0", None)
+
+
+#: Short rounds and quick votes (the fault tests' timings): a follower stands, and is elected, sooner
+#: after the leader's last heartbeat than that leader's rounds find themselves alone.
+QUICK = Timings(
+    heart_beat_time_interval_ms=1000, max_heart_beat_leak=2, min_vote_interval_ms=50, max_vote_interval_ms=150
+)
+
+
+def _cut_off_leader(
+    seed: int, timings: Timings | None, refuse: bool = False
+) -> tuple[Cluster, Node, list[tuple[int, bool, bool]]]:
+    """A group whose leader is then cut off both followers, run until one of them leads and 3 s more:
+    per step, (time, the old leader's lease fresh, another member leading meanwhile)."""
+    c = Cluster(seed=seed, loss=0.0, timings=timings, refuse=refuse)
+    c.run(5000, append_every=100)
+    old = c.leader()
+    assert old is not None
+    c.cut |= {frozenset((old.m.self_id, p)) for p in PEERS if p != old.m.self_id}
+    seen: list[tuple[int, bool, bool]] = []
+    elected = None
+    while elected is None or c.now < elected + 3000:
+        c.run(STEP)
+        another = any(n is not None and n is not old and n.is_leader for n in c.nodes.values())
+        seen.append((c.now, old.lease_fresh(c.now), another and old.is_leader))
+        if another and elected is None:
+            elected = c.now
+        assert c.now < 30_000, "no leader elected after the cut"
+    return c, old, seen
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["stall", "refuse"])
+@pytest.mark.parametrize("timings", [None, QUICK], ids=["defaults", "quick"])
+@pytest.mark.parametrize("seed", range(8))
+def test_a_leader_cut_off_has_no_lease_once_another_can_be_elected(
+    seed: int, timings: Timings | None, refuse: bool
+) -> None:
+    """Its lease (the last round of heartbeats a quorum acknowledged, plus the election timeout) ends before
+    either follower can stand for election, so no step finds it fresh while another member leads."""
+    c, old, seen = _cut_off_leader(seed, timings, refuse)
+    fresh_with_another = [(at, two) for at, fresh, two in seen if fresh and two]
+    assert not fresh_with_another, fresh_with_another[:3]
+    assert not old.lease_fresh(c.now)
+
+
+def test_a_leader_cut_off_leads_on_after_another_is_elected_but_without_a_lease() -> None:
+    """What the lease is for: a leader alone steps down only when a round of heartbeats finds no quorum
+    for the election timeout, a round after its followers may stand, so for a while two members lead
+    (different terms): the old one's is_leader is not enough to lend on."""
+    overlaps = [at for seed in range(8) for at, _, two in _cut_off_leader(seed, QUICK, refuse=True)[2] if two]
+    assert overlaps
+
+
+def test_a_leader_has_its_lease_from_its_first_acknowledged_heartbeats_and_not_while_handing_over() -> None:
+    c = Cluster(seed=4, loss=0.0)
+    c.run(5000)
+    leader = c.leader()
+    assert leader is not None and leader.lease_fresh(c.now)
+    follower = next(n for n in c.nodes.values() if n is not None and n is not leader)
+    assert not follower.lease_fresh(c.now)
+    code, _ = leader.transfer_request(follower.m.self_id)
+    assert code == DLedgerResponseCode.SUCCESS and leader.is_leader
+    assert not leader.lease_fresh(c.now)  # the transferee may be elected at any moment now
+    leader.m.transferee = None  # (the transfer abandoned)
+    assert leader.lease_fresh(c.now)
+    leader.to_candidate(leader.m.term)
+    leader.to_leader(leader.m.term)  # a leader anew: no round of heartbeats acknowledged yet
+    assert leader.is_leader and not leader.lease_fresh(c.now)
