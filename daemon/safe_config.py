@@ -83,6 +83,8 @@ LOCKED_KEYS = frozenset(
         "remotingMaxConnectionBufferedBytes",
         "remotingMaxConnections",
         "grpcMaxConnections",
+        "maxHeldPullsPerConnection",
+        "maxHeldPullsPerHost",
     )
 )
 #: (`tls.*`: who may connect, and with which certificate, changes only in the file)

@@ -37,15 +37,17 @@ class _Held:
     """A held pull: its callback runs once, on the loop, when its queue grows past ``offset`` or at its
     deadline, unless its ``owner`` (the pull's connection) is dropped first (:meth:`PullRequestHoldService.drop`)."""
 
-    __slots__ = ("callback", "key", "offset", "owner", "timer")
+    __slots__ = ("callback", "host", "key", "offset", "owner", "timer")
 
     def __init__(
-        self, key: tuple[str, int], offset: int, callback: Callable[[], None], owner: object
+        self, key: tuple[str, int], offset: int, callback: Callable[[], None], owner: object, host: str
     ) -> None:
         self.key = key
         self.offset = offset
         self.callback = callback
         self.owner = owner
+        #: The owner's host, whose held pulls count against its budget ("": counted on no host's).
+        self.host = host
         self.timer: asyncio.TimerHandle | None = None
 
 
@@ -65,6 +67,11 @@ class PullRequestHoldService:
         #: The held pulls of each owner that may go away before they are answered (a connection): dropped
         #: with it (:meth:`drop`), not kept until their hold ends.
         self._owned: dict[object, set[_Held]] = {}
+        #: The held pulls of each host that has a budget (`room`), by host.
+        self._hosts: dict[str, int] = {}
+        #: Pulls `room` refused to hold, over their connection's bound and over their host's.
+        self.refused_owner = 0
+        self.refused_host = 0
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -76,6 +83,26 @@ class PullRequestHoldService:
     def parked(self) -> int:
         return sum(len(w) for w in self._waiters.values()) + sum(len(h) for h in self._held.values())
 
+    def room(self, owner: object, host: str, per_owner: int, per_host: int) -> int:
+        """Whether `owner` (a connection) may hold one more pull: 0 when it may; 1 when it holds `per_owner`
+        already, 2 when its `host` holds `per_host` (counted in `refused_owner`, `refused_host`). A bound of
+        0 or less is none; a `host` of "" (loopback) has no budget. A held pull costs its request, a
+        callback and a timer for up to a minute: a connection may have thousands of requests awaiting their
+        answers, and a host a hundred connections."""
+        if per_owner > 0:
+            owned = self._owned.get(owner)
+            if owned is not None and len(owned) >= per_owner:
+                self.refused_owner += 1
+                return 1
+        if per_host > 0 and host and self._hosts.get(host, 0) >= per_host:
+            self.refused_host += 1
+            return 2
+        return 0
+
+    def held_by(self, host: str) -> int:
+        """Pulls held for `host` (one :meth:`room` budgets)."""
+        return self._hosts.get(host, 0)
+
     def hold(
         self,
         topic: str,
@@ -84,16 +111,19 @@ class PullRequestHoldService:
         timeout: float,
         callback: Callable[[], None],
         owner: object = None,
+        host: str = "",
     ) -> None:
         """Hold a pull that found nothing at `offset`: `callback` runs once on the loop, soon after the queue
         grows past it (from :meth:`notify`, through ``call_soon``), or after `timeout` s; never, once
         :meth:`drop` dropped its `owner`. Synchronous, as :meth:`park` is; what a future and a task per
-        held pull cost is the callback's alone."""
+        held pull cost is the callback's alone. It counts on `owner` and on `host` (:meth:`room`)."""
         loop = self._loop
         if loop is None:  # (held before start(): a processor driven without the broker's start)
             loop = self._loop = asyncio.get_running_loop()
         key = (topic, queue_id)
-        held = _Held(key, offset, callback, owner)
+        if owner is None:
+            host = ""
+        held = _Held(key, offset, callback, owner, host)
         waiting = self._held.get(key)
         if waiting is None:
             self._held[key] = [held]
@@ -105,6 +135,8 @@ class PullRequestHoldService:
                 self._owned[owner] = {held}
             else:
                 owned.add(held)
+            if host:
+                self._hosts[host] = self._hosts.get(host, 0) + 1
         held.timer = loop.call_later(timeout, self._expire, key, held)
 
     def _disown(self, held: _Held) -> None:
@@ -115,6 +147,15 @@ class PullRequestHoldService:
                 owned.discard(held)
                 if not owned:
                     del self._owned[owner]
+            if held.host:
+                self._unhost(held.host, 1)
+
+    def _unhost(self, host: str, n: int) -> None:
+        left = self._hosts.get(host, 0) - n
+        if left > 0:
+            self._hosts[host] = left
+        else:
+            self._hosts.pop(host, None)
 
     def _expire(self, key: tuple[str, int], held: _Held) -> None:
         waiting = self._held.get(key)
@@ -134,11 +175,17 @@ class PullRequestHoldService:
         if not owned:
             return 0
         keys: set[tuple[str, int]] = set()
+        host, hosted = "", 0
         for one in owned:
             if one.timer is not None:
                 one.timer.cancel()
                 one.timer = None
             keys.add(one.key)
+            if one.host:
+                hosted += 1
+                host = one.host
+        if hosted:
+            self._unhost(host, hosted)  # (one connection, one host)
         for key in keys:
             waiting = self._held.get(key)
             if waiting is not None:
@@ -222,6 +269,7 @@ class PullRequestHoldService:
         await cancel_tasks([self._task])
         held, self._held = self._held, {}
         self._owned.clear()
+        self._hosts.clear()
         for waiting in held.values():
             for one in waiting:
                 if one.timer is not None:

@@ -255,10 +255,13 @@ def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> I
     yield closed
     refused = CounterMetricFamily(
         "rocketmq_remoting_requests_refused",
-        "Requests answered SYSTEM_ERROR unread for passing a limit of what one request may carry",
+        "Requests refused for passing a limit of what one request may carry (json_body: answered "
+        "SYSTEM_ERROR unread) or hold (held_pulls_*: a long-polling pull answered at once, not held)",
         labels=[*labels, "limit"],
     )
     refused.add_metric([*base, "json_body"], dispatcher.bodies_refused)
+    refused.add_metric([*base, "held_pulls_connection"], b.hold.refused_owner)
+    refused.add_metric([*base, "held_pulls_host"], b.hold.refused_host)
     yield refused
     for name, doc, value in (
         (

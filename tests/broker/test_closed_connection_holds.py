@@ -19,7 +19,7 @@ from tests.support.broker import BrokerHandle
 SUSPEND_AND_SUBSCRIPTION = 0x2 | 0x4
 #: Connections a flooder opens, and the requests each pipelines in one write before it closes.
 CONNECTIONS = 4
-PER_CONNECTION = 2000
+PER_CONNECTION = 1000  # (under maxHeldPullsPerConnection)
 
 
 def _pull(topic: str, queue_id: int) -> bytes:

@@ -31,12 +31,14 @@ from daemon.broker.headers import (
 )
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.broker.processors.offset import _HOT_RATIO, _memory_bytes
+from daemon.protect import is_loopback
 from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor, error_response
 from daemon.remoting.errors import RemotingCommandError
+from daemon.remoting.limits import WarningGate
 from store.config import SLAVE
 from store.errors import DamagedUnitError
 from store.results import GetMessageStatus, GetResult
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
+_unheld_warnings = WarningGate(log)
 
 #: The longest a pull is held for new messages, whatever its suspendTimeoutMillis asks (the Java client
 #: asks 15 s and waits 30 s for the answer).
@@ -94,6 +97,8 @@ class PullProcessor:
         #: (expression, type) of a pull's own subscription -> its tag codes, for tag expressions only (whether
         #: another type is allowed is the broker's setting of the moment, checked on every pull)
         self._expressions: dict[tuple[str | None, str | None], frozenset[int] | None] = {}
+        #: Whether a peer IP is loopback (no host budget for held pulls), as asked.
+        self._loopback: dict[str, bool] = {}
 
     def _codes(self, h: PullMessageRequestHeader) -> frozenset[int] | None:
         """The tag codes to filter with, from the subscription :meth:`_subscription` checks; a tag
@@ -226,18 +231,22 @@ class PullProcessor:
         codes = self._codes(h)
         if self._heals and (h.topic, h.queue_id) in self._heals:
             return self._after_heal(conn, request, h, codes, None)
+        may_hold = True
         if h.sys_flag & PULL_FLAG_SUSPEND and self.broker.store.nothing_at(
             h.topic, h.queue_id, h.queue_offset
         ):
             # at the queue's end: what the read would find (nothing, PULL_NOT_FOUND) is known, so held now
-            self._commit(h)
-            self._hold(conn, h, functools.partial(self._woken, conn, request, h, codes))
-            return None
+            host = self._host(conn)
+            if self._room(conn, host, h):
+                self._commit(h)
+                self._hold(conn, h, functools.partial(self._woken, conn, request, h, codes), host)
+                return None
+            may_hold = False  # over a bound: answered what the read finds, at once
         try:
             code, result = self._read(h, codes)
         except DamagedUnitError as damage:
             return self._after_heal(conn, request, h, codes, damage)
-        return self._answer(conn, request, h, codes, code, result)
+        return self._answer(conn, request, h, codes, code, result, may_hold)
 
     async def _after_heal(
         self,
@@ -271,23 +280,64 @@ class PullProcessor:
         codes: frozenset[int] | None,
         code: int,
         result: GetResult,
+        may_hold: bool = True,
     ) -> RemotingCommand | None:
         """Commit the offset the pull carries, then answer, or hold the pull when it found nothing (None:
-        the held pull answers itself)."""
+        the held pull answers itself) unless its connection or host holds its bound already
+        (:meth:`_room`; ``may_hold`` False: it was found so)."""
         self._commit(h)
-        if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_FLAG_SUSPEND:
-            self._hold(conn, h, functools.partial(self._woken, conn, request, h, codes))
-            return None
+        if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_FLAG_SUSPEND and may_hold:
+            host = self._host(conn)
+            if self._room(conn, host, h):
+                self._hold(conn, h, functools.partial(self._woken, conn, request, h, codes), host)
+                return None
         return self._response(request, h, code, result)
+
+    def _host(self, conn: Connection) -> str:
+        """The host whose budget ``conn``'s held pulls count against: its IP, "" on loopback (none)."""
+        ip = conn.address[0]
+        loopback = self._loopback.get(ip)
+        if loopback is None:
+            if len(self._loopback) >= 4096:
+                self._loopback.clear()
+            loopback = self._loopback[ip] = is_loopback(ip)
+        return "" if loopback else ip
+
+    def _room(self, conn: Connection, host: str, h: PullMessageRequestHeader) -> bool:
+        """Whether the pull ``h`` may be held: its connection holds fewer than maxHeldPullsPerConnection, and
+        its host (beyond loopback) fewer than maxHeldPullsPerHost. Else it is answered at once, as 4.9.8
+        answers a pull without the suspend flag (PULL_NOT_FOUND at the queue's end; a push consumer pulls
+        again), and counted (`PullRequestHoldService.refused_owner`, `refused_host`)."""
+        config = self.broker.config
+        over = self.broker.hold.room(
+            conn, host, config.max_held_pulls_per_connection, config.max_held_pulls_per_host
+        )
+        if not over:
+            return True
+        if over == 1:
+            bound, key = config.max_held_pulls_per_connection, "maxHeldPullsPerConnection"
+        else:
+            bound, key = config.max_held_pulls_per_host, "maxHeldPullsPerHost"
+        _unheld_warnings.warning(
+            "pull of %s:%d from %s answered at once, not held: %d held pulls already (%s)",
+            h.topic,
+            h.queue_id,
+            conn.peer,
+            bound,
+            key,
+        )
+        return False
 
     def _commit(self, h: PullMessageRequestHeader) -> None:
         if h.sys_flag & PULL_FLAG_COMMIT_OFFSET and self.broker.config.broker_role != SLAVE:
             self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
 
-    def _hold(self, conn: Connection, h: PullMessageRequestHeader, woken: Callable[[], None]) -> None:
+    def _hold(
+        self, conn: Connection, h: PullMessageRequestHeader, woken: Callable[[], None], host: str
+    ) -> None:
         """Hold the pull ``h`` until its queue grows or its time is up, then call ``woken`` (:meth:`_woken`
         with the pull's connection, request and codes). It counts among the connection's requests awaiting
-        an answer, and is held MAX_PULL_HOLD_MS at most (the time is the peer's word: a pull held for its
+        an answer and on its host (:meth:`_room` checked first), and is held MAX_PULL_HOLD_MS at most (the time is the peer's word: a pull held for its
         24 days stayed held after its connection closed), or until its connection closes: the broker drops
         a closed connection's held pulls (`PullRequestHoldService.drop`)."""
         config = self.broker.config
@@ -296,7 +346,7 @@ class PullProcessor:
         conn.holding()
         # held now, in the step of the read (or the offsets) that found nothing: a message stored after it
         # must wake it
-        self.broker.hold.hold(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000, woken, conn)
+        self.broker.hold.hold(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000, woken, conn, host)
 
     def _woken(
         self,
