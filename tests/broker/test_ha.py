@@ -813,6 +813,31 @@ async def test_a_slave_that_registered_while_its_master_was_down_replicates_as_s
         assert (await g.on(g.master).send("Back", b"after")).code == ResponseCode.SUCCESS
 
 
+async def test_a_master_back_on_another_ha_port_has_its_slave_back_before_the_next_registration(
+    tmp_path: Path,
+) -> None:
+    """The master restarted on the same broker port but another HA port: the slave's connects to the HA
+    address it knows are refused, and it learnt the new one only from its next registration's answer, a
+    period (30 s) later, a SYNC_MASTER answering SLAVE_NOT_AVAILABLE meanwhile. A refused connect now
+    makes it ask its NameServers before the next try."""
+    before, after = free_port(), free_port()
+    async with master_and_slave(tmp_path, broker_role=SYNC_MASTER, ha_listen_port=before) as g:
+        ha = g.master.ha_master
+        assert ha is not None
+        await wait_until(lambda: bool(ha.connections))
+        assert (await g.on(g.master).send("Moved", b"before")).code == ResponseCode.SUCCESS
+        port = int(g.master.addr.rsplit(":", 1)[1])
+        await g.master.stop()
+        keys = {**SMALL, "broker_role": SYNC_MASTER, "ha_listen_port": after}
+        g.master = await start_broker(tmp_path / "master", namesrv_addr=g.ns_addr, listen_port=port, **keys)
+        back = g.master.ha_master
+        assert back is not None
+        # bounded well under the slave's registration period: its next registration is not what helps
+        await wait_until(lambda: bool(back.connections), 15, lambda: f"slave: {g.slave.runtime_info()}")
+        assert g.slave.ha_slave is not None and g.slave.ha_slave.master_addr == f"127.0.0.1:{after}"
+        assert (await g.on(g.master).send("Moved", b"after")).code == ResponseCode.SUCCESS
+
+
 @pytest.mark.slow
 async def test_queries_fall_back_to_the_slave_when_the_master_is_down(
     group: Group, cli_env: dict[str, str]
