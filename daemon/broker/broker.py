@@ -557,6 +557,7 @@ class Broker:
                 records,
                 ssl=ha_tls.client_context(verify=True) if ha_tls else None,
                 after_registration=bool(c.namesrv_addrs),
+                ask_master=self._ask_master_ha if c.namesrv_addrs else None,
             )
             self.store.add_arrival_listener(self._note_replicated)
             self.ha_slave.on_dispatched = self._derive_replicated_topics
@@ -707,6 +708,13 @@ class Broker:
             self.master_addr = listed.pop()
             log.info("HA: the NameServers list %s as this slave's master", self.master_addr)
         return self.master_addr
+
+    async def _ask_master_ha(self) -> None:
+        """A slave's HA connect refused at the master's HA address it knows (the master restarted on
+        another HA port, or is down) asks its NameServers where it is: a registration, whose answer names
+        the master's haServerAddr as the master registered it (no other request does). Without topics,
+        which a NameServer reads of a master only: light enough for every refused connect."""
+        await self.register_all(())
 
     async def _listed_masters(self) -> set[str]:
         """The addresses the NameServers that answered list as this group's master (brokerId 0)."""

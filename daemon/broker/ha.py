@@ -640,7 +640,12 @@ class HASlave:
 
     ``after_registration``: the first connection waits for :meth:`registered`. The master admits only the
     slaves its NameServers list (:class:`SlaveGate`), and ``haMasterAddress`` names the master before this
-    slave has registered: connecting at once was refused, and replication began a reconnect delay later."""
+    slave has registered: connecting at once was refused, and replication began a reconnect delay later.
+
+    ``ask_master``: a connect refused at the HA address the slave knows asks the NameServers again (their
+    answer comes to :meth:`set_master`) before the next try, a reconnect delay later. A master restarted on
+    another HA port was otherwise learnt from the next registration's answer only, a period (30 s) later,
+    a SYNC_MASTER answering SLAVE_NOT_AVAILABLE to every send meanwhile."""
 
     def __init__(
         self,
@@ -650,8 +655,10 @@ class HASlave:
         *,
         ssl: _ssl.SSLContext | None = None,
         after_registration: bool = False,
+        ask_master: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self.config = config
+        self.ask_master = ask_master
         #: haTls: the client context that presents this broker's certificate and verifies the master's.
         self.ssl = ssl
         self.store = store
@@ -728,6 +735,8 @@ class HASlave:
                     raise ConnectionRefusedError(f"connect to {addr} met itself: nobody listens")
             except (OSError, ValueError, TimeoutError) as exc:
                 log.warning("HA connect to master %s failed: %s", addr, exc)
+                if isinstance(exc, ConnectionRefusedError):
+                    await self._ask_again()
                 await asyncio.sleep(RECONNECT_DELAY)
                 continue
             log.info("HA connected to master %s, reporting offset %d", addr, self.store.max_phy_offset)
@@ -746,6 +755,16 @@ class HASlave:
                 with contextlib.suppress(Exception):
                     await writer.wait_closed()
             await asyncio.sleep(RECONNECT_DELAY)
+
+    async def _ask_again(self) -> None:
+        """Where the master's HA port is now, asked of the NameServers (nothing to ask where
+        ``haMasterAddress`` fixes it); a failure to ask leaves the address as it was, for the next try."""
+        if self.ask_master is None or self.config.ha_master_address:
+            return
+        try:
+            await self.ask_master()
+        except Exception:  # the loop must go on: the next refused connect asks again
+            log.exception("HA: asking the NameServers for the master's HA address failed")
 
     async def check_tail(self) -> bool:
         """Whether the slave may report its end now: its last record is the master's, or what is not was

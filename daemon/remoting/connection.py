@@ -15,6 +15,7 @@ for the end of the round (`ReplyBatch`), so a client with one request per connec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import itertools
@@ -643,10 +644,18 @@ class Connection(asyncio.Protocol):
             self._loop.call_soon(self._read_on)
 
     def close(self) -> None:
-        """Close after writing what a batch holds (a transport sends what it buffered before it closes)."""
+        """Close after writing what a batch holds (a transport sends what it buffered before it closes),
+        the write side shut first where the transport can (plain TCP): bytes of the peer's that arrived
+        unread (a request in the turn of an idle close, the rest after a bad frame) make the kernel answer
+        a close with a reset alone, and the peer's read failed with ECONNRESET; after a FIN it reads the
+        end of the stream."""
         self.release()
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.close()
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            if transport.can_write_eof():
+                with contextlib.suppress(OSError):  # the peer is gone already: the close alone is left
+                    transport.write_eof()
+            transport.close()
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)

@@ -62,6 +62,9 @@ class MemoryTransport(asyncio.Transport):
     def is_closing(self) -> bool:
         return self._closing
 
+    def can_write_eof(self) -> bool:
+        return False  # a close ends both directions at once
+
     def close(self) -> None:
         """Close both directions, like a TCP close seen from both ends."""
         for side in (self, self.peer):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,68 +30,26 @@ async def test_up_serves_registered_broker_and_stops_on_sigint(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     ports = [free_port() for _ in range(3)]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mqctl",
-            "up",
-            "--data",
-            str(tmp_path / "data"),
-            "--namesrv-port",
-            str(ports[0]),
-            "--broker-port",
-            str(ports[1]),
-            "--metrics-port",
-            str(ports[2]),
-        ],
-        cwd=ROOT,
-        env=cli_env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        said = [""]
-        while "ready:" not in said[-1]:
-            said.append(await asyncio.to_thread(proc.stderr.readline))
-            assert said[-1], "mqctl up exited before it was ready"
+    args = ["--broker-port", str(ports[1]), "--metrics-port", str(ports[2])]
+    async with mqctl_up(tmp_path / "data", cli_env, ports[0], *args) as up:
         # the broker's start-up line says which build it runs (store/native.py), as this process finds it
-        assert [line for line in said if "serving at" in line and native.describe_build() in line], said
+        said = [line for line in up.said if "serving at" in line and native.describe_build() in line]
+        assert said, up.said
         async with RemotingClient() as client:
             request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
             response = await client.invoke(f"127.0.0.1:{ports[0]}", request)
         assert response.code == ResponseCode.SUCCESS
         route = TopicRouteData.loads(response.body)
         assert route.broker_datas[0].broker_addrs[0] == f"127.0.0.1:{ports[1]}"
-    finally:
-        os.kill(proc.pid, signal.SIGINT)
-        code = await asyncio.to_thread(proc.wait, 30)
-    assert code == 0
+    assert up.code == 0
     assert not (tmp_path / "data" / "store" / "abort").exists()  # clean shutdown
 
 
 @pytest.mark.slow
 async def test_up_listens_on_loopback_only(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    ports = ["--namesrv-port", "0", "--broker-port", "0", "--metrics-port", "0"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mqctl", "up", "--data", str(tmp_path / "data"), *ports],
-        cwd=ROOT,
-        env=cli_env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        line = ""
-        while "ready:" not in line:
-            line = await asyncio.to_thread(proc.stderr.readline)
-            assert line, "mqctl up exited before it was ready"
-        sockets = listening(proc.pid)
-    finally:
-        os.kill(proc.pid, signal.SIGINT)
-        code = await asyncio.to_thread(proc.wait, 30)
-    assert code == 0
+    async with mqctl_up(tmp_path / "data", cli_env, 0, "--broker-port", "0", "--metrics-port", "0") as up:
+        sockets = listening(up.proc.pid)
+    assert up.code == 0
     # NameServer, broker, its HA port, metrics, and gRPC where the extra is installed
     assert len(sockets) == 4 + GRPC
     # (gRPC's socket is IPv6 bound to the IPv4-mapped loopback: 127.0.0.1 only as well)
@@ -103,14 +59,7 @@ async def test_up_listens_on_loopback_only(tmp_path: Path, cli_env: dict[str, st
 @pytest.mark.slow
 async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str, str]) -> None:
     """One default data dir: 'broker status|stop' and 'namesrv status' without flags find 'mqctl up'."""
-    ports = ["--namesrv-port", str(free_port()), "--broker-port", str(free_port()), "--no-metrics"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mqctl", "up", *ports],
-        cwd=ROOT,
-        env=cli_env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    ns_port, broker_port = free_port(), free_port()
 
     def mqctl(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -122,34 +71,22 @@ async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str,
             timeout=60,
         )
 
-    try:
-        assert proc.stderr is not None
-        line = ""
-        while "ready:" not in line:
-            line = await asyncio.to_thread(proc.stderr.readline)
-            assert line, "mqctl up exited before it was ready"
-        drain = asyncio.create_task(asyncio.to_thread(proc.stderr.read))  # its log must not fill the pipe
+    async with mqctl_up(None, cli_env, ns_port, "--broker-port", str(broker_port), "--no-metrics") as up:
         broker = await asyncio.to_thread(mqctl, "broker", "status", "-o", "json")
         assert broker.returncode == 0, broker.stderr
         assert (
-            json.loads(broker.stdout)["state"] == "running" and json.loads(broker.stdout)["pid"] == proc.pid
+            json.loads(broker.stdout)["state"] == "running"
+            and json.loads(broker.stdout)["pid"] == up.proc.pid
         )
         # the port 'up --broker-port' gave it, not broker.conf's default 10911
-        assert json.loads(broker.stdout)["address"] == f"127.0.0.1:{ports[3]}"
+        assert json.loads(broker.stdout)["address"] == f"127.0.0.1:{broker_port}"
         assert json.loads(broker.stdout)["reachable"] is True
         namesrv = await asyncio.to_thread(mqctl, "namesrv", "status", "-o", "json")
         assert namesrv.returncode == 0, namesrv.stderr
-        assert json.loads(namesrv.stdout)["address"] == f"127.0.0.1:{ports[1]}"
-        reaped = asyncio.create_task(asyncio.to_thread(proc.wait, 60))  # else our child lingers as a zombie
+        assert json.loads(namesrv.stdout)["address"] == f"127.0.0.1:{ns_port}"
         stopped = await asyncio.to_thread(mqctl, "broker", "stop")
         assert stopped.returncode == 0, stopped.stderr
-        code = await reaped
-        await drain
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGINT)
-            proc.wait(30)
-    assert code == 0
+    assert up.code == 0  # 'broker stop' ended the whole of 'mqctl up'
     assert (await asyncio.to_thread(mqctl, "broker", "status")).returncode == 3
 
 

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -786,6 +786,35 @@ async def test_offset_committed_to_the_slave_while_the_master_is_down_reaches_th
     assert g.slave.slave_commits == {}
 
 
+async def restart_sync_master(
+    tmp_path: Path,
+    topic: str,
+    ha_ports: tuple[int, int],
+    while_down: Callable[[Group], Awaitable[None]] | None = None,
+) -> None:
+    """A NameServer and a SYNC_MASTER on HA port ``ha_ports[0]`` with its slave in, stopped (``while_down`` then runs) and
+    started again on its broker port and HA port ``ha_ports[1]``: its slave is back, and a send to
+    ``topic`` acknowledged, within a bound well under the slave's registration period, so its next
+    registration is not what helps."""
+    async with master_and_slave(tmp_path, broker_role=SYNC_MASTER, ha_listen_port=ha_ports[0]) as g:
+        ha = g.master.ha_master
+        assert ha is not None
+        await wait_until(lambda: bool(ha.connections))
+        assert (await g.on(g.master).send(topic, b"before")).code == ResponseCode.SUCCESS
+        port = int(g.master.addr.rsplit(":", 1)[1])
+        await g.master.stop()
+        if while_down is not None:
+            await while_down(g)
+        keys = {**SMALL, "broker_role": SYNC_MASTER, "ha_listen_port": ha_ports[1]}
+        g.master = await start_broker(tmp_path / "master", namesrv_addr=g.ns_addr, listen_port=port, **keys)
+        back = g.master.ha_master
+        assert back is not None
+        await wait_until(lambda: bool(back.connections), 15, lambda: f"slave: {g.slave.runtime_info()}")
+        assert g.slave.master_addr == g.master.addr
+        assert g.slave.ha_slave is not None and g.slave.ha_slave.master_addr == f"127.0.0.1:{ha_ports[1]}"
+        assert (await g.on(g.master).send(topic, b"after")).code == ResponseCode.SUCCESS
+
+
 async def test_a_slave_that_registered_while_its_master_was_down_replicates_as_soon_as_it_is_back(
     tmp_path: Path,
 ) -> None:
@@ -793,24 +822,23 @@ async def test_a_slave_that_registered_while_its_master_was_down_replicates_as_s
     address, which the check of its tail before each connection asks: it asks the NameServers for it
     instead of waiting for its next registration (a period away), so a restarted SYNC_MASTER counts its
     slave again, and acknowledges sends, as soon as it is back."""
-    ha_port = free_port()
-    async with master_and_slave(tmp_path, broker_role=SYNC_MASTER, ha_listen_port=ha_port) as g:
-        ha = g.master.ha_master
-        assert ha is not None
-        await wait_until(lambda: bool(ha.connections))
-        assert (await g.on(g.master).send("Back", b"before")).code == ResponseCode.SUCCESS
-        port = int(g.master.addr.rsplit(":", 1)[1])
-        await g.master.stop()
+
+    async def registered(g: Group) -> None:
         await g.slave.register_all()  # as its periodic registration may, while the master is down
         assert g.slave.master_addr is None
-        keys = {**SMALL, "broker_role": SYNC_MASTER, "ha_listen_port": ha_port}
-        g.master = await start_broker(tmp_path / "master", namesrv_addr=g.ns_addr, listen_port=port, **keys)
-        back = g.master.ha_master
-        assert back is not None
-        # bounded well under the slave's registration period: its next registration is not what helps
-        await wait_until(lambda: bool(back.connections), 15, lambda: f"slave: {g.slave.runtime_info()}")
-        assert g.slave.master_addr == g.master.addr
-        assert (await g.on(g.master).send("Back", b"after")).code == ResponseCode.SUCCESS
+
+    ha_port = free_port()
+    await restart_sync_master(tmp_path, "Back", (ha_port, ha_port), registered)
+
+
+async def test_a_master_back_on_another_ha_port_has_its_slave_back_before_the_next_registration(
+    tmp_path: Path,
+) -> None:
+    """The master restarted on the same broker port but another HA port: the slave's connects to the HA
+    address it knows are refused, and it learnt the new one only from its next registration's answer, a
+    period (30 s) later, a SYNC_MASTER answering SLAVE_NOT_AVAILABLE meanwhile. A refused connect now
+    makes it ask its NameServers before the next try."""
+    await restart_sync_master(tmp_path, "Moved", (free_port(), free_port()))
 
 
 @pytest.mark.slow

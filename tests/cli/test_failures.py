@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mqctl.errors import ConflictError, UsageError
+from tests.support.bounded import finish
 from tests.support.cli import RunCli
 from tests.support.paths import ROOT
 
@@ -93,12 +94,13 @@ def test_a_closed_pipe_exits_0_silently(cli: RunCli, cli_env: dict[str, str], ar
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        text=True,
     )
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout is not None
     proc.stdout.close()
-    err = proc.stderr.read()
-    assert proc.wait(timeout=60) == 0, err
-    assert err == b""
+    _, err = finish(proc, 60)
+    assert proc.returncode == 0, err
+    assert err == ""
 
 
 @pytest.mark.parametrize(

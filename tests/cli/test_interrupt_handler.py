@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from tests.support.bounded import finish, read_line
 from tests.support.paths import ROOT
 
 #: The main thread enters and leaves ``whole_output`` while a SIGALRM every 0.3 ms raises wherever it
@@ -82,10 +83,7 @@ def _child(source: str, *args: str) -> subprocess.Popen[str]:
 @pytest.mark.slow
 def test_a_raising_handler_storm_leaves_ctrl_c_heard() -> None:
     child = _child(STORM_CHILD, "1.0")
-    try:
-        out, err = child.communicate(timeout=60)
-    finally:
-        child.kill()
+    out, err = finish(child, 60)
     assert child.returncode == 0, out + err
     ok, _rounds, raised, code = out.split()
     assert ok == "ok" and int(raised) > 0 and int(code) == -signal.SIGINT, out + err
@@ -148,14 +146,13 @@ def test_a_press_reaches_a_loop_whenever_it_comes(
 ) -> None:
     child = _child(LOOP_CHILD, str(slow), str(rows), handler)
     try:
-        assert child.stderr is not None
-        while (line := child.stderr.readline()) and press_at not in line:
-            pass
+        while press_at not in (line := read_line(child, child.stderr)):
+            assert line, f"exited ({child.wait(10)}) before it said {press_at!r}"
         time.sleep(0.1)
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=20)
+        out, err = finish(child, 20)
     finally:
-        child.kill()
+        child.kill()  # a no-op once it exited
     assert "".join(f'{{"row": {i}}}\n' for i in range(rows)).startswith(out) and out.endswith("\n"), out
     if handler == "runner":
         assert child.returncode == 130 and err.endswith("interrupted\n"), err
@@ -185,7 +182,7 @@ assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 @pytest.mark.parametrize("presses", [0, 1, 2])
 def test_one_press_waits_for_the_write_and_two_end_the_process(presses: int) -> None:
     child = _child(PRESSES_CHILD, str(presses))
-    out, err = child.communicate(timeout=30)
+    out, err = finish(child, 30)
     if presses == 2:
         assert (child.returncode, out) == (130, "")
         assert err == "mqctl: error: interrupted twice while writing output: exiting now, output cut short\n"

@@ -20,6 +20,7 @@ import pytest
 from store.config import StoreConfig
 from store.engine import DefaultMessageStore
 from store.message import Message
+from tests.support.bounded import finish
 from tests.support.cli import blocked_writing, run_process, spawn
 from tests.support.paths import ROOT
 from tests.support.stores import small_config
@@ -99,9 +100,9 @@ def _interrupted(cli_env: dict[str, str], *args: str, presses: int = 1) -> tuple
             proc.send_signal(signal.SIGINT)
         if presses > 1:  # a reader that never reads: the second press alone ends it
             proc.wait(timeout=30)
-        out, err = proc.communicate(timeout=60)
+        out, err = finish(proc, 60)
     finally:
-        proc.kill()
+        proc.kill()  # a no-op once it exited
     return proc.returncode, out, err.strip().splitlines()
 
 
@@ -173,10 +174,10 @@ def test_a_reader_that_leaves_is_no_error_but_a_ctrl_c_before_it_is_an_interrupt
             assert proc.poll() is None, "the Ctrl-C did not wait for the output"
         assert proc.stdout.read(100).startswith("{")
         proc.stdout.close()
-        err = proc.stderr.read()
-        code = proc.wait(timeout=30)
+        _, err = finish(proc, 30)
+        code = proc.returncode
     finally:
-        proc.kill()
+        proc.kill()  # a no-op once it exited
     assert (code, err) == ((130, "mqctl: error: interrupted\n") if pressed else (0, ""))
 
 
@@ -199,9 +200,9 @@ def test_an_ignored_ctrl_c_stays_ignored(cli_env: dict[str, str], corrupt: Path)
             proc.send_signal(signal.SIGINT)
             time.sleep(0.3)
         assert proc.poll() is None
-        out, err = proc.communicate(timeout=60)
+        out, err = finish(proc, 60)
     finally:
-        proc.kill()
+        proc.kill()  # a no-op once it exited
     assert proc.returncode == 10 and err.startswith("mqctl: error: store "), err
     assert json.loads(out)["problems_found"] == RECORDS
 

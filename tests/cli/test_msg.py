@@ -620,7 +620,7 @@ def test_ctrl_c_during_a_resend_reports_what_it_did_and_loses_and_duplicates_not
             time.sleep(0.02)
     finally:
         proc.send_signal(2)
-        out, err = proc.communicate(timeout=30)
+        out, err = finish(proc, 30)
     assert proc.returncode == 130, err
     (line,) = err.strip().splitlines()
     assert line.startswith("mqctl: error: interrupted after re-sending ") and f"of {MANY_COUNT}" in line, line
@@ -895,9 +895,9 @@ def test_ctrl_c_while_tail_waits_for_its_reader_prints_whole_lines(
     try:
         blocked_writing(proc)
         proc.send_signal(2)
-        out, err = proc.communicate(timeout=30)
+        out, err = finish(proc, 30)
     finally:
-        proc.kill()
+        proc.kill()  # a no-op once it exited
     assert proc.returncode == 130, err
     (line,) = err.strip().splitlines()[1:]  # after 'tailing MsgBig: ...'
     bodies = [json.loads(row)["body"] for row in out.splitlines()]

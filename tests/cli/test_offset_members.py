@@ -12,7 +12,6 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,6 +25,7 @@ from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import ConflictError, Interrupted
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.bounded import finish, read_line
 from tests.support.cli import CliResult, RunCli
 from tests.support.paths import ROOT
 from tests.support.waiting import wait_for
@@ -89,9 +89,8 @@ def consumer(
 
     yield start
     for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
+        proc.kill()  # a no-op once it exited
+        finish(proc, 30)
 
 
 def drained_as_member(daemons: LocalCluster, group: str) -> None:
@@ -143,7 +142,7 @@ def test_time_reset_reaches_a_running_consumer(cli: RunCli, daemons: LocalCluste
     reset = reset_to_earliest(cli, group, env)
     assert [q["new"] for q in reset.json()["queues"]] == [0, 0]
 
-    out, err = proc.communicate(timeout=30)
+    out, err = finish(proc, 30)
     assert proc.returncode == 0, err
     assert json.loads(out)["messages"] == 4 * PER_QUEUE  # it read the topic again from the reset point
     assert committed(daemons, group) == [PER_QUEUE] * 2  # and committed where it really stopped
@@ -169,7 +168,7 @@ def test_per_queue_reset_is_refused_while_a_consumer_runs(
     assert committed(daemons, group) == [PER_QUEUE] * 2
 
     proc.send_signal(signal.SIGINT)  # Ctrl-C: it still commits where it stopped and leaves the group
-    _, err = proc.communicate(timeout=30)
+    _, err = finish(proc, 30)
     assert proc.returncode == Interrupted.exit_code, err
     assert committed(daemons, group) == [PER_QUEUE] * 2
     assert daemons.broker.consumers.get(group) is None
@@ -224,13 +223,9 @@ def test_tail_of_a_group_is_a_member_that_follows_a_reset_and_commits_nothing_it
         env={**cli_env, **env},
         cwd=ROOT,
     )
-    lines: list[dict[str, Any]] = []
-    reader = threading.Thread(
-        target=lambda: lines.extend(json.loads(line) for line in proc.stdout or ()), daemon=True
-    )
-    reader.start()
     try:
-        wait_for(lambda: len(lines) == 2 * (PER_QUEUE - 1), "msg tail -g to read from the committed offsets")
+        first = [json.loads(read_line(proc)) for _ in range(2 * (PER_QUEUE - 1))]
+        assert sorted(m["queue_offset"] for m in first) == sorted(list(range(1, PER_QUEUE)) * 2)  # committed
         wait_for(lambda: daemons.broker.consumers.get(group) is not None, "msg tail -g to join its group")
         connections = cli("group", "connections", "-g", group, "-o", "json", env=env)
         assert connections.code == 0, connections.stderr
@@ -238,17 +233,12 @@ def test_tail_of_a_group_is_a_member_that_follows_a_reset_and_commits_nothing_it
         assert client["client_id"].endswith(f"@mqctl-{proc.pid}")
 
         reset_to_earliest(cli, group, env)
-        wait_for(
-            lambda: len(lines) == 2 * (PER_QUEUE - 1) + 2 * PER_QUEUE, "msg tail -g to read again from 0"
-        )
-        assert sorted(m["queue_offset"] for m in lines[2 * (PER_QUEUE - 1) :]) == sorted(
-            list(range(PER_QUEUE)) * 2
-        )
+        again = [json.loads(read_line(proc)) for _ in range(2 * PER_QUEUE)]  # from 0
+        assert sorted(m["queue_offset"] for m in again) == sorted(list(range(PER_QUEUE)) * 2)
         assert committed(daemons, group) == [0, 0]  # the reset is committed; where tail read to is not
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(30)  # the reader thread alone reads its stdout
-        reader.join(10)
+        finish(proc, 30)
     assert committed(daemons, group) == [0, 0]
     wait_for(lambda: daemons.broker.consumers.get(group) is None, "msg tail -g to leave its group")
 
@@ -286,4 +276,4 @@ def test_a_live_member_that_never_committed_is_reset_and_so_is_a_time_plan_file(
         wait_for(lambda: committed(daemons, group) == planned, "the time plan to be committed")
     finally:
         tail.send_signal(signal.SIGINT)
-        tail.communicate(timeout=30)
+        finish(tail, 30)

@@ -456,7 +456,7 @@ async def test_an_idle_connection_to_the_channel_is_closed_and_the_members_keep_
             host, port = addr.rsplit(":", 1)
             reader, writer = await asyncio.open_connection(host, int(port))
             idle.append((reader, writer))
-            trickles.append(asyncio.ensure_future(_trickle(writer, frame, 0.5)))
+            trickles.append(asyncio.ensure_future(_trickle(reader, writer, frame, 0.5)))
         for reader, _writer in idle:  # closed by the member: end of stream (before: never)
             assert await asyncio.wait_for(reader.read(), 20) == b""
         for trickle in trickles:
@@ -473,10 +473,14 @@ async def test_an_idle_connection_to_the_channel_is_closed_and_the_members_keep_
             await b.stop()
 
 
-async def _trickle(writer: asyncio.StreamWriter, frame: bytes, every: float) -> int:
-    """Write ``frame`` a byte every ``every`` seconds until the peer closes; the bytes written."""
+async def _trickle(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes, every: float
+) -> int:
+    """Write ``frame`` a byte every ``every`` seconds until the peer closes; the bytes written. Nothing is
+    written once the end of the stream came: the closed socket would answer it with a reset, which a
+    second write reports, and the stream's read then raises it in place of the end."""
     for sent, byte in enumerate(frame):
-        if writer.is_closing() or writer.transport.get_extra_info("socket") is None:
+        if reader.at_eof() or writer.is_closing() or writer.transport.get_extra_info("socket") is None:
             return sent
         try:
             writer.write(bytes([byte]))

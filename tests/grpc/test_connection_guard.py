@@ -17,7 +17,7 @@ import pytest
 
 from daemon.grpc.guard import ConnectionGuard, drop_filter, front_sockets, parse_sockets
 from daemon.grpc.server import HANDSHAKE_TIMEOUT_S
-from tests.support.bounded import read_line
+from tests.support.bounded import finish, read_line
 from tests.support.grpc5 import MessagingServiceStub, create_topic, grpc_cluster, pb, spb
 from tests.support.netns import peer_namespace
 from tests.support.waiting import wait_for
@@ -100,7 +100,9 @@ def test_a_host_holding_every_grpc_connection_gives_way_to_another_host(tmp_path
             assert front.guard.evicted >= 1
             assert 0 < _held_by(front.port, peer.peer_ip) < 20
         finally:
-            out, _ = flood.communicate("stop\n", timeout=30)
+            assert flood.stdin is not None
+            flood.stdin.write("stop\n")
+            out, _ = finish(flood, 30)
         assert int(out) > 20  # it did open connections again as they closed
 
 

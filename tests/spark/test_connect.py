@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.daemons import local_cluster
+from tests.support.bounded import GRACE
 from tests.support.cli import RunCli
 from tests.support.cluster_data import Sent, create_topics, send_known
 from tests.support.ports import free_port
@@ -152,8 +154,8 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            os.killpg(proc.pid, signal.SIGKILL)  # its session: the JVM and any Python worker it started
+            proc.wait(GRACE)
 
 
 def test_export_through_spark_connect_holds_the_manifests_messages(

@@ -118,6 +118,8 @@ def kill_writer(script: str, root: Path, after: int = 400) -> list[tuple[int, ..
     import subprocess
     import sys
 
+    from tests.support.bounded import read_line
+
     acked: list[tuple[int, ...]] = []
     with subprocess.Popen(
         [sys.executable, "-c", script, str(root)],
@@ -126,12 +128,11 @@ def kill_writer(script: str, root: Path, after: int = 400) -> list[tuple[int, ..
         text=True,
     ) as proc:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            if not line.endswith("\n"):  # cut by the writer's death (print's pieces are separate writes
-                break  # under PYTHONUNBUFFERED): not a line it printed
+        while len(acked) < after:
+            line = read_line(proc)  # (a writer silent for its bound is killed and fails the test)
+            if not line.endswith("\n"):  # its end, or cut by the writer's death (print's pieces are
+                break  # separate writes under PYTHONUNBUFFERED): not a line it printed
             acked.append(tuple(int(x) for x in line.split()))
-            if len(acked) >= after:
-                break
         proc.send_signal(signal.SIGKILL)
         rest = proc.stdout.read().split("\n")[:-1]  # (the last piece: a line the kill cut, or nothing)
         acked.extend(tuple(int(x) for x in line.split()) for line in rest if line.strip())

@@ -21,6 +21,9 @@ class RecordingTransport:
     def is_closing(self) -> bool:
         return self.closing
 
+    def can_write_eof(self) -> bool:
+        return False
+
     def close(self) -> None:
         self.closing = True
 

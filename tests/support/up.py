@@ -25,12 +25,17 @@ COMMAND_WITHIN = 60.0
 
 @dataclass
 class Up:
-    """A running `mqctl up`: its process, its "ready:" line, and (once stopped) its exit code."""
+    """A running `mqctl up`: its process, its "ready:" line (the last of ``said``, its log up to there),
+    and (once stopped) its exit code."""
 
     proc: subprocess.Popen[str]
-    ready: str
+    said: list[str]
     env: dict[str, str]
     code: int | None = None
+
+    @property
+    def ready(self) -> str:
+        return self.said[-1]
 
     def mq(self, *args: str) -> Any:
         """Run `mqctl ARGS -o json` against this NameServer; it must exit 0. Returns the parsed output."""
@@ -47,11 +52,14 @@ class Up:
 
 
 @asynccontextmanager
-async def mqctl_up(data: Path, cli_env: dict[str, str], ns_port: int, *args: str) -> AsyncIterator[Up]:
-    """`mqctl up --data DATA --namesrv-port NS_PORT ARGS`, ready on entry; SIGINT and reaped on exit.
+async def mqctl_up(data: Path | None, cli_env: dict[str, str], ns_port: int, *args: str) -> AsyncIterator[Up]:
+    """`mqctl up --data DATA --namesrv-port NS_PORT ARGS` (no ``--data`` for None: the default data
+    directory of ``cli_env``), ready on entry; SIGINT and reaped on exit, unless it exited already.
 
     The caller asserts on ``Up.code`` after the block, so a failure inside it is not masked."""
-    argv = [sys.executable, "-m", "mqctl", "up", "--data", str(data), "--namesrv-port", str(ns_port), *args]
+    argv = [sys.executable, "-m", "mqctl", "up", "--namesrv-port", str(ns_port), *args]
+    if data is not None:
+        argv[4:4] = ["--data", str(data)]
     # its own process group: a kill past STOP_WITHIN reaches the members it started too
     proc = subprocess.Popen(
         argv, cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True, start_new_session=True
@@ -73,13 +81,14 @@ async def mqctl_up(data: Path, cli_env: dict[str, str], ns_port: int, *args: str
                 f"mqctl up not ready in {READY_WITHIN:g} s; its log so far:\n" + "".join(seen[-40:])
             ) from None
         drain = asyncio.create_task(asyncio.to_thread(proc.stderr.read))  # its log must not fill the pipe
-        up = Up(proc, line, {**cli_env, "NAMESRV_ADDR": f"127.0.0.1:{ns_port}"})
+        up = Up(proc, seen, {**cli_env, "NAMESRV_ADDR": f"127.0.0.1:{ns_port}"})
         yield up
     except BaseException:
         failed = True
         raise
     finally:
-        os.kill(proc.pid, signal.SIGINT)
+        if proc.poll() is None:  # (the test may have stopped it: `broker stop`)
+            os.kill(proc.pid, signal.SIGINT)
         try:
             code = await asyncio.to_thread(proc.wait, STOP_WITHIN)
         except subprocess.TimeoutExpired:
@@ -89,7 +98,7 @@ async def mqctl_up(data: Path, cli_env: dict[str, str], ns_port: int, *args: str
             failed = True
         log = await drain if drain is not None else ""
         if failed:  # the logs go with the tmp dir: shown with the failure (pytest prints captured output)
-            print_logs(log, data)
+            print_logs(log, data if data is not None else Path(cli_env["MQCTL_DATA_DIR"]))
     up.code = code
 
 
