@@ -174,7 +174,7 @@ def clean(
         first = "Run recovery, then remove" if rep.recovery else "Remove"
         confirm(f"{first} {len(rep.removes)} file(s) from {store}?", yes=yes)
 
-    from store.errors import StoreLockedError
+    from store import StoreLockedError
 
     try:
         rep = retention.store_clean(
