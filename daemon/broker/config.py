@@ -280,10 +280,10 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     #: mqctl's: long-polling pulls one connection may have held (a consumer holds one per queue it reads,
     #: every group of its process sharing the connection); past it a pull that finds nothing is answered
     #: at once, as a pull without the suspend flag is (0: no bound).
-    max_held_pulls_per_connection: int = 1024
+    max_held_pulls_per_connection: int = 4096
     #: mqctl's: held pulls of all one host's connections beyond loopback (0: no bound); a host behind
     #: which many consumers share an address (NAT) may need more.
-    max_held_pulls_per_host: int = 8192
+    max_held_pulls_per_host: int = 16384
     notify_consumer_ids_changed_enable: bool = True
     slave_read_enable: bool = False
     enable_property_filter: bool = False

@@ -242,5 +242,5 @@ async def test_the_bounds_are_not_changed_over_the_wire(broker: BrokerHandle) ->
     for key in ("maxHeldPullsPerConnection", "maxHeldPullsPerHost"):
         update = await broker.call(RequestCode.UPDATE_BROKER_CONFIG, body=f"{key}=0\n".encode())
         assert update.code != ResponseCode.SUCCESS and key in (update.remark or "")
-    assert broker.broker.config.max_held_pulls_per_connection == 1024
-    assert broker.broker.config.max_held_pulls_per_host == 8192
+    assert broker.broker.config.max_held_pulls_per_connection == 4096
+    assert broker.broker.config.max_held_pulls_per_host == 16384
