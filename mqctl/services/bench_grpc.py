@@ -15,24 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from mqctl.admin.client import Admin
-from mqctl.errors import NotFoundError, UsageError
+from mqctl.errors import NotFoundError
 from mqctl.services.bench import BenchResult, Run, Ticker, result, running
+from mqctl.services.grpc5_client import official_client
 from mqctl.services.topics import masters_of_topic
 
 #: The broker config keys that say where its gRPC front listens (daemon.broker.config).
 GRPC_PORT_KEY = "grpcListenPort"
 GRPC_ENABLE_KEY = "grpcEnable"
-
-
-def _client() -> Any:
-    """The official 5.x client's module (a UsageError naming the extra when it is not installed)."""
-    try:
-        import rocketmq
-    except ImportError:
-        rocketmq = None
-    if rocketmq is None or not hasattr(rocketmq, "SimpleConsumer"):
-        raise UsageError("--grpc drives the official 5.x Python client: pip install 'mqctl[grpc]'")
-    return rocketmq
 
 
 async def grpc_endpoint(admin: Admin, topic: str) -> str:
@@ -90,7 +80,7 @@ async def produce_grpc(
     tick: Ticker | None = None,
 ) -> BenchResult:
     """``threads`` senders sharing one official Producer, ``count`` messages or ``duration`` seconds."""
-    rocketmq = _client()
+    rocketmq = official_client()
     endpoint = await grpc_endpoint(admin, topic)
     producer = rocketmq.Producer(_configuration(rocketmq, endpoint), (topic,))
     await asyncio.to_thread(producer.startup)
@@ -135,7 +125,7 @@ async def consume_grpc(
 ) -> BenchResult:
     """One official SimpleConsumer of ``group`` receiving batches of 32 and acking each message, until
     ``count`` messages or ``idle_s`` seconds without one; RT is each receive call's."""
-    rocketmq = _client()
+    rocketmq = official_client()
     endpoint = await grpc_endpoint(admin, topic)
     consumer = rocketmq.SimpleConsumer(
         _configuration(rocketmq, endpoint),

@@ -40,7 +40,7 @@ def test_group_connections_and_producers_list_5x_clients(cli: RunCli, tmp_path: 
     with grpc_cluster(tmp_path) as cluster:
         create_topic(cluster, "Jobs")
         env = {"NAMESRV_ADDR": cluster.namesrv_addr}
-        with producer(cluster, ("Jobs",)) as p, simple_consumer(cluster, "Workers", "Jobs") as c:
+        with producer(cluster, ("Jobs",)) as p, simple_consumer(cluster, "Workers", "Jobs", joined=True) as c:
             p.send(message("Jobs", b"x"))
             receive_all(c, 1)
             shown = cli("group", "connections", "-g", "Workers", "-o", "json", env=env)
@@ -103,7 +103,7 @@ def test_group_show_lists_its_5x_clients(cli: RunCli, tmp_path: Path) -> None:
     with grpc_cluster(tmp_path) as cluster:
         create_topic(cluster, "Jobs")
         env = {"NAMESRV_ADDR": cluster.namesrv_addr}
-        with simple_consumer(cluster, "Workers", "Jobs"):
+        with simple_consumer(cluster, "Workers", "Jobs", joined=True):
             shown = cli("group", "show", "-g", "Workers", "-o", "json", env=env)
             assert shown.code == 0, shown.stderr
             group = shown.json()

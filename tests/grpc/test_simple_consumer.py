@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mqctl.services.grpc5_client import on_client_loop
 from tests.support.grpc5 import (
+    RpcClient,
     create_group,
     create_topic,
     grpc_cluster,
@@ -82,3 +87,39 @@ def test_a_message_never_acked_goes_to_the_dlq_after_max_attempts(tmp_path: Path
             assert [m.uniq_key for m in dead] == [sent]
             time.sleep(1.5)
             assert c.receive(32, 30) == []  # not delivered a third time
+
+
+def replied_first(method: Callable[..., Future[Any]]) -> Callable[..., Future[Any]]:
+    """``method`` returning its future only once its reply came: the order a busy host makes by chance."""
+
+    def call(*args: Any, **kwargs: Any) -> Future[Any]:
+        future = method(*args, **kwargs)
+        wait([future], timeout=30)
+        return future
+
+    return call
+
+
+def test_a_route_reply_that_comes_before_its_callback_still_opens_the_telemetry_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unguarded = RpcClient.query_topic_route_async.__wrapped__
+    monkeypatch.setattr(
+        RpcClient,
+        "query_topic_route_async",
+        on_client_loop(replied_first(unguarded), RpcClient.get_channel_io_loop),
+    )
+    with grpc_cluster(tmp_path) as cluster:
+        create_topic(cluster, "Jobs")
+        with producer(cluster, ("Jobs",)) as p:
+            sent = p.send(message("Jobs", b"first")).message_id
+
+        def consume() -> None:
+            with simple_consumer(cluster, "Workers", "Jobs", joined=True) as c:  # its Settings came
+                [got] = receive_all(c, 1)  # its route was kept
+                assert got.message_id == sent
+                c.ack(got)
+
+        # (in a thread of its own: no asyncio loop there, in whatever state earlier tests left the main one)
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(consume).result(timeout=90)
