@@ -436,7 +436,16 @@ async def show(admin: Admin, group: str, *, cluster: str | None = None) -> Group
     tables = await _configs(admin, cluster, partial=True)
     configs = [table[group] for table in tables.values() if group in table]
     if not configs:
-        raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
+        # clients of a group the brokers do not create on use (autoCreateSubscriptionGroup=false) are
+        # registered all the same: "not found" alone sent the operator looking for a typo
+        online = (await connections(admin, group, cluster=cluster))["clients"]
+        if not online:
+            raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
+        raise NotFoundError(
+            f"group {group!r} has no subscription config on any master, yet {len(online)} of its clients"
+            " are online",
+            hint=f"create it with 'mqctl group create -g {group}'; 'mqctl group connections -g {group}' lists them",
+        )
     online = await connections(admin, group, cluster=cluster, known=True)
     try:
         queues = await progress(admin, group, topic=None, lag_over=None, cluster=cluster)

@@ -112,3 +112,20 @@ def test_group_show_lists_its_5x_clients(cli: RunCli, tmp_path: Path) -> None:
             assert (client["language"], client["version_name"]) == ("PYTHON", "V5_1_2")
             table = cli("group", "show", "-g", "Workers", env=env)
             assert table.code == 0 and "V5_1_2" in table.stdout, table.stdout
+
+
+def test_group_show_of_a_group_without_config_says_its_5x_clients_are_online(
+    cli: RunCli, tmp_path: Path
+) -> None:
+    """A broker that creates no group on use still registers its consumers: 'not found' alone sent the
+    operator looking for a typo while the group's clients were online."""
+    with grpc_cluster(tmp_path, auto_create_subscription_group=False) as cluster:
+        create_topic(cluster, "Jobs")
+        env = {"NAMESRV_ADDR": cluster.namesrv_addr}
+        with simple_consumer(cluster, "Workers", "Jobs", joined=True):
+            shown = cli("group", "show", "-g", "Workers", env=env)
+            assert shown.code == 3, shown.stderr
+            assert "no subscription config on any master, yet 1 of its clients are online" in shown.stderr
+            assert "mqctl group create -g Workers" in shown.stderr
+        gone = cli("group", "show", "-g", "Workers", env=env)  # its client left: a group nowhere
+        assert gone.code == 3 and "group 'Workers' not found" in gone.stderr, gone.stderr
