@@ -11,11 +11,13 @@ from tests.support.cli import RunCli
 from tests.support.grpc5 import (
     create_topic,
     grpc_cluster,
+    joined,
     message,
     producer,
     receive_all,
     simple_consumer,
     stored,
+    wait_for,
 )
 
 pytestmark = pytest.mark.slow
@@ -40,7 +42,7 @@ def test_group_connections_and_producers_list_5x_clients(cli: RunCli, tmp_path: 
     with grpc_cluster(tmp_path) as cluster:
         create_topic(cluster, "Jobs")
         env = {"NAMESRV_ADDR": cluster.namesrv_addr}
-        with producer(cluster, ("Jobs",)) as p, simple_consumer(cluster, "Workers", "Jobs", joined=True) as c:
+        with producer(cluster, ("Jobs",)) as p, simple_consumer(cluster, "Workers", "Jobs", listed=True) as c:
             p.send(message("Jobs", b"x"))
             receive_all(c, 1)
             shown = cli("group", "connections", "-g", "Workers", "-o", "json", env=env)
@@ -50,6 +52,7 @@ def test_group_connections_and_producers_list_5x_clients(cli: RunCli, tmp_path: 
             assert len(clients) == 1, group
             assert clients[0]["language"] == "PYTHON" and clients[0]["version_name"] == "V5_1_2", clients
             assert group["consume_type"] == "CONSUME_ACTIVELY"  # a SimpleConsumer (5.x Proxy's naming)
+            wait_for(lambda: joined(cluster, "Jobs", p.client_id, producer=True))  # (its Settings came)
             producers = cli("group", "producers", "-g", "Jobs", "-o", "json", env=env)
             assert producers.code == 0, producers.stderr
             assert "PYTHON" in producers.stdout
@@ -103,7 +106,7 @@ def test_group_show_lists_its_5x_clients(cli: RunCli, tmp_path: Path) -> None:
     with grpc_cluster(tmp_path) as cluster:
         create_topic(cluster, "Jobs")
         env = {"NAMESRV_ADDR": cluster.namesrv_addr}
-        with simple_consumer(cluster, "Workers", "Jobs", joined=True):
+        with simple_consumer(cluster, "Workers", "Jobs", listed=True):
             shown = cli("group", "show", "-g", "Workers", "-o", "json", env=env)
             assert shown.code == 0, shown.stderr
             group = shown.json()
@@ -122,7 +125,7 @@ def test_group_show_of_a_group_without_config_says_its_5x_clients_are_online(
     with grpc_cluster(tmp_path, auto_create_subscription_group=False) as cluster:
         create_topic(cluster, "Jobs")
         env = {"NAMESRV_ADDR": cluster.namesrv_addr}
-        with simple_consumer(cluster, "Workers", "Jobs", joined=True):
+        with simple_consumer(cluster, "Workers", "Jobs", listed=True):
             shown = cli("group", "show", "-g", "Workers", env=env)
             assert shown.code == 3, shown.stderr
             assert "no subscription config on any master, yet 1 of its clients are online" in shown.stderr

@@ -115,7 +115,7 @@ def test_a_route_reply_that_comes_before_its_callback_still_opens_the_telemetry_
             sent = p.send(message("Jobs", b"first")).message_id
 
         def consume() -> None:
-            with simple_consumer(cluster, "Workers", "Jobs", joined=True) as c:  # its Settings came
+            with simple_consumer(cluster, "Workers", "Jobs", listed=True) as c:  # its Settings came
                 [got] = receive_all(c, 1)  # its route was kept
                 assert got.message_id == sent
                 c.ack(got)

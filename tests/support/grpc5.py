@@ -140,10 +140,10 @@ def create_group(
 
 @contextmanager
 def simple_consumer(
-    cluster: LocalCluster, group: str, topic: str, *, joined: bool = False, **options: Any
+    cluster: LocalCluster, group: str, topic: str, *, listed: bool = False, **options: Any
 ) -> Iterator[Any]:
     """A started official SimpleConsumer of `topic` (every tag), `await_duration` 2 s unless given.
-    `joined`: once the broker lists it in `group` too (its startup returns before its Settings, sent on
+    `listed`: once the broker lists it in `group` too (its startup returns before its Settings, sent on
     its Telemetry stream, reach the broker: what the broker's connection listings show)."""
     from rocketmq import FilterExpression, SimpleConsumer
 
@@ -152,17 +152,20 @@ def simple_consumer(
     made = SimpleConsumer(client_config(cluster, ak, sk), group, {topic: FilterExpression("*")}, **options)
     made.startup()
     try:
-        if joined:
-            wait_for(lambda: consumer_joined(cluster, group, made.client_id))
+        if listed:
+            wait_for(lambda: joined(cluster, group, made.client_id))
         yield made
     finally:
         made.shutdown()
 
 
-def consumer_joined(cluster: LocalCluster, group: str, client_id: str) -> bool:
-    """Whether the broker lists the client `client_id` among `group`'s consumers (read on its loop)."""
+def joined(cluster: LocalCluster, group: str, client_id: str, *, producer: bool = False) -> bool:
+    """Whether the broker lists the client `client_id` among `group`'s consumers (`producer`: among the
+    producers of `group`, a topic's name for a 5.x producer), read on its loop."""
 
     async def listed() -> bool:
+        if producer:
+            return client_id in {c.client_id for c in cluster.broker.producers.groups.get(group, {}).values()}
         info = cluster.broker.consumers.get(group)
         return info is not None and client_id in info.client_ids()
 
