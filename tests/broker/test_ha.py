@@ -435,7 +435,7 @@ async def test_a_report_sent_a_byte_at_a_time_is_closed_at_the_housekeeping_inte
     namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
     await namesrv.controller.start()
     broker = await start_broker(
-        tmp_path / "m", namesrv_addr=namesrv.addr, **{**SMALL, "ha_housekeeping_interval": 2000}
+        tmp_path / "m", namesrv_addr=namesrv.addr, **{**SMALL, "ha_housekeeping_interval": 4000}
     )
     try:
         r = await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)  # a slave on this host
@@ -450,18 +450,20 @@ async def test_a_report_sent_a_byte_at_a_time_is_closed_at_the_housekeeping_inte
             ended.set()
 
         heartbeats = asyncio.ensure_future(read_heartbeats())
-        for _ in range(4):  # whole reports 0.8 s apart: each one is a sign of life
+        # whole reports 0.5 s apart: each one is a sign of life (a loop stalled for less than 3.5 s on a
+        # busy host, the master's included, finds the next one in time)
+        for _ in range(4):
             writer.write(report)
             await writer.drain()
-            await asyncio.sleep(0.8)
+            await asyncio.sleep(0.5)
         assert not ended.is_set()
         sent = 0
-        for byte in report * 5:  # 0.5 s a byte: a report takes 4 s, twice the interval
+        for byte in report * 5:  # 0.7 s a byte: a report takes 5.6 s, over the interval
             if ended.is_set():
                 break
             writer.write(bytes([byte]))
             sent += 1
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.7)
         await asyncio.wait_for(ended.wait(), 10)
         await heartbeats
         assert sent < len(report) + 2  # closed before the first report sent so was whole (before: never)
