@@ -438,11 +438,11 @@ async def show(admin: Admin, group: str, *, cluster: str | None = None) -> Group
     if not configs:
         # clients of a group the brokers do not create on use (autoCreateSubscriptionGroup=false) are
         # registered all the same: "not found" alone sent the operator looking for a typo
-        online = (await connections(admin, group, cluster=cluster))["clients"]
-        if not online:
+        clients = (await connections(admin, group, cluster=cluster))["clients"]
+        if not clients:
             raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
         raise NotFoundError(
-            f"group {group!r} has no subscription config on any master, yet {len(online)} of its clients"
+            f"group {group!r} has no subscription config on any master, yet {len(clients)} of its clients"
             " are online",
             hint=f"create it with 'mqctl group create -g {group}'; 'mqctl group connections -g {group}' lists them",
         )

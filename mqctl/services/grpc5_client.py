@@ -41,7 +41,7 @@ def official_client() -> Any:
     return rocketmq
 
 
-def guard_callbacks(rpc_client: type) -> None:
+def guard_callbacks(rpc_client: Any) -> None:
     """Make the futures of ``rpc_client``'s :data:`GUARDED` methods run their callbacks on the client's
     loop (once per class: the guard is not stacked)."""
     if getattr(rpc_client, _GUARD, False):
@@ -67,7 +67,10 @@ def on_client_loop(method: Callable[..., Future[Any]], loop: Callable[[], Any]) 
             else:
                 io_loop.call_soon_threadsafe(callback, done)
 
-        future.add_done_callback = lambda callback: add(functools.partial(deliver, callback))  # type: ignore[method-assign]
+        def add_on_loop(fn: Callable[[Future[Any]], object]) -> None:
+            add(functools.partial(deliver, fn))
+
+        future.add_done_callback = add_on_loop  # type: ignore[method-assign]
         return future
 
     return wrapped
