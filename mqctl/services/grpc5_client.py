@@ -4,10 +4,13 @@ tests do.
 The client (5.1.x) sends its requests from a loop of its own, in its own thread, and handles a route reply
 in a callback. It adds that callback to the reply's future after sending the request: when the reply came
 first (a busy host, a broker in the same process), the future runs the callback at once in the caller's
-thread. The callback opens the client's Telemetry stream, which grpc's asyncio API can do only on the
-client's loop: in any other thread it fails, the client keeps no route ("failed to fetch topic route" at its
-next send or receive) and sends no Settings (a consumer's group is never joined). :func:`guard_callbacks`
-runs those callbacks on the client's loop, as they run when the reply comes later.
+thread: the application's at startup or a send or receive, the client's own scheduler thread at its route
+refresh. The callback opens the client's Telemetry stream to an endpoint new to it, which grpc's asyncio API
+can do only on the client's loop: in any other thread it fails and the route is not kept. The client then
+has no route ("failed to fetch topic route" at its next send or receive) and sends no Settings (a
+consumer's group is never joined), or keeps the old route after a failover (its receives go to a slave)
+until a later refresh. :func:`guard_callbacks` runs those callbacks on the client's loop, as they run when
+the reply comes later.
 """
 
 from __future__ import annotations
