@@ -32,7 +32,12 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub  # noqa
 from rocketmq.v5.client.connection.rpc_client import RpcClient  # noqa: E402
 from rocketmq.v5.util.misc import Misc  # noqa: E402
 
-__all__ = ["MessagingServiceStub", "RpcClient", "pb", "spb"]  # the raw v2 API, for tests on the wire
+__all__ = [
+    "MessagingServiceStub",
+    "RpcClient",
+    "pb",
+    "spb",
+]  # the raw v2 API (tests on the wire), the RPC class
 
 # The client learns its own address by "connecting" a UDP socket to a public address (no packet is sent):
 # here it is told, so nothing looks beyond this machine.
