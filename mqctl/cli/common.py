@@ -391,6 +391,7 @@ def render_every(produce: Callable[[], Any], output: str, watch: float | None = 
     stream = None if output == "table" else RowStream(output)
     try:
         while True:
+            taken_at_ms = int(time.time() * 1000)  # when this refresh's reads began
             result = produce()
             if stream is None and console.is_terminal:
                 console.clear()
@@ -398,7 +399,7 @@ def render_every(produce: Callable[[], Any], output: str, watch: float | None = 
                 f"{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop", style="dim"
             )
             if stream is not None:
-                stream.rows(result)
+                stream.rows(result, taken_at_ms=taken_at_ms)
             else:
                 render(result, output)
             time.sleep(watch)
