@@ -177,9 +177,27 @@ def stop(
 
 
 def note_address(broker: Broker) -> str:
-    """Record where ``broker`` listens in its store (:data:`ADDR_FILE`) and return the address."""
-    (Path(broker.config.store_path_root_dir) / ADDR_FILE).write_text(broker.addr + "\n")
+    """Record where ``broker`` listens in its store (:data:`ADDR_FILE`: its address, then ``metrics=URL``
+    and ``grpc=HOST:PORT`` for the listeners it runs) and return the address."""
+    host = broker.addr.rpartition(":")[0]
+    lines = [broker.addr]
+    if broker.metrics_port:
+        lines.append(f"metrics=http://{host}:{broker.metrics_port}/metrics")
+    if broker.grpc is not None:
+        lines.append(f"grpc={host}:{broker.grpc.port}")
+    (Path(broker.config.store_path_root_dir) / ADDR_FILE).write_text("".join(f"{line}\n" for line in lines))
     return broker.addr
+
+
+def noted_address(store: Path) -> tuple[str, dict[str, str]] | None:
+    """What :func:`note_address` recorded in ``store``: the address and the other listeners by name
+    (``metrics``, ``grpc``); None while no broker has recorded one."""
+    try:
+        first, *rest = (store / ADDR_FILE).read_text().splitlines()
+    except (FileNotFoundError, ValueError):  # not written yet, or empty: written, not yet flushed
+        return None
+    pairs = (line.partition("=") for line in rest)
+    return first.strip(), {name: value.strip() for name, sep, value in pairs if sep}
 
 
 def _running(cfg: BrokerConfig) -> Running | None:
@@ -205,12 +223,14 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt =
     running = _running(cfg)
     result: dict[str, Any] = {"state": "stopped", "store": cfg.store_path_root_dir}
     if running is not None:
-        noted = Path(cfg.store_path_root_dir) / ADDR_FILE
-        if running.detected_by != "port" and noted.exists():  # the store's own broker: where it listens
-            address = probe_at = noted.read_text().strip()
+        noted = noted_address(Path(cfg.store_path_root_dir))
+        listeners: dict[str, str] = {}
+        if running.detected_by != "port" and noted is not None:  # the store's own broker: where it listens
+            address = probe_at = noted[0]
+            listeners = noted[1]
         else:
             address, probe_at = cfg.broker_addr, f"{local_host(cfg.listen_host)}:{cfg.listen_port}"
-        result.update(state="running", **running.fields(), address=address)
+        result.update(state="running", **running.fields(), address=address, **listeners)
         result.update(probe(probe_at, "broker"))
     render(result, output)
     if running is None:

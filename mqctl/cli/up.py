@@ -69,11 +69,13 @@ class DLedgerGroup:
         import asyncio
         import sys
 
+        from mqctl.cli.broker import ADDR_FILE, noted_address
         from mqctl.services.processes import port_open
 
         await self.namesrv.start()
         try:
             for conf in self.confs:
+                (conf.parent / ADDR_FILE).unlink(missing_ok=True)  # a killed run's: not this member's
                 text = conf.read_text().splitlines(keepends=True)
                 text = [line for line in text if not line.startswith("namesrvAddr=")]
                 conf.write_text("".join(text) + f"namesrvAddr={self.host}:{self.namesrv.port}\n")
@@ -87,7 +89,8 @@ class DLedgerGroup:
                         raise DaemonError(
                             f"member {addr} exited (code {proc.returncode}): see {conf.parent}/broker.log"
                         )
-                    if await asyncio.to_thread(port_open, host, int(port)):
+                    # listening, and its address file names its other listeners (metrics, gRPC)
+                    if noted_address(conf.parent) and await asyncio.to_thread(port_open, host, int(port)):
                         break
                     await asyncio.sleep(0.1)
                 else:
@@ -119,6 +122,16 @@ class DLedgerGroup:
                 proc.wait()
         self.procs = []
         await self.namesrv.stop()
+
+
+def member_listeners(store: Path) -> str:
+    """``, metrics URL, gRPC HOST:PORT``: a member's other listeners, as its address file names them."""
+    from mqctl.cli.broker import noted_address
+
+    noted = noted_address(store)
+    listeners = noted[1] if noted is not None else {}
+    metrics = f", metrics {listeners['metrics']}" if "metrics" in listeners else ""
+    return metrics + (f", gRPC (5.x clients) {listeners['grpc']}" if "grpc" in listeners else "")
 
 
 async def watch_members(
@@ -368,8 +381,8 @@ def up(
             (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")
             noted.append(root / "namesrv" / ADDR_FILE)
             members = ", ".join(
-                f"n{i} {addr} (pid {p.pid})"
-                for i, (addr, p) in enumerate(zip(addrs, group.procs, strict=True))
+                f"n{i} {addr} (pid {p.pid}{member_listeners(conf.parent)})"
+                for i, (addr, p, conf) in enumerate(zip(addrs, group.procs, confs, strict=True))
             )
             stderr_console().print(
                 f"ready: NameServer {host}:{namesrv.port}, DLedger group broker-a: {members}; logs in "
