@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +183,17 @@ def test_deleting_a_missing_account_is_not_found_unless_if_exists(mq: RunCli) ->
     soft = mq("acl", "delete", "-a", "nobody9", "--yes", "--if-exists", "-o", "json", env=ADMIN_ENV)
     assert soft.code == 0, soft.stderr
     assert [row["action"] for row in soft.json()] == ["missing"]
+
+
+def test_bench_signs_each_send_with_its_own_client_id(mq: RunCli) -> None:
+    """A signed bench send's signature covers its UNIQ_KEY: each send is signed with its own key, so every
+    one is accepted and each message has a key of its own."""
+    assert mq("topic", "create", "-t", "AclBench", env=ADMIN_ENV).code == 0
+    sent = mq(
+        "bench", "produce", "-t", "AclBench", "--threads", "2", "--count", "4", "-o", "json", env=ADMIN_ENV
+    )
+    assert sent.code == 0, sent.stderr
+    assert (sent.json()["messages"], sent.json()["failures"]) == (4, 0)
+    tail = mq("msg", "tail", "-t", "AclBench", "--from", "earliest", "--exit", "-o", "json", env=ADMIN_ENV)
+    assert tail.code == 0, tail.stderr
+    assert len({json.loads(line)["unique_key"] for line in tail.stdout.splitlines()}) == 4
