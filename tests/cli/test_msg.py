@@ -288,8 +288,16 @@ def test_query_by_id_and_by_unique_key(mq: Callable[..., CliResult], daemons: Lo
     shown = ok(mq("msg", "query", "--id", sent["msg_id"], "-o", "json"))
     assert (shown["body"], shown["keys"], shown["topic"]) == ("find me", "by-id", OTHER)
     assert shown["store_host"] == daemons.broker_addr
-    (by_uniq,) = ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["unique_key"], "-o", "json"))
+    by_uniq = ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["unique_key"], "-o", "json"))
     assert by_uniq["msg_id"] == sent["msg_id"]
+    # one shape: --unique-key printed a list (a row) where --id printed the record (key/value pairs)
+    by_id = ok(mq("msg", "query", "--id", sent["unique_key"], "-o", "json"))
+    assert by_uniq == by_id and by_uniq["found_by"] == "unique_key"
+    assert (
+        ok(mq("msg", "query", "--unique-key", sent["unique_key"].lower(), "-o", "json")) == by_id
+    )  # any topic
+    table = mq("msg", "query", "-t", OTHER, "--unique-key", sent["unique_key"])
+    assert table.code == 0 and "KEY" in table.stdout and "VALUE" in table.stdout, table.stdout
 
 
 def test_query_by_id_takes_the_client_id_send_prints_and_says_which_kind_it_found(
