@@ -32,10 +32,16 @@ from daemon.remoting.errors import (
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
-from mqctl.errors import ConnectError, NotFoundError, NothingReadError, StoreError, UsageError
+from mqctl.errors import AuthError, ConnectError, NotFoundError, NothingReadError, StoreError, UsageError
 from mqctl.output import Rows, json_text
 from mqctl.services.fanout import each_broker
-from mqctl.services.topics import readers_of_topic, route_masters, route_or_not_found, route_readers
+from mqctl.services.topics import (
+    perm_text,
+    readers_of_topic,
+    route_masters,
+    route_or_not_found,
+    route_readers,
+)
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
 from mqctl.units import time_fields, when
@@ -333,6 +339,18 @@ def _refuse_masterless(route: TopicRouteData, topic: str) -> None:
         )
 
 
+def _refuse_read_only(route: TopicRouteData, topic: str) -> None:
+    """A topic whose every queue's permission takes no writes (perm r, or its brokers' write permission
+    wiped): a refusal, as the broker's own to such a send (NO_PERMISSION), not a topic not found."""
+    if route.queue_datas and not any(q.perm & PermName.WRITE for q in route.queue_datas):
+        perms = ", ".join(sorted({f"{q.broker_name} {perm_text(q.perm)}" for q in route.queue_datas}))
+        raise AuthError(
+            f"topic {topic!r} takes no sends: its permission is read-only ({perms})",
+            hint=f"mqctl topic update -t {topic} --perm rw; a broker whose write permission was wiped: "
+            "mqctl broker add-write-perm BROKER",
+        )
+
+
 def pick(refs: list[QueueRef], *, broker: str | None, queue: int | None, topic: str) -> list[QueueRef]:
     """Narrow queues to ``--broker`` (address or broker name) and ``--queue``."""
     out = [r for r in refs if broker is None or broker in (r.addr, r.broker_name)]
@@ -441,6 +459,7 @@ async def _send_queues(admin: Admin, topic: str, *, create: bool) -> tuple[list[
         refs = queues(route, write=True)
         if not refs:
             _refuse_masterless(route, topic)
+            _refuse_read_only(route, topic)
         return refs, False
     if not create:
         raise NotFoundError(
