@@ -162,18 +162,27 @@ def stop(
 ) -> None:
     """Stop the broker running on a store, whoever started it (found by pid file, store lock or port):
     SIGTERM, then wait for a clean shutdown."""
-    from mqctl.cli.daemons import terminate
     from mqctl.output import stderr_console
 
     cfg = load(config, {"store_path_root_dir": str(store) if store else None})
-    running = _running(cfg)
+    running = stop_running(cfg, timeout)
     if running is None:
         stderr_console().print(f"no broker is running on {cfg.store_path_root_dir}")
         return
+    stderr_console().print(f"stopped broker (pid {running.pid}, {running.process or 'unknown process'})")
+
+
+def stop_running(cfg: BrokerConfig, timeout: float) -> Running | None:
+    """Stop the broker running on ``cfg``'s store, whoever started it: what was stopped, None when none runs."""
+    from mqctl.cli.daemons import terminate
+
+    running = _running(cfg)
+    if running is None:
+        return None
     terminate(
         running, cfg.listen_port, main_class="BrokerStartup", name="broker", what="broker", timeout=timeout
     )
-    stderr_console().print(f"stopped broker (pid {running.pid}, {running.process or 'unknown process'})")
+    return running
 
 
 def note_address(broker: Broker) -> str:

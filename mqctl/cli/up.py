@@ -121,7 +121,28 @@ class DLedgerGroup:
                 proc.kill()
                 proc.wait()
         self.procs = []
+        await asyncio.to_thread(stop_restarted, self.confs)
         await self.namesrv.stop()
+
+
+def stop_restarted(confs: list[Path], timeout: float = 30.0) -> None:
+    """Stop each member that runs on its store though not as up's child: one restarted by hand with
+    'broker start -c CONF --daemon', as the warning of its exit says to. Ctrl-C stops all: left running,
+    it would hold the group's ports and store, and the next 'up' would find them taken."""
+    import logging
+
+    from mqctl.cli.broker import load, stop_running
+    from mqctl.errors import MqctlError
+
+    log = logging.getLogger(__name__)
+    for conf in confs:
+        try:
+            stopped = stop_running(load(conf, {}), timeout)
+        except MqctlError as exc:  # (another process on its port: not ours to stop)
+            log.warning("member %s: not stopped: %s", conf, exc)
+            continue
+        if stopped is not None:
+            log.warning("stopped the member restarted outside up (pid %s, %s)", stopped.pid, conf)
 
 
 def member_listeners(store: Path) -> str:
