@@ -359,6 +359,18 @@ def online(work: Callable[[Admin], Awaitable[Any]], *, timeout: float = 5.0) -> 
     )
 
 
+def warn_not_kept(result: Any, why: str) -> Any:
+    """``result``, after a warning line for each setting a broker took without keeping it (its
+    ``not_kept``: a 4.9.x broker answers success to 5.x fields it drops), saying what follows."""
+    import sys
+
+    from mqctl.output import printable
+
+    for line in result.get("not_kept", []) if isinstance(result, dict) else []:
+        sys.stderr.write(f"mqctl: warning: {printable(line, newlines=False)}: {why}\n")
+    return result
+
+
 def read_all(produce: Callable[[], T]) -> T:
     """``produce()``, then one warning line on stderr per broker its reads could not read (ACL denied,
     timed out, down): the result holds what the others answered."""
