@@ -90,7 +90,9 @@ class DLedgerGroup:
                             f"member {addr} exited (code {proc.returncode}): see {conf.parent}/broker.log"
                         )
                     # listening, and its address file names its other listeners (metrics, gRPC)
-                    if noted_address(conf.parent) and await asyncio.to_thread(port_open, host, int(port)):
+                    if noted_address(conf.parent) is not None and await asyncio.to_thread(
+                        port_open, host, int(port)
+                    ):
                         break
                     await asyncio.sleep(0.1)
                 else:
