@@ -133,14 +133,17 @@ def stop_restarted(confs: list[Path], timeout: float = 30.0) -> None:
     it would hold the group's ports and store, and the next 'up' would find them taken."""
     import logging
 
+    from daemon.config import ConfigError
     from mqctl.cli.broker import load, stop_running
     from mqctl.errors import MqctlError
 
     log = logging.getLogger(__name__)
     for conf in confs:
+        if not conf.exists():  # (nothing was ever started on it)
+            continue
         try:
             stopped = stop_running(load(conf, {}), timeout)
-        except MqctlError as exc:  # (another process on its port: not ours to stop)
+        except (MqctlError, ConfigError, OSError) as exc:  # (another process on its port: not ours to stop)
             log.warning("member %s: not stopped: %s", conf, exc)
             continue
         if stopped is not None:
