@@ -39,28 +39,21 @@ async def test_the_ready_line_names_each_members_metrics_and_grpc(
             for _, _, url, _ in members:
                 assert (await http.get(url)).status_code == 200, url
         assert len({m[3] for m in members}) == 3
-        status = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "mqctl",
-                "broker",
-                "status",
-                "--store",
-                str(data / "store-broker-a-n1"),
-                "-o",
-                "json",
-            ],
-            cwd=ROOT,
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
+        status = await _mqctl(
+            cli_env, "broker", "status", "--store", str(data / "store-broker-a-n1"), "-o", "json"
         )
         assert status.returncode == 0, status.stderr
         shown = json.loads(status.stdout)
         assert (shown["address"], shown["metrics"], shown["grpc"]) == members[1][1:], shown
     assert up.code == 0
+
+
+async def _mqctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``mqctl ARGS`` in a process of its own, off the test's loop."""
+    argv = [sys.executable, "-m", "mqctl", *args]
+    return await asyncio.to_thread(
+        subprocess.run, argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -87,15 +80,7 @@ async def test_ctrl_c_stops_a_member_restarted_with_broker_start_daemon(
         first = int(pidfile.read_text().split()[0])
         os.kill(first, signal.SIGKILL)
         await wait_until(lambda: not _alive(first) or _zombie(first), 30)
-        started = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf), "--daemon"],
-            cwd=ROOT,
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        started = await _mqctl(cli_env, "broker", "start", "-c", str(conf), "--daemon")
         assert started.returncode == 0, started.stderr
         again = int(pidfile.read_text().split()[0])
         assert again != first and _alive(again)
