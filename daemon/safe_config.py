@@ -153,13 +153,19 @@ def refuse_unsafe(
                     f"{key.strip()}={number}: lower than {now}, it lets the next cleanup delete messages "
                     f"sooner; {UNTRUSTED}",
                 )
-        floor_why = FORCE_FLOORS.get(name)
-        if floor_why is None or forced:
-            continue
-        floor, why = floor_why
-        if number < floor:
+        under = None if forced else under_floor(key, value)
+        if under is not None:
             raise RemotingCommandError(
                 ResponseCode.NO_PERMISSION,
-                f"{key.strip()}={number}: under {floor}{why}, read or not; such values need "
-                f"'mqctl broker config set --force', and {UNTRUSTED}",
+                f"{under}; such values need 'mqctl broker config set --force', and {UNTRUSTED}",
             )
+
+
+def under_floor(key: str, value: str) -> str | None:
+    """Why ``key=value`` is under its floor (FORCE_FLOORS: it needs --force), or None when it is not."""
+    floor_why = FORCE_FLOORS.get(snake_case(key.strip()))
+    number = _number(value)
+    if floor_why is None or number is None or number >= floor_why[0]:
+        return None
+    floor, why = floor_why
+    return f"{key.strip()}={number}: under {floor}{why}, read or not"

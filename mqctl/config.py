@@ -275,6 +275,14 @@ def _resolve(namesrv_flag: str | None, context_flag: str | None) -> Target:
     # given empty ('-n "$NS"' with NS unset) is an error, never "not given": that would reach whatever
     # cluster the current context names
     if namesrv_flag is not None:
+        if context_flag is not None and context_flag.strip():
+            from mqctl.output import stderr_console
+
+            stderr_console().print(
+                f"note: --namesrv outranks --context {context_flag}: its TLS and credentials are not used "
+                "(a context's go only to its own NameServers)",
+                style="dim",
+            )
         return Target(parse_namesrv(namesrv_flag), "--namesrv")
     contexts = ContextFile.load()
     if context_flag is not None:

@@ -149,7 +149,11 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     (RequestTimeoutError.exit_code, "RequestTimeoutError", "no answer in time"),
     (ProtocolError.exit_code, "ProtocolError", "peer does not speak the RocketMQ remoting protocol"),
     (BrokerError.exit_code, "BrokerError", "the server answered a RocketMQ error response code"),
-    (AuthError.exit_code, "AuthError", "permission denied by the server"),
+    (
+        AuthError.exit_code,
+        "AuthError",
+        "permission denied by the server (ACL; a read-only topic refuses sends)",
+    ),
     (
         StoreError.exit_code,
         "StoreError",

@@ -539,11 +539,13 @@ class RowStream:
             cells = (_shown(c, data).replace("\n", "\\n") or "-" for c in self.columns)
             self.out.write(" ".join(cells) + "\n")
 
-    def rows(self, result: Any) -> None:
-        """One refresh of ``--watch``: each row of a list (one line per row), or the record itself."""
+    def rows(self, result: Any, *, taken_at_ms: int | None = None) -> None:
+        """One refresh of ``--watch``: each row of a list (one line per row), or the record itself; with
+        ``taken_at_ms`` each row starts with the refresh's time (``taken_at``, ``taken_at_ms``)."""
         data = plain(result)
+        stamp = {} if taken_at_ms is None else units.time_fields("taken_at", taken_at_ms)
         for row in data if isinstance(data, list) else [data]:
-            self(row if isinstance(row, dict) else {"value": row})
+            self(stamp | (row if isinstance(row, dict) else {"value": row}))
 
 
 def shown_time(ms: int) -> str:

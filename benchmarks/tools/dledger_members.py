@@ -58,7 +58,7 @@ def members(data: Path, leader: str) -> list[int]:
         while not addr.exists() and time.monotonic() < deadline:  # a member still starting on a busy host
             time.sleep(0.1)
         pid = int((store / "broker.pid").read_text().split()[0])
-        found.append((addr.read_text().strip() != leader, pid))
+        found.append((addr.read_text().split()[0] != leader, pid))  # its first line
     return [pid for _, pid in sorted(found)]
 
 

@@ -729,7 +729,8 @@ class DLedgerServer:
 
 def dledger_runtime_info(server: DLedgerServer) -> dict[str, str]:
     """mqctl's DLedger keys in GET_BROKER_RUNTIME_INFO: the member's role, term, leader and indexes, and on
-    the leader each follower as ``id/matchIndex/lag`` joined by ``;``."""
+    the leader each follower as ``id/matchIndex/lag/up`` (``down`` when its last heartbeat or push went
+    unanswered: its lag stops growing only because nothing new reaches it) joined by ``;``."""
     st = server.status()
     peers = st["peers"]
     assert isinstance(peers, dict)
@@ -746,5 +747,7 @@ def dledger_runtime_info(server: DLedgerServer) -> dict[str, str]:
         "dledgerChannelRefused": str(server.gate.refused + server.server.tls_refused),
     }
     if server.node.is_leader:
-        info["dledgerPeers"] = ";".join(f"{p}/{v['matchIndex']}/{v['lag']}" for p, v in peers.items())
+        info["dledgerPeers"] = ";".join(
+            f"{p}/{v['matchIndex']}/{v['lag']}/{'up' if v['live'] else 'down'}" for p, v in peers.items()
+        )
     return info

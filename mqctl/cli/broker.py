@@ -162,24 +162,51 @@ def stop(
 ) -> None:
     """Stop the broker running on a store, whoever started it (found by pid file, store lock or port):
     SIGTERM, then wait for a clean shutdown."""
-    from mqctl.cli.daemons import terminate
     from mqctl.output import stderr_console
 
     cfg = load(config, {"store_path_root_dir": str(store) if store else None})
-    running = _running(cfg)
+    running = stop_running(cfg, timeout)
     if running is None:
         stderr_console().print(f"no broker is running on {cfg.store_path_root_dir}")
         return
-    terminate(
-        running, cfg.listen_port, main_class="BrokerStartup", name="broker", what="broker", timeout=timeout
-    )
     stderr_console().print(f"stopped broker (pid {running.pid}, {running.process or 'unknown process'})")
 
 
+def stop_running(cfg: BrokerConfig, timeout: float) -> Running | None:
+    """Stop the broker running on ``cfg``'s store, whoever started it: what was stopped, None when none runs."""
+    from mqctl.cli.daemons import terminate
+
+    running = _running(cfg)
+    if running is None:
+        return None
+    terminate(
+        running, cfg.listen_port, main_class="BrokerStartup", name="broker", what="broker", timeout=timeout
+    )
+    return running
+
+
 def note_address(broker: Broker) -> str:
-    """Record where ``broker`` listens in its store (:data:`ADDR_FILE`) and return the address."""
-    (Path(broker.config.store_path_root_dir) / ADDR_FILE).write_text(broker.addr + "\n")
+    """Record where ``broker`` listens in its store (:data:`ADDR_FILE`: its address, then ``metrics=URL``
+    and ``grpc=HOST:PORT`` for the listeners it runs) and return the address."""
+    host = broker.addr.rpartition(":")[0]
+    lines = [broker.addr]
+    if broker.metrics_port:
+        lines.append(f"metrics=http://{host}:{broker.metrics_port}/metrics")
+    if broker.grpc is not None:
+        lines.append(f"grpc={host}:{broker.grpc.port}")
+    (Path(broker.config.store_path_root_dir) / ADDR_FILE).write_text("".join(f"{line}\n" for line in lines))
     return broker.addr
+
+
+def noted_address(store: Path) -> tuple[str, dict[str, str]] | None:
+    """What :func:`note_address` recorded in ``store``: the address and the other listeners by name
+    (``metrics``, ``grpc``); None while no broker has recorded one."""
+    try:
+        first, *rest = (store / ADDR_FILE).read_text().splitlines()
+    except (FileNotFoundError, ValueError):  # not written yet, or empty: written, not yet flushed
+        return None
+    pairs = (line.partition("=") for line in rest)
+    return first.strip(), {name: value.strip() for name, sep, value in pairs if sep}
 
 
 def _running(cfg: BrokerConfig) -> Running | None:
@@ -205,12 +232,14 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt =
     running = _running(cfg)
     result: dict[str, Any] = {"state": "stopped", "store": cfg.store_path_root_dir}
     if running is not None:
-        noted = Path(cfg.store_path_root_dir) / ADDR_FILE
-        if running.detected_by != "port" and noted.exists():  # the store's own broker: where it listens
-            address = probe_at = noted.read_text().strip()
+        noted = noted_address(Path(cfg.store_path_root_dir))
+        listeners: dict[str, str] = {}
+        if running.detected_by != "port" and noted is not None:  # the store's own broker: where it listens
+            address = probe_at = noted[0]
+            listeners = noted[1]
         else:
             address, probe_at = cfg.broker_addr, f"{local_host(cfg.listen_host)}:{cfg.listen_port}"
-        result.update(state="running", **running.fields(), address=address)
+        result.update(state="running", **running.fields(), address=address, **listeners)
         result.update(probe(probe_at, "broker"))
     render(result, output)
     if running is None:

@@ -23,15 +23,17 @@ WarnOpt = Annotated[int, typer.Option("--warn", "-w", min=0, help="WARNING above
 CritOpt = Annotated[int, typer.Option("--crit", min=0, help="CRITICAL above this many.")]
 
 
-def _emit(verdict: Verdict, output: str, stream: bool) -> None:
+def _emit(verdict: Verdict, output: str, taken_at_ms: int | None) -> None:
+    """One verdict; a ``--watch`` one (``taken_at_ms``: when its reads began) as a JSON line with its time."""
     from mqctl.interrupts import whole_output
     from mqctl.output import json_text, render
+    from mqctl.units import time_fields
 
     with whole_output:  # a --watch stopped by Ctrl-C ends on a whole line
         if output == "table":
             typer.echo(verdict.line())
-        elif stream and output == "json":
-            typer.echo(json_text(verdict.as_dict()))
+        elif taken_at_ms is not None and output == "json":
+            typer.echo(json_text(time_fields("taken_at", taken_at_ms) | verdict.as_dict()))
         else:
             render(verdict.as_dict(), output)
 
@@ -63,14 +65,19 @@ def _run(name: str, work: Callable[[Admin], Awaitable[Verdict]], *, check_args: 
             verdict.summary += "; not read: " + "; ".join(f.describe() for f in failed)
         return verdict
 
+    def stamp() -> int | None:
+        return None if shared.watch is None else int(time.time() * 1000)
+
+    taken_at_ms = stamp()
     verdict = once()
-    _emit(verdict, shared.output, shared.watch is not None)
+    _emit(verdict, shared.output, taken_at_ms)
     if shared.watch is not None:
         try:
             while True:
                 time.sleep(shared.watch)
+                taken_at_ms = stamp()
                 verdict = once()
-                _emit(verdict, shared.output, True)
+                _emit(verdict, shared.output, taken_at_ms)
         except KeyboardInterrupt:
             pass
     raise typer.Exit(int(verdict.state))

@@ -359,6 +359,18 @@ def online(work: Callable[[Admin], Awaitable[Any]], *, timeout: float = 5.0) -> 
     )
 
 
+def warn_not_kept(result: Any, why: str) -> Any:
+    """``result``, after a warning line for each setting a broker took without keeping it (its
+    ``not_kept``: a 4.9.x broker answers success to 5.x fields it drops), saying what follows."""
+    import sys
+
+    from mqctl.output import printable
+
+    for line in result.get("not_kept", []) if isinstance(result, dict) else []:
+        sys.stderr.write(f"mqctl: warning: {printable(line, newlines=False)}: {why}\n")
+    return result
+
+
 def read_all(produce: Callable[[], T]) -> T:
     """``produce()``, then one warning line on stderr per broker its reads could not read (ACL denied,
     timed out, down): the result holds what the others answered."""
@@ -391,6 +403,7 @@ def render_every(produce: Callable[[], Any], output: str, watch: float | None = 
     stream = None if output == "table" else RowStream(output)
     try:
         while True:
+            taken_at_ms = int(time.time() * 1000)  # when this refresh's reads began
             result = produce()
             if stream is None and console.is_terminal:
                 console.clear()
@@ -398,7 +411,7 @@ def render_every(produce: Callable[[], Any], output: str, watch: float | None = 
                 f"{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop", style="dim"
             )
             if stream is not None:
-                stream.rows(result)
+                stream.rows(result, taken_at_ms=taken_at_ms)
             else:
                 render(result, output)
             time.sleep(watch)

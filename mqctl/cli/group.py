@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Annotated, Any
 
 import typer
@@ -16,6 +17,7 @@ from mqctl.cli.common import (
     cluster_options,
     confirm,
     online,
+    warn_not_kept,
 )
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
@@ -98,6 +100,15 @@ def _spec(
     )
 
 
+async def _warned(write: Awaitable[Any]) -> Any:
+    """The write's result, after a warning for a broker that dropped --orderly (a 4.9.x broker)."""
+    return warn_not_kept(
+        await write,
+        "a broker without 5.x's consumeMessageOrderly (RocketMQ 4.9.x) drops --orderly: the group's 5.x "
+        "consumers get no FIFO delivery",
+    )
+
+
 @app.command("create")
 @cluster_options()
 def create(
@@ -124,7 +135,9 @@ def create(
         group, retry_queues, max_retries, broadcast, from_min, enabled, broker_id, slow_id, notify, orderly
     )
     online(
-        lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists)
+        lambda admin: _warned(
+            upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists)
+        )
     )
 
 
@@ -153,7 +166,11 @@ def update(
     spec = _spec(
         group, retry_queues, max_retries, broadcast, from_min, enabled, broker_id, slow_id, notify, orderly
     )
-    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists))
+    online(
+        lambda admin: _warned(
+            upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists)
+        )
+    )
 
 
 @app.command("delete")

@@ -213,7 +213,11 @@ def query(
         ),
     ] = None,
     unique_key: Annotated[
-        str | None, typer.Option("--unique-key", help="Client message id (UNIQ_KEY).")
+        str | None,
+        typer.Option(
+            "--unique-key",
+            help="Client message id (UNIQ_KEY), looked up in --topic, else in every topic; printed as --id prints it.",
+        ),
     ] = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
@@ -249,13 +253,11 @@ def query(
 
         online(by_id)
         return
+    if unique_key is not None:
+        online(lambda admin: messages.query_by_unique_key(admin, topic, unique_key, body=not no_body))
+        return
     if topic is None:
         raise UsageError(f"{chosen[0]} needs --topic")
-    if unique_key is not None:
-        online(
-            lambda admin: messages.query_by_unique_key(admin, topic, unique_key, body=not no_body),
-        )
-        return
     assert key is not None
     window = messages.Window.of(since, until)
     stderr_console().print(f"window: {window.describe()} (store time, UTC)")

@@ -20,6 +20,7 @@ from mqctl.cli.common import (
     cluster_options,
     confirm,
     online,
+    warn_not_kept,
 )
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
@@ -136,7 +137,11 @@ async def _warned(write: Awaitable[Any]) -> Any:
             f"mqctl: warning: {printable(where, newlines=False)} take messages that no consumer reads "
             "(write queues beyond the read queues: scale out with -r first, scale in with -w first)\n"
         )
-    return result
+    return warn_not_kept(
+        result,
+        "a broker without 5.x topic attributes (RocketMQ 4.9.x) drops --message-type and -a: 5.x clients "
+        "see the topic as NORMAL",
+    )
 
 
 @app.command("update")

@@ -69,11 +69,13 @@ class DLedgerGroup:
         import asyncio
         import sys
 
+        from mqctl.cli.broker import ADDR_FILE, noted_address
         from mqctl.services.processes import port_open
 
         await self.namesrv.start()
         try:
             for conf in self.confs:
+                (conf.parent / ADDR_FILE).unlink(missing_ok=True)  # a killed run's: not this member's
                 text = conf.read_text().splitlines(keepends=True)
                 text = [line for line in text if not line.startswith("namesrvAddr=")]
                 conf.write_text("".join(text) + f"namesrvAddr={self.host}:{self.namesrv.port}\n")
@@ -87,7 +89,10 @@ class DLedgerGroup:
                         raise DaemonError(
                             f"member {addr} exited (code {proc.returncode}): see {conf.parent}/broker.log"
                         )
-                    if await asyncio.to_thread(port_open, host, int(port)):
+                    # listening, and its address file names its other listeners (metrics, gRPC)
+                    if noted_address(conf.parent) is not None and await asyncio.to_thread(
+                        port_open, host, int(port)
+                    ):
                         break
                     await asyncio.sleep(0.1)
                 else:
@@ -118,7 +123,41 @@ class DLedgerGroup:
                 proc.kill()
                 proc.wait()
         self.procs = []
+        await asyncio.to_thread(stop_restarted, self.confs)
         await self.namesrv.stop()
+
+
+def stop_restarted(confs: list[Path], timeout: float = 30.0) -> None:
+    """Stop each member that runs on its store though not as up's child: one restarted by hand with
+    'broker start -c CONF --daemon', as the warning of its exit says to. Ctrl-C stops all: left running,
+    it would hold the group's ports and store, and the next 'up' would find them taken."""
+    import logging
+
+    from daemon.config import ConfigError
+    from mqctl.cli.broker import load, stop_running
+    from mqctl.errors import MqctlError
+
+    log = logging.getLogger(__name__)
+    for conf in confs:
+        if not conf.exists():  # (nothing was ever started on it)
+            continue
+        try:
+            stopped = stop_running(load(conf, {}), timeout)
+        except (MqctlError, ConfigError, OSError) as exc:  # (another process on its port: not ours to stop)
+            log.warning("member %s: not stopped: %s", conf, exc)
+            continue
+        if stopped is not None:
+            log.warning("stopped the member restarted outside up (pid %s, %s)", stopped.pid, conf)
+
+
+def member_listeners(store: Path) -> str:
+    """``, metrics URL, gRPC HOST:PORT``: a member's other listeners, as its address file names them."""
+    from mqctl.cli.broker import noted_address
+
+    noted = noted_address(store)
+    listeners = noted[1] if noted is not None else {}
+    metrics = f", metrics {listeners['metrics']}" if "metrics" in listeners else ""
+    return metrics + (f", gRPC (5.x clients) {listeners['grpc']}" if "grpc" in listeners else "")
 
 
 async def watch_members(
@@ -368,8 +407,8 @@ def up(
             (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")
             noted.append(root / "namesrv" / ADDR_FILE)
             members = ", ".join(
-                f"n{i} {addr} (pid {p.pid})"
-                for i, (addr, p) in enumerate(zip(addrs, group.procs, strict=True))
+                f"n{i} {addr} (pid {p.pid}{member_listeners(conf.parent)})"
+                for i, (addr, p, conf) in enumerate(zip(addrs, group.procs, confs, strict=True))
             )
             stderr_console().print(
                 f"ready: NameServer {host}:{namesrv.port}, DLedger group broker-a: {members}; logs in "

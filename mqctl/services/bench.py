@@ -37,11 +37,13 @@ from daemon.remoting.frame import decode_frame, encode_command
 from daemon.remoting.tls import TlsReadBuffer
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
+from mqctl.admin.messaging import new_uniq_key
 from mqctl.errors import MqctlError, NotFoundError, from_response_code
 from mqctl.services.messages import QueueRef, queues, writable_queues
 from mqctl.services.topics import TopicSpec, create_missing, gather_limited, route_or_not_found
 from store import (
     AUTO_CREATE_TOPIC,
+    PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT_STORE_MSG_OK,
     encode_properties,
     read_header,
@@ -49,8 +51,8 @@ from store import (
 
 _LENGTH = struct.Struct(">i")
 PRODUCER_GROUP = "mqctl_bench_producer"
-#: The properties of every bench message: WAIT=true, so a SYNC_FLUSH broker answers after the fsync.
-WAIT_TRUE = encode_properties({PROPERTY_WAIT_STORE_MSG_OK: "true"}).decode()
+#: Where a frame's UNIQ_KEY goes: 32 characters no topic name has, replaced by each send's own key.
+UNIQ_KEY_SLOT = "#" * 32
 
 
 @dataclass
@@ -138,11 +140,27 @@ def topic_names(prefix: str, topics: int) -> list[str]:
 
 
 def send_frame(
-    topic: str, queue_id: int, body: bytes, signer: Callable[[RemotingCommand], None] | None = None
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    signer: Callable[[RemotingCommand], None] | None = None,
+    uniq_key: str = UNIQ_KEY_SLOT,
 ) -> bytes:
-    """One SEND_MESSAGE_V2 frame, signed once when ACL credentials are in force (then resent as is)."""
+    """One SEND_MESSAGE_V2 frame, signed when ACL credentials are in force. Its properties are a Java
+    client's: UNIQ_KEY (the client message id a send answers and ``msg query --id`` finds; by default
+    :data:`UNIQ_KEY_SLOT`, each send's key written over it) and WAIT=true, so a SYNC_FLUSH broker
+    answers after the fsync."""
+    properties = encode_properties({PROPERTY_UNIQ_KEY: uniq_key, PROPERTY_WAIT_STORE_MSG_OK: "true"})
     header = SendMessageRequestHeaderV2(
-        PRODUCER_GROUP, topic, AUTO_CREATE_TOPIC, 4, queue_id, 0, int(time.time() * 1000), 0, WAIT_TRUE
+        PRODUCER_GROUP,
+        topic,
+        AUTO_CREATE_TOPIC,
+        4,
+        queue_id,
+        0,
+        int(time.time() * 1000),
+        0,
+        properties.decode(),
     )
     request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, dict(header.to_ext_fields()), body)
     if signer is not None:
@@ -171,9 +189,20 @@ async def _open(addr: str, ssl: SSLContext | None) -> tuple[asyncio.StreamReader
 
 
 #: A queue slot of :func:`produce`: the broker, and its frame as the part before the body (the header,
-#: the queue's own) and the body (one object shared by every slot, so 10,000 topics' sends copy 10,000
-#: headers in turn, not 10,000 whole frames, each cold when its turn comes).
-Slot = tuple[str, bytes, bytes]
+#: the queue's own, with :data:`UNIQ_KEY_SLOT` where each send writes its key) and the body (one object
+#: shared by every slot, so 10,000 topics' sends copy 10,000 headers in turn, not 10,000 whole frames,
+#: each cold when its turn comes); with ACL credentials, what makes the head of a key, signed (the
+#: signature covers the key: no head is sent twice).
+Slot = tuple[str, bytes, bytes, Callable[[str], bytes] | None]
+
+
+def with_key(head: bytes, key: str) -> bytes:
+    """``head`` with ``key`` (32 characters) in its :data:`UNIQ_KEY_SLOT`."""
+    at = head.find(_KEY_SLOT)
+    return head[:at] + key.encode() + head[at + 32 :]
+
+
+_KEY_SLOT = UNIQ_KEY_SLOT.encode()
 
 
 def split_frame(frame: bytes, body: bytes) -> tuple[bytes, bytes]:
@@ -188,7 +217,7 @@ async def sender(sends: Iterable[Slot], run: Run, ssl: SSLContext | None = None)
     streams: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
     next_at = time.perf_counter()
     try:
-        for addr, head, body in sends:
+        for addr, head, body, signed in sends:
             if run.over():
                 return
             if run.interval:
@@ -200,7 +229,8 @@ async def sender(sends: Iterable[Slot], run: Run, ssl: SSLContext | None = None)
                 streams[addr] = await _open(addr, ssl)
             reader, writer = streams[addr]
             started = time.perf_counter()
-            writer.writelines((head, body))  # one writev
+            key = new_uniq_key()
+            writer.writelines((with_key(head, key) if signed is None else signed(key), body))  # one writev
             response = await _read_response(reader)
             if response.code == ResponseCode.SUCCESS:  # a refused send is no message sent, nor its RT
                 run.rts.append(time.perf_counter() - started)
@@ -253,11 +283,13 @@ async def produce_slots(admin: Admin, prefix: str, *, topics: int, size: int, qu
     # one string per broker address, not one per route answer: a sender looks each slot's address up in
     # its connections, and 10,000 copies of it would be 10,000 more cold objects to hash and compare
     addrs: dict[str, str] = {}
+    signer = admin.client.signer
     per_topic = [
         [
             (
                 addrs.setdefault(ref.addr, ref.addr),
-                *split_frame(send_frame(name, ref.queue_id, body, admin.client.signer), body),
+                *split_frame(send_frame(name, ref.queue_id, body), body),
+                None if signer is None else _signed_head(name, ref.queue_id, body, signer),
             )
             for ref in refs
         ]
@@ -267,6 +299,13 @@ async def produce_slots(admin: Admin, prefix: str, *, topics: int, size: int, qu
     if not slots:
         raise NotFoundError(f"no writable queue for {prefix!r}")
     return slots
+
+
+def _signed_head(
+    topic: str, queue_id: int, body: bytes, signer: Callable[[RemotingCommand], None]
+) -> Callable[[str], bytes]:
+    """What makes a signed send's head of its key (ACL: the signature covers the properties)."""
+    return lambda key: split_frame(send_frame(topic, queue_id, body, signer, key), body)[0]
 
 
 async def produce_to(

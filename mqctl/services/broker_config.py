@@ -96,6 +96,15 @@ async def set_(
     admin: Admin, *, cluster: str | None, broker: str | None, changes: dict[str, str], force: bool = False
 ) -> list[ConfigChange]:
     """Apply ``changes`` on each target broker; rows say old -> new as the broker reports afterwards."""
+    from daemon.safe_config import under_floor
+
+    for key, value in changes.items():
+        under = None if force else under_floor(key, value)
+        if under is not None:  # as the broker would refuse it (NO_PERMISSION): no permission is missing
+            raise UsageError(
+                under,
+                hint="--force sets it anyway, from the broker's host (ACL off) or admin-signed (ACL on)",
+            )
     rows: list[ConfigChange] = []
     for addr in await target_masters(admin, cluster, broker):
         before = await admin.broker_config(addr)

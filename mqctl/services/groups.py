@@ -17,7 +17,7 @@ from mqctl.errors import ConflictError, NotFoundError
 from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
 from mqctl.services.fanout import FailureRow, each_broker, failures
-from mqctl.services.topics import BrokerChange, apply_to_tables, gather_limited, target_masters
+from mqctl.services.topics import BrokerChange, apply_to_tables, gather_limited, not_kept, target_masters
 from mqctl.units import when
 from store import CONSUME_MESSAGE_ORDERLY, SYSTEM_GROUPS, SubscriptionGroupConfig
 
@@ -74,6 +74,9 @@ class GroupWrite(TypedDict):
     group: str
     action: str
     brokers: list[BrokerChange]
+    #: What a master took without keeping it (a 4.9.x broker has no consumeMessageOrderly), read back
+    #: after the write, as 'ADDR kept no consumeMessageOrderly=true'.
+    not_kept: NotRequired[list[str]]
 
 
 class GroupDeleted(TypedDict):
@@ -201,12 +204,18 @@ async def upsert(
             return {"group": spec.name, "action": "missing", "brokers": []}
         raise NotFoundError(f"group {spec.name!r} not found", hint="use 'mqctl group create' or --if-exists")
     changes: list[BrokerChange] = []
+    dropped: list[str] = []
     for addr in addrs:
         old = existing[addr]
         new = spec.apply_to(old)
         diff = config_diff(old, new)
         if diff:
             await admin.create_group(addr, new)
+            if spec.orderly:  # read back: a broker without the 5.x field answers success and drops it
+                kept = (await admin.group_configs(addr)).get(spec.name)
+                if kept is not None:
+                    asked = {CONSUME_MESSAGE_ORDERLY: "true"}
+                    dropped += not_kept(addr, asked, {k: str(v).lower() for k, v in kept.extra.items()})
         changes.append(
             {
                 "broker": addr,
@@ -214,7 +223,10 @@ async def upsert(
                 "changes": diff,
             }
         )
-    return {"group": spec.name, "action": mode, "brokers": changes}
+    result: GroupWrite = {"group": spec.name, "action": mode, "brokers": changes}
+    if dropped:
+        result["not_kept"] = dropped
+    return result
 
 
 def config_diff(old: SubscriptionGroupConfig | None, new: SubscriptionGroupConfig) -> dict[str, list[Any]]:

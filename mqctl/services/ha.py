@@ -45,6 +45,15 @@ def _int(text: str | None) -> int | None:
     return int(text) if text and text.lstrip("-").isdigit() else None
 
 
+def _peer(fields: list[str]) -> str:
+    """A leader's follower: ``n1 match 812 lag 0``, or ``n2 DOWN (no answer), match 790`` for one that does
+    not answer (its lag in entries stays where it stopped: nothing new reaches it to count)."""
+    name, match, lag = fields[:3]
+    if fields[3:4] == ["down"]:
+        return f"{name} DOWN (no answer), match {match}"
+    return f"{name} match {match} lag {lag}"
+
+
 async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
     out = HAStatus(row.cluster, row.broker_name, row.broker_id, row.addr)
     try:
@@ -63,7 +72,7 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         out.channel = table.get("dledgerChannel")
         peers = [p.split("/") for p in table.get("dledgerPeers", "").split(";") if p]
         if peers:
-            out.peers = ", ".join(f"{p[0]} match {p[1]} lag {p[2]}" for p in peers if len(p) == 3)
+            out.peers = ", ".join(_peer(p) for p in peers if len(p) >= 3)
             out.lag_bytes = None
             out.members = 1 + len(peers)
         else:

@@ -32,10 +32,16 @@ from daemon.remoting.errors import (
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
-from mqctl.errors import ConnectError, NotFoundError, NothingReadError, StoreError, UsageError
+from mqctl.errors import AuthError, ConnectError, NotFoundError, NothingReadError, StoreError, UsageError
 from mqctl.output import Rows, json_text
 from mqctl.services.fanout import each_broker
-from mqctl.services.topics import readers_of_topic, route_masters, route_or_not_found, route_readers
+from mqctl.services.topics import (
+    perm_text,
+    readers_of_topic,
+    route_masters,
+    route_or_not_found,
+    route_readers,
+)
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
 from mqctl.units import time_fields, when
@@ -333,6 +339,18 @@ def _refuse_masterless(route: TopicRouteData, topic: str) -> None:
         )
 
 
+def _refuse_read_only(route: TopicRouteData, topic: str) -> None:
+    """A topic whose every queue's permission takes no writes (perm r, or its brokers' write permission
+    wiped): a refusal, as the broker's own to such a send (NO_PERMISSION), not a topic not found."""
+    if route.queue_datas and not any(q.perm & PermName.WRITE for q in route.queue_datas):
+        perms = ", ".join(sorted({f"{q.broker_name} {perm_text(q.perm)}" for q in route.queue_datas}))
+        raise AuthError(
+            f"topic {topic!r} takes no sends: its permission is read-only ({perms})",
+            hint=f"mqctl topic update -t {topic} --perm rw; a broker whose write permission was wiped: "
+            "mqctl broker add-write-perm BROKER",
+        )
+
+
 def pick(refs: list[QueueRef], *, broker: str | None, queue: int | None, topic: str) -> list[QueueRef]:
     """Narrow queues to ``--broker`` (address or broker name) and ``--queue``."""
     out = [r for r in refs if broker is None or broker in (r.addr, r.broker_name)]
@@ -441,6 +459,7 @@ async def _send_queues(admin: Admin, topic: str, *, create: bool) -> tuple[list[
         refs = queues(route, write=True)
         if not refs:
             _refuse_masterless(route, topic)
+            _refuse_read_only(route, topic)
         return refs, False
     if not create:
         raise NotFoundError(
@@ -561,17 +580,27 @@ async def query_by_key(
 
 
 async def query_by_unique_key(
-    admin: Admin, topic: str, uniq_key: str, *, body: bool = True
-) -> list[MessageDetail]:
-    """The message(s) of ``topic`` whose client id (UNIQ_KEY) is ``uniq_key``, over all time (as
-    mqadmin's queryMsgByUniqueKey); a producer that re-sent after a timeout leaves two."""
+    admin: Admin, topic: str | None, uniq_key: str, *, body: bool = True
+) -> MessageDetail:
+    """The message of ``topic`` (else of any topic) whose client id (UNIQ_KEY) is ``uniq_key``, over all
+    time, as mqadmin's queryMsgByUniqueKey: one record, as ``--id`` prints it (a producer's re-send
+    leaves a second copy: the oldest is shown, the others logged)."""
+    uniq_key = uniq_key.strip().upper()
     damaged: list[tuple[str, int]] = []
     hits = await _find_unique_key(admin, uniq_key, topic, damaged)
+    where = f"topic {topic!r}" if topic else "any topic"
     if not hits and damaged:
-        raise _damaged_only(f"with unique key {uniq_key!r} in topic {topic!r}", damaged)
+        raise _damaged_only(f"with unique key {uniq_key!r} in {where}", damaged)
     if not hits:
-        raise NotFoundError(f"no message with unique key {uniq_key!r} in topic {topic!r}")
-    return [_detail(m, body) for m in hits]
+        raise NotFoundError(f"no message with unique key {uniq_key!r} in {where}")
+    return _oldest_copy(uniq_key, hits, body)
+
+
+def _oldest_copy(uniq_key: str, copies: list[StoredMessage], body: bool) -> MessageDetail:
+    """The first of a client id's stored ``copies`` as one record found by ``unique_key``; the others logged."""
+    for other in copies[1:]:
+        log.warning("client id %s is stored again as %s (a producer's re-send)", uniq_key, other.msg_id)
+    return {"found_by": "unique_key", **_detail(copies[0], body)}
 
 
 #: A client id (UNIQ_KEY): 32 hex digits from a RocketMQ 4 client; 34 from the official gRPC clients
@@ -723,9 +752,7 @@ async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: b
             raise _damaged_only(f"with id {msg_id}", damaged)
         where = f"topic {topic!r}" if topic else "any topic"
         raise NotFoundError(f"no message with id {msg_id}: not an offset id, and no client id in {where}")
-    for other in copies[1:]:
-        log.warning("client id %s is stored again as %s (a producer's re-send)", msg_id, other.msg_id)
-    return {"found_by": "unique_key", **_detail(copies[0], body)}
+    return _oldest_copy(msg_id, copies, body)
 
 
 async def _view_on_slave(admin: Admin, master: str, offset: int) -> StoredMessage | None:

@@ -282,6 +282,20 @@ class TopicWrite(TypedDict):
     #: Masters this write (or plan) leaves with more write queues than read queues, as 'ADDR: queues A..B':
     #: what producers send to those queues no consumer reads. Only when there is one.
     unread_queues: NotRequired[list[str]]
+    #: What a master took without keeping it (a 4.9.x broker stores no 5.x attributes), read back after
+    #: the write, as 'ADDR kept no message.type=FIFO': its 5.x clients see the topic without it.
+    not_kept: NotRequired[list[str]]
+
+
+def not_kept(addr: str, asked: Mapping[str, str], kept: Mapping[str, str]) -> list[str]:
+    """'ADDR kept no KEY=VALUE' for each setting of ``asked`` that ``kept`` (read back) lacks or differs in."""
+    return [
+        f"{addr} kept no {key}={value} (it has {kept[key]})"
+        if key in kept
+        else f"{addr} kept no {key}={value}"
+        for key, value in asked.items()
+        if kept.get(key) != value
+    ]
 
 
 class TopicDeleted(TypedDict):
@@ -456,6 +470,17 @@ async def _upsert_on(
         tables, spec.name, spec.apply_to, _diff, _writer(admin, tables), dry_run=dry_run
     )
     result: TopicWrite = {"topic": spec.name, "action": mode, "dry_run": dry_run, "brokers": changes}
+    written = [c["broker"] for c in changes if "attributes" in c["changes"] and not dry_run]
+    if written:  # read back: a broker that does not know the 5.x field answers success and drops it
+        kept = await asyncio.gather(*(admin.topic_configs(addr) for addr in written))
+        dropped = [
+            line
+            for addr, table in zip(written, kept, strict=True)
+            if (config := table.get(spec.name)) is not None
+            for line in not_kept(addr, tables[addr][spec.name].attributes, config.attributes)
+        ]
+        if dropped:
+            result["not_kept"] = dropped
     unread = [
         f"{change['broker']}: queues {new.read_queue_nums}..{new.write_queue_nums - 1}"
         for change in changes

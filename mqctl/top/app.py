@@ -402,7 +402,7 @@ class TopApp(App[None]):
         self.query_one("#get-spark", Sparkline).data = (
             list(self.get_history) if len(self.get_history) > 1 else []
         )
-        brokers = fmt.select(list(ov.brokers), lambda b: b.name, self.filters["overview"], _BY_BROKER)
+        brokers = fmt.select(list(ov.brokers), lambda b: b.name, self.filters["overview"], fmt.BY_BROKER)
         self.query_one("#brokers-table", Table).sync(
             [(f"{b.name}/{b.broker_id}/{b.addr}", fmt.broker_cells(b)) for b in brokers]
         )
@@ -510,9 +510,6 @@ class TopApp(App[None]):
     def _drill_down(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
             self.push_screen(GroupScreen(event.row_key.value))
-
-
-_BY_BROKER: fmt.SortKey[Any] = fmt.SortKey("broker", lambda b: (b.cluster, b.name, b.broker_id))
 
 
 def down_summary(brokers: Sequence[BrokerView]) -> str:

@@ -293,6 +293,10 @@ GROUP_SORTS: tuple[SortKey[GroupRow], ...] = (
 )
 
 
+#: The Overview's brokers: by cluster, name, then master before its slaves.
+BY_BROKER: SortKey[BrokerView] = SortKey("broker", lambda b: (b.cluster, b.name, b.broker_id))
+
+
 def select(rows: Sequence[R], name: Callable[[R], str], text: str, order: SortKey[R]) -> list[R]:
     """Rows whose name contains ``text`` (case-insensitive), in ``order`` with the name breaking ties."""
     needle = text.casefold()

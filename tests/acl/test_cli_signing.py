@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from mqctl.errors import AuthError, NotFoundError
+from mqctl.errors import AuthError, NotFoundError, UsageError
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.acl import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, write_acl
 from tests.support.cli import RunCli
@@ -95,7 +96,8 @@ def test_flags_and_context_sign_too(mq: RunCli, daemons: LocalCluster, cli_env: 
 def test_config_set_needs_force_for_a_wiping_retention(mq: RunCli, daemons: LocalCluster) -> None:
     addr = daemons.broker_addr
     wipe = mq("broker", "config", "set", "fileReservedTime=0", "-b", addr, env=ADMIN_ENV)
-    assert wipe.code == AuthError.exit_code and "--force" in wipe.stderr, wipe.stderr
+    # a safety rule, not a missing permission: exit 2 (it was 9, the broker's NO_PERMISSION), nothing sent
+    assert wipe.code == UsageError.exit_code and "--force" in wipe.stderr, wipe.stderr
     moved = mq("broker", "config", "set", "storePathRootDir=/tmp/x", "-b", addr, env=ADMIN_ENV)
     assert moved.code != 0 and daemons.broker.config.store_path_root_dir != "/tmp/x"
     forced = mq("broker", "config", "set", "fileReservedTime=0", "--force", "-b", addr, env=ADMIN_ENV)
@@ -182,3 +184,17 @@ def test_deleting_a_missing_account_is_not_found_unless_if_exists(mq: RunCli) ->
     soft = mq("acl", "delete", "-a", "nobody9", "--yes", "--if-exists", "-o", "json", env=ADMIN_ENV)
     assert soft.code == 0, soft.stderr
     assert [row["action"] for row in soft.json()] == ["missing"]
+
+
+def test_bench_signs_each_send_with_its_own_client_id(mq: RunCli) -> None:
+    """A signed bench send's signature covers its UNIQ_KEY: each send is signed with its own key, so every
+    one is accepted and each message has a key of its own."""
+    assert mq("topic", "create", "-t", "AclBench", env=ADMIN_ENV).code == 0
+    sent = mq(
+        "bench", "produce", "-t", "AclBench", "--threads", "2", "--count", "4", "-o", "json", env=ADMIN_ENV
+    )
+    assert sent.code == 0, sent.stderr
+    assert (sent.json()["messages"], sent.json()["failures"]) == (4, 0)
+    tail = mq("msg", "tail", "-t", "AclBench", "--from", "earliest", "--exit", "-o", "json", env=ADMIN_ENV)
+    assert tail.code == 0, tail.stderr
+    assert len({json.loads(line)["unique_key"] for line in tail.stdout.splitlines()}) == 4

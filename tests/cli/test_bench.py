@@ -194,11 +194,12 @@ def test_produce_slots_share_one_body_and_keep_each_frame_whole(daemons: LocalCl
                     await asyncio.sleep(0.1)
 
     made = asyncio.run(slots())
-    assert len(made) == 6 and len({id(body) for _, _, body in made}) == 1
+    assert len(made) == 6 and len({id(body) for _, _, body, _ in made}) == 1
     # one address object per broker (each route answer decodes its own): a sender hashes and compares
     # a slot's address with its connections' on every send, and 10,000 copies would all be cold
-    assert len({id(addr) for addr, _, _ in made}) == 1
-    for _, head, body in made:
+    assert len({id(addr) for addr, _, _, _ in made}) == 1
+    for _, head, body, signed in made:
+        assert signed is None  # no ACL credentials: the key is written into the head
         decoded = decode_frame(head + body, 0)
         assert decoded is not None and decoded[0].body == body
         assert decoded[0].ext_fields["b"].startswith("BenchSlots-")  # (SEND_MESSAGE_V2: b is the topic)
@@ -219,7 +220,7 @@ def test_refused_sends_are_not_counted_as_sent_and_say_why(cli: RunCli, daemons:
                     await asyncio.sleep(0.1)
         big = os.urandom(5 * 1024 * 1024)  # over maxMessageSize: refused with code 13
         addr = slots[0][0]
-        oversized = (addr, *split_frame(send_frame("BenchRefused-0", 0, big), big))
+        oversized = (addr, *split_frame(send_frame("BenchRefused-0", 0, big), big), None)
         return await produce_to([slots[0], oversized], threads=1, count=4)
 
     partly = asyncio.run(mixed())
@@ -233,3 +234,22 @@ def test_refused_sends_are_not_counted_as_sent_and_say_why(cli: RunCli, daemons:
         refused.stderr.startswith("mqctl: error: 2 send(s) refused, the first to ")
         and "code 13" in refused.stderr
     )
+
+
+def test_each_bench_message_has_its_own_client_id_that_msg_query_finds(
+    cli: RunCli, daemons: LocalCluster
+) -> None:
+    """A bench message had no UNIQ_KEY: no client message id to query it by, unlike a real client's (the
+    Java benchmark's messages have one each). Each send now writes its own key into its frame."""
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    sent = cli("bench", "produce", "-t", "BenchKeys", "--threads", "2", "--count", "6", "-o", "json", env=env)
+    assert sent.code == 0 and sent.json()["messages"] == 6, sent
+    tail = cli("msg", "tail", "-t", "BenchKeys", "--from", "earliest", "--exit", "-o", "json", env=env)
+    assert tail.code == 0, tail
+    keys = [json.loads(line)["unique_key"] for line in tail.stdout.splitlines()]
+    assert len(keys) == 6 and len(set(keys)) == 6
+    assert all(len(k) == 32 and int(k, 16) >= 0 for k in keys)
+    found = cli("msg", "query", "--id", keys[3], "-o", "json", env=env)
+    assert found.code == 0, found
+    [row] = found.json() if isinstance(found.json(), list) else [found.json()]
+    assert (row["unique_key"], row["found_by"]) == (keys[3], "unique_key")

@@ -348,3 +348,21 @@ def test_disk_a_broker_cannot_measure_is_unknown(cli: RunCli, tmp_path: Path) ->
         (Path(cluster.broker.store.config.store_path_root_dir) / "commitlog").rmdir()  # no message yet
         unknown = plugin(cli("check", "disk", "-n", cluster.namesrv_addr), "UNKNOWN")
         assert f"{cluster.broker_addr} reports commitLogDiskRatio -1" in unknown and "-100" not in unknown
+
+
+def test_a_watched_json_verdict_starts_with_the_time_of_its_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    """'check lag --watch 5 -o json' printed lines that did not say when each was read."""
+    from mqctl.cli.check import _emit
+    from mqctl.services.checks import Verdict
+
+    _emit(Verdict("lag", State.WARNING, "lag 12"), "json", 1_764_523_000_000)
+    _emit(Verdict("lag", State.OK, "lag 0"), "json", None)  # once (no --watch): the document alone
+    watched, *once = capsys.readouterr().out.splitlines()
+    line = json.loads(watched)
+    assert list(line)[:3] == ["taken_at", "taken_at_ms", "check"]
+    assert (line["taken_at"], line["taken_at_ms"], line["state"]) == (
+        "2025-11-30T17:16:40.000Z",
+        1_764_523_000_000,
+        "WARNING",
+    )
+    assert "taken_at" not in json.loads("\n".join(once))

@@ -288,8 +288,16 @@ def test_query_by_id_and_by_unique_key(mq: Callable[..., CliResult], daemons: Lo
     shown = ok(mq("msg", "query", "--id", sent["msg_id"], "-o", "json"))
     assert (shown["body"], shown["keys"], shown["topic"]) == ("find me", "by-id", OTHER)
     assert shown["store_host"] == daemons.broker_addr
-    (by_uniq,) = ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["unique_key"], "-o", "json"))
+    by_uniq = ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["unique_key"], "-o", "json"))
     assert by_uniq["msg_id"] == sent["msg_id"]
+    # one shape: --unique-key printed a list (a row) where --id printed the record (key/value pairs)
+    by_id = ok(mq("msg", "query", "--id", sent["unique_key"], "-o", "json"))
+    assert by_uniq == by_id and by_uniq["found_by"] == "unique_key"
+    assert (
+        ok(mq("msg", "query", "--unique-key", sent["unique_key"].lower(), "-o", "json")) == by_id
+    )  # any topic
+    table = mq("msg", "query", "-t", OTHER, "--unique-key", sent["unique_key"])
+    assert table.code == 0 and "KEY" in table.stdout and "VALUE" in table.stdout, table.stdout
 
 
 def test_query_by_id_takes_the_client_id_send_prints_and_says_which_kind_it_found(
@@ -798,7 +806,7 @@ def test_a_queue_or_broker_the_topic_lacks_is_named_with_what_it_has(
     mq: Callable[..., CliResult], daemons: LocalCluster
 ) -> None:
     """``-b`` at a broker that does not serve the topic read "has no a queue on broker ...", a read-only
-    topic "has no a queue", an empty queue "holds offsets 0..-1"."""
+    topic "has no a queue" (now a refusal of its own), an empty queue "holds offsets 0..-1"."""
     cases = (
         (
             ["msg", "send", "-t", OTHER, "-b", "127.0.0.1:1", "x"],
@@ -810,13 +818,17 @@ def test_a_queue_or_broker_the_topic_lacks_is_named_with_what_it_has(
         ),
         (["msg", "send", "-t", OTHER, "-q", "7", "x"], f"topic '{OTHER}' has no queue 7 (queues 0..1)"),
         (["msg", "show", "-t", "MsgEmpty", "-q", "0", "--offset", "5"], "queue 0 (the queue is empty)"),
-        (["msg", "send", "-t", "MsgReadOnly", "x"], "has no queue this can use: its permission"),
     )
     assert mq("topic", "create", "-t", "MsgEmpty", "-r", "1", "-w", "1").code == 0
     assert mq("topic", "create", "-t", "MsgReadOnly", "-r", "1", "-w", "1", "--perm", "r").code == 0
     for args, said in cases:
         result = mq(*args)
         assert result.code == 3 and said in result.stderr, result.stderr
+    # a read-only topic is there: its refusal is the broker's to such a send (NO_PERMISSION), exit 9
+    refused = mq("msg", "send", "-t", "MsgReadOnly", "x")
+    assert refused.code == 9 and "takes no sends: its permission is read-only" in refused.stderr, (
+        refused.stderr
+    )
 
 
 def test_an_unreachable_namesrv_exits_5(cli: RunCli) -> None:

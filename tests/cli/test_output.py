@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
 import yaml
 
+from mqctl import units
 from mqctl.output import FORMATS, RowStream, render
 
 
@@ -259,3 +261,24 @@ def test_a_piped_tables_title_is_one_line_whatever_the_tables_width() -> None:
     out = io.StringIO()
     render([{"a": "x"}], "table", out=out, title=title)
     assert out.getvalue().splitlines()[0] == title, out.getvalue()
+
+
+def test_watch_json_lines_carry_the_time_of_their_refresh(capsys: pytest.CaptureFixture[str]) -> None:
+    from mqctl.cli.common import render_every
+
+    calls = iter([[{"group": "G", "lag": 3}, {"group": "H", "lag": 0}], {"group": "G", "lag": 1}])
+
+    def produce() -> object:
+        try:
+            return next(calls)
+        except StopIteration:
+            raise KeyboardInterrupt from None
+
+    before = int(time.time() * 1000)
+    render_every(produce, "json", watch=0.1)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["group"], r["lag"]) for r in lines] == [("G", 3), ("H", 0), ("G", 1)]
+    assert all(list(r)[:2] == ["taken_at", "taken_at_ms"] for r in lines)
+    first, _, second = (r["taken_at_ms"] for r in lines)
+    assert before <= first == lines[1]["taken_at_ms"] < second  # one time per refresh, the sleep between
+    assert lines[0]["taken_at"] == units.iso(first)

@@ -11,4 +11,4 @@ def test_top_with_stdout_not_a_terminal_is_refused_at_once_with_one_line(cli: Ru
     assert result.code == 2, result
     assert result.stdout == ""
     [line] = result.stderr.splitlines()
-    assert "terminal" in line and "--watch" in line, line
+    assert "terminal" in line and "--once" in line, line

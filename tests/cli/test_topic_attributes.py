@@ -221,3 +221,42 @@ def test_topic_apply_files_take_attributes(cli: RunCli, cluster: LocalCluster, t
     path.write_text(yaml.safe_dump([{"name": "Seq", "attributes": {"message.type": 1}}]))
     result = run(cli, cluster, "topic", "apply", "-f", str(path))
     assert result.code == 2 and "attributes must map names to strings" in result.stderr
+
+
+class _Loads498:
+    """SubscriptionGroupConfig as a 4.9.8 broker reads its body: fields it does not have are dropped."""
+
+    @staticmethod
+    def loads(body: bytes) -> object:
+        from dataclasses import replace
+
+        from store.models import SubscriptionGroupConfig
+
+        return replace(SubscriptionGroupConfig.loads(body), extra={})
+
+
+def test_a_broker_that_drops_the_5x_fields_is_warned_of(
+    cli: RunCli, cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 4.9.8 broker answers UPDATE_AND_CREATE_TOPIC and the group body with success and keeps neither
+    the `attributes` field nor consumeMessageOrderly: --message-type FIFO and --orderly said nothing, and
+    5.x clients saw a NORMAL topic and a concurrent group. Read back after the write: one warning each."""
+    import daemon.broker.processors.admin as processor
+
+    monkeypatch.setattr(processor, "alter_attributes", lambda old, changes: {})  # as 4.9.8 keeps them
+    monkeypatch.setattr(processor, "SubscriptionGroupConfig", _Loads498)
+    made = run(cli, cluster, "topic", "create", "-t", "Fifo498", "--message-type", "FIFO", "-o", "json")
+    assert made.code == 0, made.stderr
+    assert json.loads(made.stdout)["not_kept"] == [f"{cluster.broker_addr} kept no message.type=FIFO"]
+    [line] = made.stderr.splitlines()
+    assert line.startswith(f"mqctl: warning: {cluster.broker_addr} kept no message.type=FIFO: ")
+    assert "RocketMQ 4.9.x" in line and "NORMAL" in line
+    group = run(cli, cluster, "group", "create", "-g", "Fifo498G", "--orderly")
+    assert group.code == 0, group.stderr
+    [line] = group.stderr.splitlines()
+    assert f"{cluster.broker_addr} kept no consumeMessageOrderly=true" in line and "FIFO" in line
+    monkeypatch.undo()  # a broker that keeps them: no warning
+    kept = run(cli, cluster, "topic", "create", "-t", "Fifo5x", "--message-type", "FIFO", "-o", "json")
+    assert kept.code == 0 and kept.stderr == "" and "not_kept" not in json.loads(kept.stdout), kept
+    kept_group = run(cli, cluster, "group", "create", "-g", "Fifo5xG", "--orderly")
+    assert kept_group.code == 0 and kept_group.stderr == "", kept_group

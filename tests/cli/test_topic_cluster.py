@@ -281,6 +281,13 @@ def test_broker_config_get_and_set(mq: RunCli, daemons: LocalCluster) -> None:
     assert bad.code == UsageError.exit_code, bad.stderr
     assert "fileReservedTime" in bad.stderr and "'abc' is not a whole number" in bad.stderr
     assert "int()" not in bad.stderr and daemons.broker.config.file_reserved_time == 48
+    # fileReservedTime=0 lets the next cleanup delete every CommitLog file: the broker's rule wants --force;
+    # it exited 9 (permission denied) on the broker's NO_PERMISSION, though nothing was missing but --force
+    wipe = mq("broker", "config", "set", "fileReservedTime=0", "-b", daemons.broker_addr)
+    assert wipe.code == UsageError.exit_code, wipe.stderr
+    [line] = wipe.stderr.splitlines()
+    assert "fileReservedTime=0: under 1 h would let the next cleanup delete every CommitLog file" in line
+    assert "--force" in line and daemons.broker.config.file_reserved_time == 48
     flag = mq("broker", "config", "set", "autoCreateTopicEnable=maybe", "-b", daemons.broker_addr)
     assert flag.code == UsageError.exit_code and "true or false" in flag.stderr, flag.stderr
     typo = mq("broker", "config", "set", "fileReservedTim=24", "-b", daemons.broker_addr)

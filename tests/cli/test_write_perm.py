@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqctl.errors import NotFoundError
+from mqctl.errors import AuthError, NotFoundError
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.cli import RunCli
 
@@ -28,7 +28,8 @@ def test_wipe_then_add_the_write_permission_of_a_broker_group(cli: RunCli, daemo
     assert (row["namesrv"], row["write"]) == (daemons.namesrv_addr, False) and row["topics"] >= 1
     [route] = cli("topic", "route", "-t", "Drain", "-o", "json", *ns).json()
     assert route["perm"] == "r"
-    assert cli("msg", "send", "-t", "Drain", "refused", *ns).code != 0  # no writable queue left
+    refused = cli("msg", "send", "-t", "Drain", "refused", *ns)  # no writable queue left: a refusal
+    assert refused.code == AuthError.exit_code and "read-only" in refused.stderr, refused.stderr
     read = cli("msg", "tail", "-t", "Drain", "--from", "earliest", "--exit", "-o", "json", *ns)
     assert read.code == 0 and '"before"' in read.stdout, read.stderr  # consumers still drain it
     assert cli("broker", "add-write-perm", "broker-a", *ns).code == 0
@@ -37,3 +38,19 @@ def test_wipe_then_add_the_write_permission_of_a_broker_group(cli: RunCli, daemo
     assert cli("msg", "send", "-t", "Drain", "after", *ns).code == 0
     typo = cli("broker", "wipe-write-perm", "broker-z", *ns)
     assert typo.code == NotFoundError.exit_code and "broker-a" in typo.stderr
+
+
+def test_a_send_to_a_read_only_topic_is_a_refusal_not_a_topic_not_found(
+    cli: RunCli, daemons: LocalCluster
+) -> None:
+    """'msg send' to a topic of perm r exited 3 ('has no queue this can use'), the code of a topic that
+    does not exist; the broker refuses such a send with NO_PERMISSION: exit 9, saying why and how."""
+    ns = ("-n", daemons.namesrv_addr)
+    assert cli("topic", "create", "-t", "ReadOnly", "-r", "2", "-w", "2", "--perm", "r", *ns).code == 0
+    refused = cli("msg", "send", "-t", "ReadOnly", "x", *ns)
+    assert refused.code == AuthError.exit_code, refused
+    [line] = refused.stderr.splitlines()
+    assert "topic 'ReadOnly' takes no sends: its permission is read-only (broker-a r)" in line
+    assert "--perm rw" in line
+    assert cli("topic", "update", "-t", "ReadOnly", "--perm", "rw", *ns).code == 0
+    assert cli("msg", "send", "-t", "ReadOnly", "x", *ns).code == 0

@@ -305,6 +305,19 @@ async def test_check_ha_warns_when_a_member_of_the_group_is_gone(
 
         await wait_until(warned, 30)
         done = await asyncio.to_thread(check)
+
+        async def leader_says_down() -> bool:
+            """The leader's row named the dead follower 'match 812 lag 0': no new entry reached it to count
+            as lag, and nothing said it did not answer."""
+            argv = [sys.executable, "-m", "mqctl", "broker", "ha", "status", "-o", "json"]
+            shown = await asyncio.to_thread(
+                subprocess.run, argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+            )
+            rows = json.loads(shown.stdout or "[]")
+            peers = next((r["peers"] or "" for r in rows if r["raft_role"] == "LEADER"), "")
+            return peers.count("DOWN (no answer)") == 1 and peers.count(" lag ") == 1
+
+        await wait_until(leader_says_down, 30)
     assert done.returncode == 1 and done.stdout.startswith("HA WARNING"), done.stdout
     assert "2 of its 3 DLedger members" in done.stdout, done.stdout
 

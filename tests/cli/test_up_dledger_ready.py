@@ -1,0 +1,100 @@
+"""``mqctl up --dledger N``: its ready line names each member's /metrics and gRPC front, as the master/slave
+``up``'s names its broker's: with ``--metrics-port 0`` (and gRPC on free ports) nothing else tells where they
+are, and ``broker status`` of a member's store says the same."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.paths import ROOT
+from tests.support.ports import free_port
+from tests.support.up import mqctl_up
+from tests.support.waiting import wait_until
+
+MEMBER = re.compile(
+    r"n(\d) (127\.0\.0\.1:\d+) \(pid \d+, metrics (\S+), gRPC \(5\.x clients\) (127\.0\.0\.1:\d+)\)"
+)
+
+
+@pytest.mark.slow
+async def test_the_ready_line_names_each_members_metrics_and_grpc(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    data = tmp_path / "data"
+    args = ("--dledger", "3", "--broker-port", "0", "--metrics-port", "0", "--grpc-port", "0")
+    async with mqctl_up(data, cli_env, free_port(), *args) as up:
+        members = MEMBER.findall(up.ready)
+        assert [m[0] for m in members] == ["0", "1", "2"], up.ready
+        async with httpx.AsyncClient(timeout=30) as http:
+            for _, _, url, _ in members:
+                assert (await http.get(url)).status_code == 200, url
+        assert len({m[3] for m in members}) == 3
+        status = await _mqctl(
+            cli_env, "broker", "status", "--store", str(data / "store-broker-a-n1"), "-o", "json"
+        )
+        assert status.returncode == 0, status.stderr
+        shown = json.loads(status.stdout)
+        assert (shown["address"], shown["metrics"], shown["grpc"]) == members[1][1:], shown
+    assert up.code == 0
+
+
+async def _mqctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``mqctl ARGS`` in a process of its own, off the test's loop."""
+    argv = [sys.executable, "-m", "mqctl", *args]
+    return await asyncio.to_thread(
+        subprocess.run, argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+async def test_ctrl_c_stops_a_member_restarted_with_broker_start_daemon(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A member that exits is told with 'start it again with mqctl broker start -c CONF --daemon'; one
+    restarted so is no child of up, and up's Ctrl-C ('stops all') left it running, holding the group's
+    ports and store. up now stops whatever broker runs on its members' stores."""
+    data = tmp_path / "data"
+    conf = data / "store-broker-a-n2" / "broker.conf"
+    pidfile = conf.parent / "broker.pid"
+    async with mqctl_up(
+        data, cli_env, free_port(), "--dledger", "3", "--broker-port", "0", "--no-metrics"
+    ) as up:
+        first = int(pidfile.read_text().split()[0])
+        os.kill(first, signal.SIGKILL)
+        await wait_until(lambda: not _alive(first) or _zombie(first), 30)
+        started = await _mqctl(cli_env, "broker", "start", "-c", str(conf), "--daemon")
+        assert started.returncode == 0, started.stderr
+        again = int(pidfile.read_text().split()[0])
+        assert again != first and _alive(again)
+    assert up.code == 0
+    try:
+        await wait_until(lambda: not _alive(again), 30)
+    finally:
+        if _alive(again):
+            os.kill(again, signal.SIGKILL)
+
+
+def _zombie(pid: int) -> bool:
+    """up's killed child stays a zombie until up reaps it: dead all the same."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return True
