@@ -739,19 +739,36 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if remaining is not None:  # answer before the client's deadline
                 poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 1_000))
             expression = request.filter_expression
-            popped = await pop.pop(
-                group=group,
-                topic=topic,
-                queue_id=-1,
-                max_messages=max(1, min(request.batch_size or RECEIVE_BATCH, RECEIVE_BATCH)),
-                invisible_ms=invisible_ms,
-                poll_ms=poll_ms,
-                fifo=self._orderly(group),
-                expression_type="SQL92" if expression.type == pb.SQL else "TAG",
-                expression=expression.expression or "*",
-                attempt_id=request.attempt_id or None,
-                peer=client.channel,
-            )
+            budget = None  # (the host its wait counts on, once counted)
+            connection = context.peer()  # (the HTTP/2 connection: its address and port)
+            if poll_ms > 0:
+                config = self.broker.config
+                budget = self.broker.polls.take(
+                    connection,
+                    client.address[0],
+                    config.max_held_pulls_per_connection,
+                    config.max_held_pulls_per_host,
+                    f"5.x receive of {topic} for {group}",
+                )
+            try:
+                popped = await pop.pop(
+                    group=group,
+                    topic=topic,
+                    queue_id=-1,
+                    max_messages=max(1, min(request.batch_size or RECEIVE_BATCH, RECEIVE_BATCH)),
+                    invisible_ms=invisible_ms,
+                    poll_ms=poll_ms if budget is not None else 0,  # over its bounds: read once, no wait
+                    fifo=self._orderly(group),
+                    expression_type="SQL92" if expression.type == pb.SQL else "TAG",
+                    expression=expression.expression or "*",
+                    attempt_id=request.attempt_id or None,
+                    peer=client.channel,
+                )
+            finally:
+                if budget is not None:
+                    self.broker.polls.give(connection, budget)
+            if not popped and budget is None and poll_ms > 0:  # as the Proxy: its client retries later
+                raise Refused(pb.TOO_MANY_REQUESTS, "polling full")
         except Refused as refused:
             await context.write(spb.ReceiveMessageResponse(status=refused.status()))
             return
