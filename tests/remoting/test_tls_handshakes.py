@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from daemon.protect import budget_host
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -178,3 +179,17 @@ async def test_a_burst_of_handshakes_from_a_peer_waits_its_turns_and_all_complet
             assert srv.tls_paced >= 1 and srv.tls_refused == 0
         finally:
             await srv.stop(grace=0)
+
+
+def test_a_host_is_an_ipv6_64() -> None:
+    assert budget_host("10.1.2.3") == "10.1.2.3"
+    assert budget_host("::ffff:10.1.2.3") == "10.1.2.3"
+    assert budget_host("2001:db8:1:2::5") == budget_host("2001:db8:1:2:ffff:1:2:3") == "2001:db8:1:2::/64"
+    assert budget_host("2001:db8:1:3::5") != budget_host("2001:db8:1:2::5")
+    assert budget_host("") == ""
+    # TLS handshakes: the addresses of one /64 take their turns as one host
+    pacer = HandshakePacer(rate=1.0, burst=2)
+    assert pacer.delay("2001:db8:1:2::1", 100.0) == 0.0
+    assert pacer.delay("2001:db8:1:2::2", 100.0) == 0.0
+    assert pacer.delay("2001:db8:1:2::3", 100.0) > 0.5  # the third of the host's burst of two waits
+    assert pacer.delay("2001:db8:9:9::1", 100.0) == 0.0  # another host does not
