@@ -3,12 +3,16 @@ control sequences must reach the terminal escaped, on stderr's diagnostics as in
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
+from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
-from tests.daemons import LocalCluster, local_cluster
+from tests.daemons import LocalCluster, LoopThread, local_cluster
 from tests.support.cli import RunCli
-from tests.support.namesrv import Namesrv
+from tests.support.namesrv import Namesrv, namesrv_config
 
 HOSTILE = "b\x1b]0;pwned\x07\x1b[2J"
 
@@ -47,3 +51,56 @@ def test_a_note_naming_a_hostile_broker_never_drives_the_terminal(tmp_path: Path
     assert "did not exist" in result.stderr
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
     assert "b\\x1b]0;pwned\\x07\\x1b[2J[/]" in result.stderr
+
+
+async def _register_many(namesrv: Namesrv, port: int, count: int) -> None:
+    for i in range(count):
+        addr = f"127.0.{2 + i // 250}.{1 + i % 250}:{port}"
+        answer = await namesrv.register({}, broker_name=f"many-{i}", broker_addr=addr)
+        assert answer.code == 0, answer.remark
+
+
+def test_a_route_of_more_brokers_than_descriptors_asks_them_in_turns(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A NameServer naming 100 brokers, each silent, to a CLI under an open-file limit of 64: every one is
+    asked and times out, none is called down for a lack of descriptors, and the one error line names
+    twenty of them and counts the rest."""
+    count = 100
+    silent = [socket.socket() for _ in range(count)]
+    loop = LoopThread()
+    controller = NamesrvController(namesrv_config(tmp_path))
+    try:
+        port = 0
+        for i, sock in enumerate(silent):  # accepted by the kernel, never answered
+            sock.bind((f"127.0.{2 + i // 250}.{1 + i % 250}", port))
+            port = sock.getsockname()[1]
+            sock.listen(4)
+        loop.run(controller.start())
+        client = loop.run(_client())
+        namesrv = Namesrv(controller, client)
+        loop.run(_register_many(namesrv, port, count))
+        argv = [sys.executable, "-m", "mqctl", "group", "list", "-n", namesrv.addr, "--timeout", "1"]
+        done = subprocess.run(
+            ["sh", "-c", 'ulimit -n 64 && exec "$@"', "sh", *argv],
+            capture_output=True,
+            text=True,
+            env=cli_env,
+            timeout=600,
+            check=False,
+        )
+        loop.run(client.close())
+    finally:
+        loop.run(controller.stop())
+        loop.close()
+        for sock in silent:
+            sock.close()
+    assert done.returncode == 14, done.stderr
+    assert "Too many open files" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("mqctl: error: no broker could be read: ")
+    assert line.count(": timed out: ") == 20 and f"; and {count - 20} more" in line
+
+
+async def _client() -> RemotingClient:
+    return RemotingClient()
