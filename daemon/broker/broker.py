@@ -229,6 +229,10 @@ class Broker:
         self.pop: PopService
         #: Their pops waiting for messages, by connection and by host (bounded as held pulls are).
         self.polls = PollBudget()
+        #: The gRPC front's open Telemetry streams, by connection and host (daemon.grpc.service).
+        self.streams = PollBudget(
+            "Telemetry streams are open", ("streams per connection", "TELEMETRY_PER_HOST")
+        )
         self.timers: TimerMessageService
         self.boot_timestamp = int(time.time() * 1000)
         self.metrics_port: int | None = None

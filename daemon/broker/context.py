@@ -85,6 +85,8 @@ class BrokerContext(Protocol):
     pop: PopService
     #: The pops waiting for messages (remoting POP_MESSAGE, gRPC ReceiveMessage), by connection and host.
     polls: PollBudget
+    #: The gRPC front's open Telemetry streams, by connection and host.
+    streams: PollBudget
     server: RemotingServer
     #: The transport to NameServers and other brokers; the TLS settings every listener takes.
     client: Transport

@@ -28,9 +28,17 @@ POLLING_FULL: Final = 209
 
 
 class PollBudget:
-    """Waiting pops by owner (a connection) and by host; :meth:`take` before a pop waits, :meth:`give` after."""
+    """Waiting pops (or other held calls: the gRPC front's Telemetry streams) by owner (a connection) and by
+    host; :meth:`take` before one is held, :meth:`give` after."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        held: str = "pops wait",
+        bounds: tuple[str, str] = ("maxHeldPullsPerConnection", "maxHeldPullsPerHost"),
+    ) -> None:
+        #: What the warning says is held, and the names of the two bounds.
+        self._held_text = held
+        self._bound_names = bounds
         self._owners: dict[Hashable, int] = {}
         self._hosts: dict[str, int] = {}
         self._budgets: dict[str, str] = {}
@@ -56,16 +64,18 @@ class PollBudget:
         owned = self._owners.get(owner, 0)
         if per_owner > 0 and owned >= per_owner:
             self.refused_owner += 1
-            bound, key = per_owner, "maxHeldPullsPerConnection"
+            bound, key = per_owner, self._bound_names[0]
         elif per_host > 0 and host and self._hosts.get(host, 0) >= per_host:
             self.refused_host += 1
-            bound, key = per_host, "maxHeldPullsPerHost"
+            bound, key = per_host, self._bound_names[1]
         else:
             self._owners[owner] = owned + 1
             if host:
                 self._hosts[host] = self._hosts.get(host, 0) + 1
             return host
-        self._warnings.warning("%s from %s not held: %d pops wait already (%s)", what, ip, bound, key)
+        self._warnings.warning(
+            "%s from %s not held: %d %s already (%s)", what, ip, bound, self._held_text, key
+        )
         return None
 
     def give(self, owner: Hashable, host: str) -> None:

@@ -129,6 +129,11 @@ STREAM_SIGNED: Final = ":stream-signed"
 #: reading the client's (Settings answered) and refuses transaction checks for it.
 TELEMETRY_OUTBOX: Final = 64
 
+#: Telemetry streams one host beyond loopback (an IPv6 host: its /64) holds open at once. A 5.x client
+#: process keeps one open to each broker; an idle one costs the broker about 23 KiB, and a host's
+#: connections carried a thousand streams each.
+TELEMETRY_PER_HOST: Final = 4096
+
 #: The born host of a send whose peer address grpc did not tell (a Unix socket).
 LOCAL: Final = ("127.0.0.1", 0)
 
@@ -522,8 +527,32 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return spb.NotifyClientTerminationResponse(status=status())
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any) -> None:
-        """Settings in, the complete Settings out; transaction checks pushed down while it is open."""
+        """Settings in, the complete Settings out; transaction checks pushed down while it is open. A host
+        beyond loopback holds TELEMETRY_PER_HOST streams open at most: a further one is answered
+        TOO_MANY_REQUESTS and ended (its client opens it again later)."""
         client, meta = self._client(context)
+        host = self.broker.streams.take(
+            context.peer(),
+            client.address[0],
+            0,
+            TELEMETRY_PER_HOST,
+            f"5.x Telemetry stream of {client.client_id}",
+        )
+        if host is None:
+            await context.write(
+                spb.TelemetryCommand(
+                    status=status(
+                        pb.TOO_MANY_REQUESTS, f"{TELEMETRY_PER_HOST} Telemetry streams of this host open"
+                    )
+                )
+            )
+            return
+        try:
+            await self._telemetry(client, meta, context)
+        finally:
+            self.broker.streams.give(context.peer(), host)
+
+    async def _telemetry(self, client: GrpcClient, meta: dict[str, str], context: Any) -> None:
         outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue(TELEMETRY_OUTBOX)
         client.outbox = outbox
         ended = asyncio.Event()

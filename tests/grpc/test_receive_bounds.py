@@ -186,3 +186,83 @@ def test_a_hosts_receives_over_many_connections_are_bounded(tmp_path: Path) -> N
             counts = _refused(broker.metrics_port)
     assert codes == [pb.TOO_MANY_REQUESTS] * (conns * per - bound)
     assert counts["held_pops_host"] == conns * per - bound
+
+
+#: In the namespace: argv[2] connections to argv[1], each with argv[3] Telemetry streams that send nothing;
+#: prints "opened", then on a line from stdin the status codes of the streams ended so far (JSON).
+_TELEMETRY_FLOOD = """
+import asyncio, json, sys
+import grpc
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
+
+async def main():
+    target, conns, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    options = [("grpc.use_local_subchannel_pool", 1)]  # (a connection each)
+    channels = [grpc.aio.insecure_channel(target, options=options) for _ in range(conns)]
+    codes = []
+
+    async def silent():
+        await asyncio.sleep(3600)
+        yield spb.TelemetryCommand()
+
+    async def stream(stub, i):
+        try:
+            async for reply in stub.Telemetry(silent(), metadata=(("x-mq-client-id", f"flood-{i}"),)):
+                codes.append(reply.status.code)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass
+
+    tasks = [asyncio.create_task(stream(MessagingServiceStub(c), i)) for c in channels for i in range(per)]
+    print("opened", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    print(json.dumps(codes), flush=True)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for c in channels:
+        await c.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_hosts_telemetry_streams_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer off loopback holding silent Telemetry streams on several connections keeps its host's bound
+    of them open; a further one is answered TOO_MANY_REQUESTS and ended. Before, each stream held about
+    23 KiB for as long as its connection lived, a thousand on each of a host's connections."""
+    import daemon.grpc.service
+
+    conns, per, bound = 2, 4, 5
+    monkeypatch.setattr(daemon.grpc.service, "TELEMETRY_PER_HOST", bound)
+    with peer_namespace() as peer:
+        overrides = {"listen_host": peer.host_ip, "broker_ip1": peer.host_ip, "metrics_host": "127.0.0.1"}
+        with grpc_cluster(tmp_path, **overrides) as cluster:
+            broker = cluster.broker
+            assert broker.grpc is not None
+            target = f"{peer.host_ip}:{broker.grpc.port}"
+            argv = ["ip", "netns", "exec", peer.name, sys.executable, "-c", _TELEMETRY_FLOOD, target]
+            flood = subprocess.Popen(
+                [*argv, str(conns), str(per)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+            try:
+                assert read_line(flood, timeout=120).strip() == "opened"
+                host = budget_host(peer.peer_ip)
+                wait_for(
+                    lambda: (
+                        broker.streams.held_by(host) == bound
+                        and broker.streams.refused_host == conns * per - bound
+                    ),
+                    "the host's bound of streams open, the rest refused",
+                    timeout=120,
+                )
+                assert flood.stdin is not None
+                flood.stdin.write("\n")
+                flood.stdin.flush()
+                codes = json.loads(read_line(flood, timeout=60))
+            finally:
+                finish(flood)
+            wait_for(lambda: broker.streams.held_by(host) == 0, "the flood's streams given back")
+            counts = _refused(broker.metrics_port)
+    assert codes == [pb.TOO_MANY_REQUESTS] * (conns * per - bound)
+    assert counts["telemetry_streams_host"] == conns * per - bound
