@@ -11,11 +11,8 @@ connections)."""
 from __future__ import annotations
 
 import asyncio
-import re
 import sys
 import time
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,30 +23,16 @@ from daemon.protect import budget_host
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store.models import SubscriptionGroupConfig, TopicConfig
+from tests.broker.test_held_pull_bounds import _scrape, _until
 from tests.support.broker import BrokerHandle, start_broker
 from tests.support.netns import peer_namespace
 
 POLLING_TIMEOUT = 210
 
 
-async def _until(what: str, done: Callable[[], bool], timeout: float = 60.0) -> None:
-    """Poll ``done()`` (a liveness bound for a loaded machine, not a measure of speed)."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"never: {what}"
-        await asyncio.sleep(0.01)
-
-
 def _pop(topic: str, poll_ms: int = 50_000) -> RemotingCommand:
     header = PopMessageRequestHeader("GPop", topic, -1, 8, 30_000, poll_ms, int(time.time() * 1000), 1)
     return RemotingCommand.request(RequestCode.POP_MESSAGE, header.to_ext_fields())
-
-
-def _scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    found = re.findall(r'rocketmq_remoting_requests_refused_total\{[^}]*limit="(\w+)"\} (\S+)', text)
-    return {limit: float(value) for limit, value in found}
 
 
 async def test_a_connections_pops_past_its_bound_do_not_wait(broker: BrokerHandle) -> None:
