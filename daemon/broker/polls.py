@@ -2,10 +2,9 @@
 the gRPC front's ReceiveMessage (the 5.x SDKs), as `maxHeldPullsPerConnection` and `maxHeldPullsPerHost` bound
 held pulls (daemon.broker.processors.pull).
 
-A waiting pop holds its request, a coroutine, and a parked waiter on every queue it reads (a topic of 8 queues:
-about 35 KiB) for up to its poll time; a connection may have thousands of requests awaiting answers, a gRPC
-connection a thousand streams, and a host hundreds of connections: one host's receives held gigabytes. Past a
-bound a pop reads once and does not wait: when it finds nothing it is answered as 5.x's broker answers a pop
+A waiting pop holds its request, a coroutine, and a parked waiter on every queue it reads for up to its poll
+time; a connection may have thousands of requests awaiting answers, a gRPC connection a thousand streams, and
+a host hundreds of connections: one host's receives held gigabytes. Past a bound a pop reads once and does not wait: when it finds nothing it is answered as 5.x's broker answers a pop
 when its polling is full (remoting POLLING_FULL, 209; gRPC TOO_MANY_REQUESTS "polling full"), which the 5.x
 clients retry after a pause, not at once.
 

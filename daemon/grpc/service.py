@@ -130,7 +130,7 @@ STREAM_SIGNED: Final = ":stream-signed"
 TELEMETRY_OUTBOX: Final = 64
 
 #: Telemetry streams one host beyond loopback (an IPv6 host: its /64) holds open at once. A 5.x client
-#: process keeps one open to each broker; an idle one costs the broker about 23 KiB, and a host's
+#: process keeps one open to each broker; an idle one holds a task, an outbox and grpc's call, and a host's
 #: connections carried a thousand streams each.
 TELEMETRY_PER_HOST: Final = 4096
 

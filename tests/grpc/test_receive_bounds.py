@@ -2,8 +2,8 @@
 `maxHeldPullsPerConnection` of them, a host beyond loopback `maxHeldPullsPerHost`. Past either a receive
 reads once and, finding nothing, is answered TOO_MANY_REQUESTS "polling full", as the Proxy answers when its
 broker's polling is full (the 5.x clients retry it after a pause). Before, only a connection's thousand
-streams bounded them, and a host opened hundreds of connections: a waiting receive of a topic of 8 queues
-holds about 35 KiB, and one host's receives held gigabytes."""
+streams bounded them, and a host opened hundreds of connections: a waiting receive holds its stream, a task
+and a waiter on each queue it reads, and one host's receives held gigabytes."""
 
 from __future__ import annotations
 
@@ -201,8 +201,8 @@ def test_a_hosts_receives_over_many_connections_are_bounded(tmp_path: Path) -> N
 
 def test_a_hosts_telemetry_streams_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A peer off loopback holding silent Telemetry streams on several connections keeps its host's bound
-    of them open; a further one is answered TOO_MANY_REQUESTS and ended. Before, each stream held about
-    23 KiB for as long as its connection lived, a thousand on each of a host's connections."""
+    of them open; a further one is answered TOO_MANY_REQUESTS and ended. Before, each stream held a task,
+    an outbox and grpc's call for as long as its connection lived, a thousand on each of a host's connections."""
     import daemon.grpc.service
 
     conns, per, bound = 2, 4, 5
