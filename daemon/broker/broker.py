@@ -231,7 +231,7 @@ class Broker:
         self.polls = PollBudget()
         #: The gRPC front's open Telemetry streams, by connection and host (daemon.grpc.service).
         self.streams = PollBudget(
-            "Telemetry streams are open", ("streams per connection", "TELEMETRY_PER_HOST")
+            "Telemetry streams are open", ("streams per connection", "TELEMETRY_PER_HOST"), limit=0
         )
         self.timers: TimerMessageService
         self.boot_timestamp = int(time.time() * 1000)

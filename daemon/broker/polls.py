@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 #: 5.x ``ResponseCode.POLLING_FULL``: the remoting answer of a pop that found nothing and could not wait.
 POLLING_FULL: Final = 209
+#: Pops waiting at once from every host together (5.x's ``maxPopPollingSize``): many hosts, each within its
+#: bound, still held as many as their connections carried.
+MAX_WAITING_POPS: Final = 100_000
 
 
 class PollBudget:
@@ -34,16 +37,21 @@ class PollBudget:
         self,
         held: str = "pops wait",
         bounds: tuple[str, str] = ("maxHeldPullsPerConnection", "maxHeldPullsPerHost"),
+        limit: int = MAX_WAITING_POPS,
     ) -> None:
         #: What the warning says is held, and the names of the two bounds.
         self._held_text = held
         self._bound_names = bounds
+        #: How many may be held at once from all hosts together (0: no bound), and how many are.
+        self.limit = limit
+        self.waiting = 0
         self._owners: dict[Hashable, int] = {}
         self._hosts: dict[str, int] = {}
         self._budgets: dict[str, str] = {}
-        #: Pops that could not wait, over their connection's bound and over their host's.
+        #: Pops that could not wait, over their connection's bound, their host's, and all hosts'.
         self.refused_owner = 0
         self.refused_host = 0
+        self.refused_total = 0
         self._warnings = WarningGate(log)
 
     def host(self, ip: str) -> str:
@@ -57,8 +65,8 @@ class PollBudget:
 
     def take(self, owner: Hashable, ip: str, per_owner: int, per_host: int, what: str) -> str | None:
         """Count one more waiting pop of ``owner`` from ``ip``: the host key to :meth:`give` back, or None
-        (nothing counted) when the owner holds ``per_owner`` or its host ``per_host`` already (a bound of 0
-        or less is none). ``what`` names the pop in the warning."""
+        (nothing counted) when the owner holds ``per_owner``, its host ``per_host`` or all hosts :attr:`limit`
+        already (a bound of 0 or less is none). ``what`` names the pop in the warning."""
         host = self.host(ip)
         owned = self._owners.get(owner, 0)
         if per_owner > 0 and owned >= per_owner:
@@ -67,7 +75,11 @@ class PollBudget:
         elif per_host > 0 and host and self._hosts.get(host, 0) >= per_host:
             self.refused_host += 1
             bound, key = per_host, self._bound_names[1]
+        elif self.limit > 0 and self.waiting >= self.limit:
+            self.refused_total += 1
+            bound, key = self.limit, "all hosts together"
         else:
+            self.waiting += 1
             self._owners[owner] = owned + 1
             if host:
                 self._hosts[host] = self._hosts.get(host, 0) + 1
@@ -78,6 +90,7 @@ class PollBudget:
         return None
 
     def give(self, owner: Hashable, host: str) -> None:
+        self.waiting -= 1
         left = self._owners.get(owner, 0) - 1
         if left > 0:
             self._owners[owner] = left
@@ -93,7 +106,3 @@ class PollBudget:
     def held_by(self, host: str) -> int:
         """Pops waiting for ``host`` (a :func:`budget_host` key)."""
         return self._hosts.get(host, 0)
-
-    @property
-    def waiting(self) -> int:
-        return sum(self._owners.values())

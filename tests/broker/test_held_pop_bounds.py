@@ -63,6 +63,25 @@ async def test_a_connections_pops_past_its_bound_do_not_wait(broker: BrokerHandl
     assert short.code == POLLING_TIMEOUT  # waited its poll time: room again
 
 
+async def test_pops_of_every_host_together_are_bounded(broker: BrokerHandle) -> None:
+    """Many hosts, each within its bound, held as many pops as their connections carried: all hosts
+    together wait `MAX_WAITING_POPS` at most (5.x's maxPopPollingSize), the rest answered polling full."""
+    b = broker.broker
+    b.config.max_held_pulls_per_connection = 0
+    b.polls.limit = 2
+    await broker.create_topic("Everyone", 1)
+    b.groups.put(SubscriptionGroupConfig("GPop"))
+    calls = [
+        asyncio.create_task(broker.client.invoke(broker.addr, _pop("Everyone", 8_000), 90)) for _ in range(4)
+    ]
+    await _until("two wait, two answered", lambda: b.polls.waiting == 2 and sum(c.done() for c in calls) == 2)
+    assert [c.result().code for c in calls if c.done()] == [POLLING_FULL, POLLING_FULL]
+    assert b.polls.refused_total == 2 and b.polls.refused_owner == b.polls.refused_host == 0
+    assert (await asyncio.to_thread(_scrape, b.metrics_port))["held_pops_total"] == 2
+    for c in calls:
+        c.cancel()
+
+
 #: From the namespace, against [argv[1]]:argv[2]: from each source address of argv[3] (comma-separated),
 #: one connection pipelining argv[4] long-polling pulls and as many POPs of topic argv[5]; says "sent",
 #: then keeps them open until a line on stdin.
