@@ -76,6 +76,29 @@ def is_loopback(ip: str) -> bool:
     return address.is_loopback
 
 
+#: The prefix an IPv6 peer's per-host budgets count against: a host is handed a /64 (SLAAC, one
+#: subnet) and may speak from any of its 2^64 addresses, each of which counted as a host of its own.
+IPV6_HOST_PREFIX: Final = 64
+
+
+def budget_host(ip: str) -> str:
+    """The key a peer's per-host budgets (held pulls and receives, TLS handshakes, a fair share of the
+    connections) count against: an IPv4 address as it is (an IPv4-mapped one folded to it), an IPv6
+    address as its /64 (``2001:db8:1:2::/64``), anything else (``""``, a name) as it is."""
+    if ":" not in ip:
+        return ip
+    try:
+        address = ipaddress.IPv6Address(ip.split("%", 1)[0])
+    except ValueError:
+        return ip
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    network = ipaddress.IPv6Address(
+        address.packed[: IPV6_HOST_PREFIX // 8] + bytes(16 - IPV6_HOST_PREFIX // 8)
+    )
+    return f"{network}/{IPV6_HOST_PREFIX}"
+
+
 def binds_beyond_loopback(host: str) -> bool:
     """Whether a listener bound to ``host`` can be reached from other machines (a wildcard, a name, or
     an address that is not loopback)."""

@@ -23,6 +23,7 @@ import enum
 import functools
 import io
 import json
+import logging
 import os
 import re
 import sys
@@ -55,6 +56,15 @@ def printable(text: str, *, newlines: bool = True) -> str:
     unless ``newlines``: what a terminal then shows is what the data holds, and it cannot be driven."""
     text = _CONTROL.sub(lambda m: _escape(m.group()), text)
     return text if newlines else text.replace("\n", "\\n")
+
+
+class PrintableFormatter(logging.Formatter):
+    """The CLI's log lines (WARNINGs on stderr) with control characters escaped as :func:`printable` does:
+    they carry what servers said (a broker's name, an address, a remark), and a server's word must not
+    drive the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
 
 
 def json_text(data: Any, *, indent: int | None = None) -> str:

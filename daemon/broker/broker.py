@@ -50,6 +50,7 @@ from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
 from daemon.broker.managers.producers import ProducerManager
 from daemon.broker.managers.topics import TopicConfigManager
+from daemon.broker.polls import PollBudget
 from daemon.broker.pop import PopService, pop_runtime_info
 from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
@@ -226,6 +227,12 @@ class Broker:
         self.transactions: TransactionService
         #: POP consumption (5.x): the remoting POP codes and the gRPC front share it.
         self.pop: PopService
+        #: Their pops waiting for messages, by connection and by host (bounded as held pulls are).
+        self.polls = PollBudget()
+        #: The gRPC front's open Telemetry streams, by connection and host (daemon.grpc.service).
+        self.streams = PollBudget(
+            "Telemetry streams are open", ("streams per connection", "TELEMETRY_PER_HOST"), limit=0
+        )
         self.timers: TimerMessageService
         self.boot_timestamp = int(time.time() * 1000)
         self.metrics_port: int | None = None

@@ -279,10 +279,12 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     short_polling_time_mills: int = 1000
     #: mqctl's: long-polling pulls one connection may have held (a consumer holds one per queue it reads,
     #: every group of its process sharing the connection); past it a pull that finds nothing is answered
-    #: at once, as a pull without the suspend flag is (0: no bound).
+    #: at once, as a pull without the suspend flag is (0: no bound). Waiting pops and 5.x receives have
+    #: the same bound, counted apart (daemon.broker.polls).
     max_held_pulls_per_connection: int = 4096
-    #: mqctl's: held pulls of all one host's connections beyond loopback (0: no bound); a host behind
-    #: which many consumers share an address (NAT) may need more.
+    #: mqctl's: held pulls of all one host's connections beyond loopback, an IPv6 host being its /64
+    #: (0: no bound); a host behind which many consumers share an address (NAT) may need more. Waiting
+    #: pops and 5.x receives, counted apart, too.
     max_held_pulls_per_host: int = 16384
     notify_consumer_ids_changed_enable: bool = True
     slave_read_enable: bool = False

@@ -23,6 +23,7 @@ from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
 from daemon.broker.managers.producers import ProducerManager
 from daemon.broker.managers.topics import TopicConfigManager
+from daemon.broker.polls import PollBudget
 from daemon.broker.pop import PopService
 from daemon.broker.stats import BrokerStats
 from daemon.coalesce import Coalesced
@@ -82,6 +83,10 @@ class BrokerContext(Protocol):
     hold: PullRequestHoldService
     #: POP consumption (5.x): in-flight messages per group, their handles and their revive.
     pop: PopService
+    #: The pops waiting for messages (remoting POP_MESSAGE, gRPC ReceiveMessage), by connection and host.
+    polls: PollBudget
+    #: The gRPC front's open Telemetry streams, by connection and host.
+    streams: PollBudget
     server: RemotingServer
     #: The transport to NameServers and other brokers; the TLS settings every listener takes.
     client: Transport

@@ -256,12 +256,19 @@ def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> I
     refused = CounterMetricFamily(
         "rocketmq_remoting_requests_refused",
         "Requests refused for passing a limit of what one request may carry (json_body: answered "
-        "SYSTEM_ERROR unread) or hold (held_pulls_*: a long-polling pull answered at once, not held)",
+        "SYSTEM_ERROR unread) or hold (held_pulls_*: a long-polling pull answered at once, not held; "
+        "held_pops_*: a POP or 5.x receive that did not wait (past its connection's, host's or all hosts' "
+        "bound), answered polling full when it found nothing; "
+        "telemetry_streams_host: a 5.x Telemetry stream past its host's bound, ended)",
         labels=[*labels, "limit"],
     )
     refused.add_metric([*base, "json_body"], dispatcher.bodies_refused)
     refused.add_metric([*base, "held_pulls_connection"], b.hold.refused_owner)
     refused.add_metric([*base, "held_pulls_host"], b.hold.refused_host)
+    refused.add_metric([*base, "held_pops_connection"], b.polls.refused_owner)
+    refused.add_metric([*base, "held_pops_host"], b.polls.refused_host)
+    refused.add_metric([*base, "held_pops_total"], b.polls.refused_total)
+    refused.add_metric([*base, "telemetry_streams_host"], b.streams.refused_host)
     yield refused
     for name, doc, value in (
         (

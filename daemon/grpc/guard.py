@@ -30,6 +30,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from daemon.protect import budget_host
+
 log = logging.getLogger(__name__)
 
 _SO_ATTACH_FILTER = getattr(socket, "SO_ATTACH_FILTER", 26)
@@ -112,26 +114,35 @@ _LD_B, _LD_W, _RSH, _JEQ, _RET = 0x30, 0x20, 0x74, 0x15, 0x06
 
 
 def drop_filter(hosts: Iterable[str]) -> bytes:
-    """A classic BPF program that drops packets from ``hosts`` (IPv4 or IPv6) and passes the rest.
-    Jumps are relative: a branch taken goes ``offset`` instructions past the next one."""
+    """A classic BPF program that drops packets from ``hosts`` (IPv4 addresses, IPv6 addresses or IPv6
+    networks such as ``2001:db8::/64``, as :func:`daemon.protect.budget_host` names a host) and passes
+    the rest. Jumps are relative: a branch taken goes ``offset`` instructions past the next one."""
     v4 = sorted({struct.unpack(">I", ipaddress.IPv4Address(h).packed)[0] for h in hosts if ":" not in h})
-    v6 = sorted({ipaddress.IPv6Address(h).packed for h in hosts if ":" in h})
+    v6 = sorted({_words(h) for h in hosts if ":" in h})
     accept, drop = _insn(_RET, 0, 0, 0xFFFFFFFF), _insn(_RET, 0, 0, 0)
     # IPv4: load the source address; a match jumps to the `drop` after `accept`
     four = [_insn(_LD_W, 0, 0, _NET + 12)]
     four += [_insn(_JEQ, len(v4) - i, 0, k) for i, k in enumerate(v4)]
     four += [accept, drop]
-    # IPv6: eight instructions an address (its four words); a mismatch goes on to the next address
+    # IPv6: two instructions a word of each address or network (a /64: its first two words); a
+    # mismatch goes on to the next one, the last word's match to `drop`
+    starts = [sum(2 * len(w) for w in v6[:b]) for b in range(len(v6) + 1)]
+    end = starts[-1]  # where `accept` is, `drop` after it
     six: list[bytes] = []
-    to_drop = len(v6) * 8 + 1
-    for b, packed in enumerate(v6):
-        for j, word in enumerate(struct.unpack(">4I", packed)):
-            at = b * 8 + 2 * j + 1
-            matched = 0 if j < 3 else to_drop - at - 1
-            six += [_insn(_LD_W, 0, 0, _NET + 8 + 4 * j), _insn(_JEQ, matched, (b + 1) * 8 - at - 1, word)]
+    for b, words in enumerate(v6):
+        for j, word in enumerate(words):
+            at = starts[b] + 2 * j + 1
+            matched = 0 if j < len(words) - 1 else end - at
+            six += [_insn(_LD_W, 0, 0, _NET + 8 + 4 * j), _insn(_JEQ, matched, starts[b + 1] - at - 1, word)]
     six += [accept, drop]
     head = [_insn(_LD_B, 0, 0, _NET), _insn(_RSH, 0, 0, 4), _insn(_JEQ, 0, len(four), 4)]
     return b"".join([*head, *four, *six])
+
+
+def _words(host: str) -> tuple[int, ...]:
+    """The 32-bit words an IPv6 address (all four) or network (those its prefix covers) is matched by."""
+    network = ipaddress.IPv6Network(host)
+    return struct.unpack(">4I", network.network_address.packed)[: max(1, network.prefixlen // 32)]
 
 
 def _attach(fd: int, program: bytes) -> None:
@@ -192,7 +203,7 @@ class ConnectionGuard:
 
     def scan(self) -> None:
         sockets = [s for s in front_sockets(self.port) if not s.listening]
-        hosts = Counter(s.host for s in sockets)
+        hosts = Counter(budget_host(s.host) for s in sockets)  # (an IPv6 peer's /64 is one host)
         total = self.last_total = sum(hosts.values())
         if total < self.cap // 2:
             self.held.clear()
@@ -214,7 +225,7 @@ class ConnectionGuard:
         self._filter()
         excess = total - (self.cap - self.reserve)
         if excess > 0 and self.held:
-            self._evict([s for s in sockets if s.host in self.held], excess)
+            self._evict([s for s in sockets if budget_host(s.host) in self.held], excess)
 
     def _filter(self) -> None:
         held = frozenset(self.held)

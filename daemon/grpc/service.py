@@ -129,6 +129,11 @@ STREAM_SIGNED: Final = ":stream-signed"
 #: reading the client's (Settings answered) and refuses transaction checks for it.
 TELEMETRY_OUTBOX: Final = 64
 
+#: Telemetry streams one host beyond loopback (an IPv6 host: its /64) holds open at once. A 5.x client
+#: process keeps one open to each broker; an idle one holds a task, an outbox and grpc's call, and a host's
+#: connections carried a thousand streams each.
+TELEMETRY_PER_HOST: Final = 4096
+
 #: The born host of a send whose peer address grpc did not tell (a Unix socket).
 LOCAL: Final = ("127.0.0.1", 0)
 
@@ -522,8 +527,32 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return spb.NotifyClientTerminationResponse(status=status())
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any) -> None:
-        """Settings in, the complete Settings out; transaction checks pushed down while it is open."""
+        """Settings in, the complete Settings out; transaction checks pushed down while it is open. A host
+        beyond loopback holds TELEMETRY_PER_HOST streams open at most: a further one is answered
+        TOO_MANY_REQUESTS and ended (its client opens it again later)."""
         client, meta = self._client(context)
+        host = self.broker.streams.take(
+            context.peer(),
+            client.address[0],
+            0,
+            TELEMETRY_PER_HOST,
+            f"5.x Telemetry stream of {client.client_id}",
+        )
+        if host is None:
+            await context.write(
+                spb.TelemetryCommand(
+                    status=status(
+                        pb.TOO_MANY_REQUESTS, f"{TELEMETRY_PER_HOST} Telemetry streams of this host open"
+                    )
+                )
+            )
+            return
+        try:
+            await self._telemetry(client, meta, context)
+        finally:
+            self.broker.streams.give(context.peer(), host)
+
+    async def _telemetry(self, client: GrpcClient, meta: dict[str, str], context: Any) -> None:
         outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue(TELEMETRY_OUTBOX)
         client.outbox = outbox
         ended = asyncio.Event()
@@ -739,19 +768,36 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if remaining is not None:  # answer before the client's deadline
                 poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 1_000))
             expression = request.filter_expression
-            popped = await pop.pop(
-                group=group,
-                topic=topic,
-                queue_id=-1,
-                max_messages=max(1, min(request.batch_size or RECEIVE_BATCH, RECEIVE_BATCH)),
-                invisible_ms=invisible_ms,
-                poll_ms=poll_ms,
-                fifo=self._orderly(group),
-                expression_type="SQL92" if expression.type == pb.SQL else "TAG",
-                expression=expression.expression or "*",
-                attempt_id=request.attempt_id or None,
-                peer=client.channel,
-            )
+            budget = None  # (the host its wait counts on, once counted)
+            connection = context.peer()  # (the HTTP/2 connection: its address and port)
+            if poll_ms > 0:
+                config = self.broker.config
+                budget = self.broker.polls.take(
+                    connection,
+                    client.address[0],
+                    config.max_held_pulls_per_connection,
+                    config.max_held_pulls_per_host,
+                    f"5.x receive of {topic} for {group}",
+                )
+            try:
+                popped = await pop.pop(
+                    group=group,
+                    topic=topic,
+                    queue_id=-1,
+                    max_messages=max(1, min(request.batch_size or RECEIVE_BATCH, RECEIVE_BATCH)),
+                    invisible_ms=invisible_ms,
+                    poll_ms=poll_ms if budget is not None else 0,  # over its bounds: read once, no wait
+                    fifo=self._orderly(group),
+                    expression_type="SQL92" if expression.type == pb.SQL else "TAG",
+                    expression=expression.expression or "*",
+                    attempt_id=request.attempt_id or None,
+                    peer=client.channel,
+                )
+            finally:
+                if budget is not None:
+                    self.broker.polls.give(connection, budget)
+            if not popped and budget is None and poll_ms > 0:  # as the Proxy: its client retries later
+                raise Refused(pb.TOO_MANY_REQUESTS, "polling full")
         except Refused as refused:
             await context.write(spb.ReceiveMessageResponse(status=refused.status()))
             return

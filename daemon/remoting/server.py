@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable, Mapping
 
 from daemon.lifecycle import supervise
-from daemon.protect import is_loopback
+from daemon.protect import budget_host, is_loopback
 from daemon.remoting.connection import (
     Connection,
     Processor,
@@ -70,6 +70,7 @@ class HandshakePacer:
         """Seconds the next handshake of `host` waits before it starts (0: at once); its turn is taken."""
         if is_loopback(host):
             return 0.0
+        host = budget_host(host)  # (an IPv6 peer's /64: one host, 2^64 addresses)
         due = max(self._due.get(host, now), now)
         if len(self._due) > 4096:  # (hosts whose turns all passed hold nothing)
             self._due = {h: t for h, t in self._due.items() if t > now}
@@ -369,10 +370,11 @@ class RemotingServer:
         A walk of the open connections, only while the cap is reached."""
         hosts: dict[str, list[Connection | socket.socket]] = {}
         for sock in (*self._sniffing, *self._handshaking):  # (silent first, then in their handshake)
-            hosts.setdefault(_sock_ip(sock), []).append(sock)
+            hosts.setdefault(budget_host(_sock_ip(sock)), []).append(sock)
         for conn in self.connections:
             if not conn.is_closed:
-                hosts.setdefault(conn.address[0], []).append(conn)
+                hosts.setdefault(budget_host(conn.address[0]), []).append(conn)
+        ip = budget_host(ip)  # (an IPv6 peer's /64 is one host: a host has its 2^64 addresses)
         if not hosts:
             return False
         heavy = max(hosts, key=lambda host: len(hosts[host]))

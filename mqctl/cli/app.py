@@ -228,17 +228,15 @@ def _root(
     import logging
 
     from mqctl import auth, tls as session_tls
-    from mqctl.output import configure
+    from mqctl.output import PrintableFormatter, configure
 
     auth.set_flags(access_key, secret_key)
     session_tls.set_flags(tls, ca, cert, key, insecure)
     _debug["on"] = debug
     configure(no_color=no_color, verbose=verbose, utc=utc)
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
     if sched_slice_micros:
         _loop_slice(sched_slice_micros)
     if print_config:

@@ -141,9 +141,10 @@ def _report(work: Callable[[Admin], Awaitable[BenchResult]]) -> None:
 
     online(run, timeout=30.0)
     if results and results[-1].first_failure:  # some sends refused (all refused: the error instead)
-        from mqctl.output import stderr_console
+        from mqctl.output import printable, stderr_console
 
-        stderr_console().print(f"mqctl: warning: {results[-1].first_failure}", style="yellow")
+        failure = printable(results[-1].first_failure, newlines=False)  # (a broker's remark in it)
+        stderr_console().print(f"mqctl: warning: {failure}", style="yellow", markup=False)
     if results and results[-1].interrupted:
         raise Interrupted("interrupted: the result above covers the run until Ctrl-C")
 

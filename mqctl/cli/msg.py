@@ -172,7 +172,7 @@ def send(
 
     A topic that does not exist is auto-created by brokers with autoCreateTopicEnable, as for RocketMQ's
     producers, and a line on stderr says so; --no-create refuses it (exit 3)."""
-    from mqctl.output import stderr_console
+    from mqctl.output import printable, stderr_console
     from mqctl.services.messages import message_properties, send_message
 
     payload = _body(body, file, max_size)
@@ -190,9 +190,10 @@ def send(
         )
         if result.auto_created:
             stderr_console().print(
-                f"topic {topic!r} did not exist: broker {result.broker} created it with this message "
-                "(autoCreateTopicEnable); --no-create refuses unknown topics",
+                f"topic {topic!r} did not exist: broker {printable(result.broker, newlines=False)} created it "
+                "with this message (autoCreateTopicEnable); --no-create refuses unknown topics",
                 style="yellow",
+                markup=False,  # (the broker's name is its word)
             )
         return result
 

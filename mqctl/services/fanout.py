@@ -1,10 +1,10 @@
 """Reads that ask every broker: answer with what could be read, and name each broker that could not be.
 
 One broker that refuses (another cluster's ACL), times out or is down must not take everyone's
-``group list`` with it. :func:`each_broker` asks every address at once and keeps the answers; each
-failure becomes a :class:`BrokerFailure` recorded for the running command (the CLI warns about each,
-and records carry them as ``errors``). Only when no broker answered does it raise
-:class:`~mqctl.errors.NothingReadError`, naming them all.
+``group list`` with it. :func:`each_broker` asks every address (:func:`fanout_width` at a time) and
+keeps the answers; each failure becomes a :class:`BrokerFailure` recorded for the running command (the
+CLI warns about each, and records carry them as ``errors``). Only when no broker answered does it raise
+:class:`~mqctl.errors.NothingReadError`, naming the first of them and counting the rest.
 """
 
 from __future__ import annotations
@@ -29,6 +29,25 @@ if TYPE_CHECKING:
     from mqctl.admin.client import Admin
 
 T = TypeVar("T")
+
+#: Brokers the error line of a read that reached none names; the rest are counted (a line naming thousands
+#: of a route's brokers, a hostile NameServer's word, said nothing).
+NAMED_FAILURES = 20
+
+
+def fanout_width() -> int:
+    """Brokers asked at once: a quarter of the open-file limit, 16 to 1024. A route may name thousands of
+    brokers (a large cluster, or a hostile NameServer's word), each ask holds a socket, and all at once
+    ran out of descriptors under the common limit of 1024: the rest reported down, "Too many open files"."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # (no such limit here)
+        return 256
+    if soft == resource.RLIM_INFINITY:
+        return 1024
+    return max(16, min(1024, soft // 4))
 
 
 class FailureRow(TypedDict):
@@ -128,7 +147,20 @@ async def each_broker(
     failure recorded (see :func:`collecting`). No answer at all (and at least one address) raises
     NothingReadError; an error that is not about reaching or being refused by a broker is raised as is."""
     targets = list(dict.fromkeys(addrs))
-    results = await asyncio.gather(*(call(addr) for addr in targets), return_exceptions=True)
+    gate = asyncio.Semaphore(fanout_width())
+
+    async def asked(addr: str) -> T:
+        async with gate:
+            try:
+                return await call(addr)
+            except (RemotingError, MqctlError):
+                # its descriptor freed for the next: a silent broker's connection stayed open, pooled
+                conn = admin.client.open_connection(addr)
+                if conn is not None:
+                    conn.close()
+                raise
+
+    results = await asyncio.gather(*(asked(addr) for addr in targets), return_exceptions=True)
     answers: dict[str, T] = {}
     failed: list[tuple[str, Exception]] = []
     for addr, result in zip(targets, results, strict=True):
@@ -144,8 +176,11 @@ async def each_broker(
     found = [BrokerFailure(addr, names.get(addr), *failure_reason(exc)) for addr, exc in failed]
     _record(found)
     if not answers:
+        named = "; ".join(f.describe() for f in found[:NAMED_FAILURES])
+        if len(found) > NAMED_FAILURES:
+            named += f"; and {len(found) - NAMED_FAILURES} more"
         raise NothingReadError(
-            "no broker could be read: " + "; ".join(f.describe() for f in found),
+            "no broker could be read: " + named,
             hint="check credentials (--access-key) for an ACL-enabled cluster, or narrow it with --cluster",
         )
     return answers

@@ -5,6 +5,7 @@ deadline. The guard beside grpc (daemon.grpc.guard) holds such a host back and k
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -241,3 +242,53 @@ def test_a_socket_listing_is_read_as_the_kernel_writes_it() -> None:
     ]
     assert os.path.exists("/proc/net/tcp")
     assert drop_filter([]) != drop_filter(["10.0.0.1"])
+
+
+#: In a namespace whose addresses argv[1:] share a /64: a dual-stack listener, the guard holding that /64
+#: (as its scan names an IPv6 host) or nothing; prints whether each address, ::1 and 127.0.0.1 connect (JSON).
+_FILTER_64 = """
+import json, socket, sys
+from daemon.grpc.guard import ConnectionGuard
+from daemon.protect import budget_host
+
+def connects(src, dst, port, family):
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((src, 0))
+        sock.settimeout(1.5)
+        try:
+            sock.connect((dst, port))
+        except TimeoutError:
+            return False
+        return True
+
+addresses = sys.argv[1:]
+with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as listener:
+    listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    listener.bind(("::", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
+    guard = ConnectionGuard(port, 10)
+    assert guard.start()
+    out = {}
+    for held in ([budget_host(addresses[0])], []):
+        guard.held = set(held)
+        guard._filter()
+        seen = {a: connects(a, addresses[-1], port, socket.AF_INET6) for a in addresses}
+        seen["::1"] = connects("::1", "::1", port, socket.AF_INET6)
+        seen["127.0.0.1"] = connects("127.0.0.1", "127.0.0.1", port, socket.AF_INET)
+        out["held" if held else "free"] = seen
+    guard.stop()
+print(json.dumps(out))
+"""
+
+
+def test_the_drop_filter_holds_an_ipv6_hosts_whole_64() -> None:
+    """An IPv6 host is its /64 (it may speak from any of its addresses): held, none of them connects; the
+    other hosts do, and every one once it is let go."""
+    with peer_namespace(ipv6_peers=3) as peer:
+        argv = ["ip", "netns", "exec", peer.name, sys.executable, "-c", _FILTER_64, *peer.peer_ip6s]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["held"] == {**{a: False for a in peer.peer_ip6s}, "::1": True, "127.0.0.1": True}
+    assert all(seen["free"].values()), seen["free"]

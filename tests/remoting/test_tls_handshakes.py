@@ -6,15 +6,18 @@ heaviest host's to be closed for another host's connection, never one of a light
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import ssl
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 
+from daemon.protect import budget_host
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -178,3 +181,67 @@ async def test_a_burst_of_handshakes_from_a_peer_waits_its_turns_and_all_complet
             assert srv.tls_paced >= 1 and srv.tls_refused == 0
         finally:
             await srv.stop(grace=0)
+
+
+def test_a_host_is_an_ipv6_64() -> None:
+    assert budget_host("10.1.2.3") == "10.1.2.3"
+    assert budget_host("::ffff:10.1.2.3") == "10.1.2.3"
+    assert budget_host("2001:db8:1:2::5") == budget_host("2001:db8:1:2:ffff:1:2:3") == "2001:db8:1:2::/64"
+    assert budget_host("2001:db8:1:3::5") != budget_host("2001:db8:1:2::5")
+    assert budget_host("") == ""
+    # TLS handshakes: the addresses of one /64 take their turns as one host
+    pacer = HandshakePacer(rate=1.0, burst=2)
+    assert pacer.delay("2001:db8:1:2::1", 100.0) == 0.0
+    assert pacer.delay("2001:db8:1:2::2", 100.0) == 0.0
+    assert pacer.delay("2001:db8:1:2::3", 100.0) > 0.5  # the third of the host's burst of two waits
+    assert pacer.delay("2001:db8:9:9::1", 100.0) == 0.0  # another host does not
+
+
+#: In a namespace whose addresses argv[1:] share a /64: a server capped at 4 connections; three from that
+#: /64 (one an address), one from ::1 (another host), then ::1's second: prints whether it was answered,
+#: how many were closed to serve it, and the /64's connections left open (JSON).
+_FAIR_64 = """
+import asyncio, json, socket, sys
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.limits import RemotingLimits
+from daemon.remoting.server import RemotingServer
+
+async def main():
+    srv = RemotingServer({1: lambda conn, req: req.make_response()}, host="::",
+                         limits=RemotingLimits(remoting_max_connections=4))
+    await srv.start()
+    heavy = []
+    for source in sys.argv[1:4]:
+        sock = socket.socket(socket.AF_INET6)
+        sock.bind((source, 0))
+        sock.connect(("::1", srv.port))
+        heavy.append(sock)
+    async with RemotingClient() as first, RemotingClient() as second:
+        addr = f"[::1]:{srv.port}"
+        await first.invoke(addr, RemotingCommand.request(1), 10)
+        while len([c for c in srv.connections if not c.is_closed]) < 4:
+            await asyncio.sleep(0.01)
+        try:
+            answer = (await second.invoke(addr, RemotingCommand.request(1), 5)).code
+        except Exception as exc:
+            answer = repr(exc)
+        left = sum(1 for c in srv.connections if not c.is_closed and c.address[0] != "::1")
+    print(json.dumps({"answer": answer, "evicted": srv.evicted_connections, "left": left}))
+    for sock in heavy:
+        sock.close()
+    await srv.stop(grace=0)
+
+asyncio.run(main())
+"""
+
+
+def test_at_the_cap_an_ipv6_hosts_addresses_count_as_one_host() -> None:
+    """Three connections from three addresses of one /64 are one host holding three: at the cap another
+    host's connection is served by closing one of them. Counted by address, each held one, as the
+    newcomer's host did, and the newcomer was refused."""
+    with peer_namespace(ipv6_peers=3) as peer:
+        argv = ["ip", "netns", "exec", peer.name, sys.executable, "-c", _FAIR_64, *peer.peer_ip6s]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"answer": ResponseCode.SUCCESS, "evicted": 1, "left": 2}

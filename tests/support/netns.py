@@ -45,6 +45,9 @@ class PeerNamespace:
     name: str
     host_ip: str  # this namespace's end of the pair
     peer_ip: str  # the namespace's end: where its requests come from
+    #: With ``ipv6_peers``: this end's IPv6 address, and the namespace's, all in one /64 (a ULA prefix).
+    host_ip6: str = ""
+    peer_ip6s: tuple[str, ...] = ()
 
     async def send(self, addr: str, requests: list[tuple[int, dict[str, str], str]]) -> list[tuple[int, str]]:
         """Send requests from inside the namespace (a subprocess there, so the caller's loop keeps
@@ -60,12 +63,17 @@ def _ip(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @contextmanager
-def peer_namespace() -> Iterator[PeerNamespace]:
-    """A namespace with a veth pair 10.X.Y.1 (here) / 10.X.Y.2 (there); removed afterwards."""
+def peer_namespace(ipv6_peers: int = 0) -> Iterator[PeerNamespace]:
+    """A namespace with a veth pair 10.X.Y.1 (here) / 10.X.Y.2 (there); removed afterwards. With
+    ``ipv6_peers``, the pair also has fd6d:X:Y:1::1 here and that many addresses of the same /64 there
+    (::2, ::3, ...): one host speaking from many addresses, as any host with a /64 may."""
     tag = f"{os.getpid() % 100_000:05d}"
     name, host_end, peer_end = f"mqctl-peer-{tag}", f"mqh{tag}", f"mqp{tag}"
     octet2, octet3 = 200 + os.getpid() % 50, (os.getpid() // 50) % 256
     host_ip, peer_ip = f"10.{octet2}.{octet3}.1", f"10.{octet2}.{octet3}.2"
+    prefix = f"fd6d:{octet2:x}:{octet3:x}:1"
+    host_ip6 = f"{prefix}::1" if ipv6_peers else ""
+    peer_ip6s = tuple(f"{prefix}::{i + 2:x}" for i in range(ipv6_peers))
     made = _ip("netns", "add", name)
     if made.returncode != 0:
         pytest.skip(f"this machine refuses to make a network namespace: {made.stderr.strip()}")
@@ -79,11 +87,14 @@ def peer_namespace() -> Iterator[PeerNamespace]:
             ("-n", name, "link", "set", peer_end, "up"),
             ("-n", name, "link", "set", "lo", "up"),
         ]
+        if ipv6_peers:  # (nodad: usable at once, no duplicate detection to wait for)
+            steps.append(("addr", "add", f"{host_ip6}/64", "dev", host_end, "nodad"))
+            steps += [("-n", name, "addr", "add", f"{ip}/64", "dev", peer_end, "nodad") for ip in peer_ip6s]
         for step in steps:
             done = _ip(*step)
             if done.returncode != 0:
                 pytest.skip(f"this machine refuses 'ip {' '.join(step)}': {done.stderr.strip()}")
-        yield PeerNamespace(name, host_ip, peer_ip)
+        yield PeerNamespace(name, host_ip, peer_ip, host_ip6, peer_ip6s)
     finally:
         _ip("link", "del", host_end)  # (gone with the namespace too, when it was moved there)
         _ip("netns", "del", name)

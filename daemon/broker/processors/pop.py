@@ -22,6 +22,7 @@ from daemon.broker.headers import (
     PopMessageRequestHeader,
     PopMessageResponseHeader,
 )
+from daemon.broker.polls import POLLING_FULL
 from daemon.broker.pop import (
     INVALID_PARAMETER,
     MAX_POP_BATCH,
@@ -139,14 +140,25 @@ class PopProcessor:
     async def _pop(
         self, conn: Connection, request: RemotingCommand, h: PopMessageRequestHeader
     ) -> RemotingCommand:
+        broker = self.broker
+        config, polls = broker.config, broker.polls
+        budget = None  # (the host its wait counts on, once counted)
+        if h.poll_time > 0:
+            budget = polls.take(
+                conn,
+                conn.address[0],
+                config.max_held_pulls_per_connection,
+                config.max_held_pulls_per_host,
+                f"pop of {h.topic} for {h.consumer_group}",
+            )
         try:
-            popped = await self.broker.pop.pop(
+            popped = await broker.pop.pop(
                 group=h.consumer_group,
                 topic=h.topic,
                 queue_id=h.queue_id,
                 max_messages=h.max_msg_nums,
                 invisible_ms=h.invisible_time,
-                poll_ms=h.poll_time,
+                poll_ms=h.poll_time if budget is not None else 0,  # over its bounds: read once, no wait
                 fifo=h.order,
                 expression_type=h.exp_type or "TAG",
                 expression=h.exp or "*",
@@ -157,9 +169,14 @@ class PopProcessor:
             )
         except PopError as exc:
             return request.make_response(exc.code, exc.remark)
+        finally:
+            if budget is not None:
+                polls.give(conn, budget)
         revive_qid = ORDER_REVIVE_QUEUE if h.order else 0
         if not popped:
             header = PopMessageResponseHeader(0, h.invisible_time, revive_qid, self._rest(h))
+            if budget is None and h.poll_time > 0:  # as 5.x's: its client pops again after a pause
+                return request.make_response(POLLING_FULL, "polling full", header.to_ext_fields())
             return request.make_response(POLLING_TIMEOUT, "no new message", header.to_ext_fields())
         handles = [(m, m.handle or ReceiptHandle.decode(m.receipt_handle)) for m in popped]
         first = handles[0][1]

@@ -31,7 +31,6 @@ from daemon.broker.headers import (
 )
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.broker.processors.offset import _HOT_RATIO, _memory_bytes
-from daemon.protect import is_loopback
 from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -97,8 +96,6 @@ class PullProcessor:
         #: (expression, type) of a pull's own subscription -> its tag codes, for tag expressions only (whether
         #: another type is allowed is the broker's setting of the moment, checked on every pull)
         self._expressions: dict[tuple[str | None, str | None], frozenset[int] | None] = {}
-        #: Whether a peer IP is loopback (no host budget for held pulls), as asked.
-        self._loopback: dict[str, bool] = {}
 
     def _codes(self, h: PullMessageRequestHeader) -> frozenset[int] | None:
         """The tag codes to filter with, from the subscription :meth:`_subscription` checks; a tag
@@ -294,14 +291,9 @@ class PullProcessor:
         return self._response(request, h, code, result)
 
     def _host(self, conn: Connection) -> str:
-        """The host whose budget ``conn``'s held pulls count against: its IP, "" on loopback (none)."""
-        ip = conn.address[0]
-        loopback = self._loopback.get(ip)
-        if loopback is None:
-            if len(self._loopback) >= 4096:
-                self._loopback.clear()
-            loopback = self._loopback[ip] = is_loopback(ip)
-        return "" if loopback else ip
+        """The host whose budget ``conn``'s held pulls count against: its IP (an IPv6 peer's /64), "" on
+        loopback (none)."""
+        return self.broker.polls.host(conn.address[0])
 
     def _room(self, conn: Connection, host: str, h: PullMessageRequestHeader) -> bool:
         """Whether the pull ``h`` may be held: its connection holds fewer than maxHeldPullsPerConnection, and
