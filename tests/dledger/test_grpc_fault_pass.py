@@ -50,13 +50,15 @@ INVISIBLE_S = 10
 CALL_TIMEOUT_S = 3  # the clients' request timeout: an ack failed by a fault in it may have been held
 STALL_S = 45  # longer than a lending (INVISIBLE_S and its change) and a receive's turn over three topics
 DRAIN_LIMIT_S = 600
-# Sent and not acked yet, past which the producer waits for the consumers. Each message is acked alone
-# (a quorum round trip each), so the consumers take less than the producer sends, and once it stops they
-# drain what is left at about one receive of 16 for each of three topics in turn (the idle ones
-# long-polling): a few messages a second. Unbounded, the backlog left at the stop is the difference of
-# the two rates over two minutes, which depends on the host: some thousands here, and on a busier one
-# more than the drain's limit lets them take, the newest messages of a queue still waiting at the limit.
+# Sent and not acked yet, past which the producer slows down to a round of sends each PACED_S (a fault
+# still meets sends under way). Each message is acked alone (a quorum round trip each), so the consumers
+# take less than the producer sends, and once it stops they drain what is left at about one receive of 16
+# for each of three topics in turn (the idle ones long-polling): a few messages a second. Unbounded, the
+# backlog left at the stop is the difference of the two rates over two minutes, which depends on the
+# host: some thousands here, and on another more than the drain's limit let them take, the newest
+# messages of a queue still waiting at the limit.
 MAX_BACKLOG = 1000
+PACED_S = 0.5
 
 
 class App:
@@ -94,7 +96,8 @@ def produce(app: App, producer: Any) -> None:
 
     numbers = [0] * MESSAGE_GROUPS
     for i in itertools.count():
-        while app.backlog() > MAX_BACKLOG and not app.stop_sending.is_set():
+        paced = time.monotonic() + PACED_S
+        while app.backlog() > MAX_BACKLOG and time.monotonic() < paced and not app.stop_sending.is_set():
             time.sleep(0.05)
         if app.stop_sending.is_set():
             return
