@@ -50,6 +50,15 @@ INVISIBLE_S = 10
 CALL_TIMEOUT_S = 3  # the clients' request timeout: an ack failed by a fault in it may have been held
 STALL_S = 45  # longer than a lending (INVISIBLE_S and its change) and a receive's turn over three topics
 DRAIN_LIMIT_S = 600
+# Sent and not acked yet, past which the producer slows down to a round of sends each PACED_S (a fault
+# still meets sends under way). Each message is acked alone (a quorum round trip each), so the consumers
+# take less than the producer sends, and once it stops they drain what is left at about one receive of 16
+# for each of three topics in turn (the idle ones long-polling): a few messages a second. Unbounded, the
+# backlog left at the stop is the difference of the two rates over two minutes, which depends on the
+# host: some thousands here, and on another more than the drain's limit let them take, the newest
+# messages of a queue still waiting at the limit.
+MAX_BACKLOG = 1000
+PACED_S = 0.5
 
 
 class App:
@@ -60,6 +69,8 @@ class App:
         self.stop_consuming = threading.Event()
         self.lock = threading.Lock()
         self.sent: list[str] = []  # SEND_OK (normal, FIFO, timers)
+        self.sent_at: dict[str, float] = {}  # when each send (or transaction) began, for the evidence
+        self.acked: set[str] = set()  # acked OK (see MAX_BACKLOG)
         self.sequence: dict[str, tuple[str, int]] = {}  # FIFO body -> (message group, number)
         self.due: dict[str, float] = {}  # timer body -> delivery time (s, whole)
         self.committed: list[str] = []  # transactional messages to be delivered (committed or checked so)
@@ -68,6 +79,10 @@ class App:
         self.calls = itertools.count()
         self.errors: dict[str, int] = {}
         self.last_errors: dict[str, str] = {}  # the last error of each kind, for the evidence
+
+    def backlog(self) -> int:
+        """Sent (or committed) and not yet acked: what the consumers have still to take."""
+        return len(self.sent) + len(self.committed) - len(self.acked)
 
     def error(self, what: str, exc: Exception | None = None) -> None:
         with self.lock:
@@ -81,21 +96,27 @@ def produce(app: App, producer: Any) -> None:
 
     numbers = [0] * MESSAGE_GROUPS
     for i in itertools.count():
+        paced = time.monotonic() + PACED_S
+        while app.backlog() > MAX_BACKLOG and time.monotonic() < paced and not app.stop_sending.is_set():
+            time.sleep(0.05)
         if app.stop_sending.is_set():
             return
         try:
             k = i % MESSAGE_GROUPS  # FIFO: the group's next number once the previous one was answered
             body = f"g{k}-{numbers[k]}"
+            app.sent_at[body] = time.time()
             producer.send(message(FIFO, body.encode(), message_group=f"g{k}"))
             app.sequence[body] = (f"g{k}", numbers[k])
             app.sent.append(body)
             numbers[k] += 1
             body = f"n-{i}"
+            app.sent_at[body] = time.time()
             producer.send(message(NORMAL, body.encode()))
             app.sent.append(body)
             if i % 10 == 0:
                 due = int(time.time()) + 5 + i % 20  # (the client sends whole seconds)
                 body = f"d-{i}"
+                app.sent_at[body] = time.time()
                 producer.send(message(TIMED, body.encode(), delivery_timestamp=due))
                 app.due[body] = due
                 app.sent.append(body)
@@ -112,6 +133,7 @@ def transact(app: App, producer: Any, i: int) -> None:
 
     for end in ("commit", "rollback", "open"):
         body = f"t-{i}-{end}"
+        app.sent_at[body] = time.time()
         tx = producer.begin_transaction()
         producer.send(message(TX, body.encode()), transaction=tx)
         if end == "rollback":
@@ -164,6 +186,7 @@ def consume(app: App, consumer: Any, name: str, fifo: bool) -> None:
             try:
                 consumer.ack(m)
                 d.acks.append((at, True))
+                app.acked.add(d.body)
             except Exception:
                 d.acks.append((at, False))
                 app.error("ack")
@@ -295,11 +318,16 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
                 with app.lock:
                     missing = lost(expected, app.deliveries, faults, CALL_TIMEOUT_S)
                     seen = {d.body: d for d in app.deliveries}
-                lines = [f"{len(missing)} sent and not acked at {time.time():.1f}; errors {app.errors}"]
+                sent_at = dict(app.sent_at)  # (a send may still be ending)
+                lines = [
+                    f"{len(missing)} of {len(expected)} sent and not acked at {time.time():.1f}, the last sent"
+                    f" at {max(sent_at.values()):.1f}; errors {app.errors}"
+                ]
                 lines += [f"last {what}: {text}" for what, text in app.last_errors.items()]
-                for body in missing[:30]:
+                for body in sorted(missing, key=lambda b: sent_at.get(b, 0))[:30]:  # the oldest first
                     d = seen.get(body)
-                    lines.append(f"{body}: " + (f"last lent {d}" if d else "never received"))
+                    sent = f"sent at {sent_at.get(body, 0):.1f}, "
+                    lines.append(f"{body}: {sent}" + (f"last lent {d}" if d else "never received"))
                 return "\n".join(lines)
 
             await drained(app, expected, faults, unsettled)
