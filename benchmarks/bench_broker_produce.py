@@ -58,7 +58,7 @@ async def bench(addr: str, duration: float, producers: int, warm_up_seconds: flo
     """`mqctl bench produce`'s senders, each re-run until ``duration`` is over (after a warm-up of
     ``warm_up_seconds``, none at 0: its sends are not in the result)."""
     # auto-created with 4 queues
-    sends = [(addr, *split_frame(send_frame("BenchTopic", q, BODY), BODY)) for q in range(4)]
+    sends = [(addr, *split_frame(send_frame("BenchTopic", q, BODY), BODY), None) for q in range(4)]
 
     async def until(run: Run, i: int) -> None:
         await sender(itertools.cycle(sends[i % 4 :] + sends[: i % 4]), run)

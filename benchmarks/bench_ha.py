@@ -156,7 +156,7 @@ async def wait_connected(master: str, slave: str, timeout: float = 30.0) -> None
 
 
 async def fill(master: str, megabytes: int, producers: int) -> None:
-    slot = (master, *split_frame(send_frame("BenchTopic", 0, BODY), BODY))
+    slot = (master, *split_frame(send_frame("BenchTopic", 0, BODY), BODY), None)
     per_sender = megabytes * 1024 * 1024 // len(BODY) // producers + 1
     run = Run()
     await asyncio.gather(*(sender((slot for _ in range(per_sender)), run) for _ in range(producers)))

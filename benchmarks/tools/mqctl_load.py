@@ -28,7 +28,7 @@ BODY = os.urandom(1024)
 async def load(namesrv: str, topic: str, threads: int, seconds: float) -> dict[str, float]:
     async with Admin([namesrv]) as admin:
         refs = await writable_queues(admin, topic)
-    sends = [(ref.addr, *split_frame(send_frame(topic, ref.queue_id, BODY), BODY)) for ref in refs]
+    sends = [(ref.addr, *split_frame(send_frame(topic, ref.queue_id, BODY), BODY), None) for ref in refs]
 
     async def until(run: Run, i: int) -> None:
         await sender(itertools.cycle(sends[i % len(sends) :] + sends[: i % len(sends)]), run)
