@@ -91,10 +91,6 @@ class StoreConfig:
     def consume_queue_dir(self) -> str:
         return os.path.join(self.store_path_root_dir, "consumequeue")
 
-    def queue_dirs(self, topic: str, queues: int) -> list[str]:
-        """The directories of ``topic``'s ConsumeQueues 0 to ``queues - 1`` (a ``ConsumeQueue``'s files)."""
-        return [os.path.join(self.consume_queue_dir, topic, str(queue_id)) for queue_id in range(queues)]
-
     @property
     def index_dir(self) -> str:
         return os.path.join(self.store_path_root_dir, "index")

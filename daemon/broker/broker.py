@@ -100,7 +100,6 @@ from store.commitlog import PutMessageStatus
 from store.config import SLAVE
 from store.config_files import ConsumerOffsetManager
 from store.dledger_commitlog import DLedgerCommitLog
-from store.durability import prepare_dirs
 from store.engine import DefaultMessageStore
 from store.errors import StoreError
 from store.message import (
@@ -277,10 +276,6 @@ class Broker:
         self.persist_topics = Coalesced(
             lambda: asyncio.to_thread(self.topics.file.persist_changes), "persist-topics"
         )
-        #: New topics' ConsumeQueue directories, made in a worker thread a burst at a time
-        #: (store.durability.prepare_dirs): each queue's first put made them on the loop.
-        self.prepare_queue_dirs = Coalesced(self._prepare_queue_dirs, "prepare-queue-dirs")
-        self._queue_dirs: dict[str, int] = {}
         #: Groups created on use, written together (see SubscriptionGroupManager.persist_created).
         self.persist_groups = Coalesced(lambda: asyncio.to_thread(self.groups.persist_now), "persist-groups")
         self._flush_pool: ThreadPoolExecutor | None = None
@@ -1035,7 +1030,6 @@ class Broker:
         await self.register_topics.aclose()
         await self.persist_topics.aclose()
         await self.persist_groups.aclose()
-        await self.prepare_queue_dirs.aclose()
         await self._unregister_all()
         await self.schedule.stop()
         await self.timers.stop()
@@ -1372,20 +1366,6 @@ class Broker:
         version = self.topics.file.data_version
         size = len(self.topics.file.table)
         return (version.counter, version.timestamp, size, self.config.broker_permission, compressed)
-
-    def want_queue_dirs(self, topic: str, queues: int) -> None:
-        """Ask for ``topic``'s first ``queues`` ConsumeQueue directories (`prepare_queue_dirs` makes them)."""
-        self._queue_dirs[topic] = max(queues, self._queue_dirs.get(topic, 0))
-
-    async def _prepare_queue_dirs(self) -> None:
-        wanted, self._queue_dirs = self._queue_dirs, {}
-        if not wanted:
-            return
-        paths = [d for topic, queues in wanted.items() for d in self.store.config.queue_dirs(topic, queues)]
-        try:
-            await asyncio.to_thread(prepare_dirs, paths)
-        except OSError as exc:  # a full disk, say: each queue's first put makes its own, as before
-            log.warning("new topics' ConsumeQueue directories not made ahead: %s", exc)
 
     async def _register_changed(self) -> None:
         topics, self._changed_topics = self._changed_topics, set()

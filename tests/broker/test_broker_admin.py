@@ -355,17 +355,3 @@ async def test_store_maintenance_requests(broker: BrokerHandle) -> None:
     assert (await broker.call(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE)).code == ResponseCode.SUCCESS
     assert (await broker.call(RequestCode.DELETE_EXPIRED_COMMITLOG)).code == ResponseCode.SUCCESS
     assert broker.broker.store.cleaner.manual_runs > 0  # type: ignore[attr-defined]
-
-
-async def test_a_created_topic_s_queue_directories_are_made_before_the_answer(broker: BrokerHandle) -> None:
-    """UPDATE_AND_CREATE_TOPIC makes the new queues' ConsumeQueue directories in a worker thread (a burst's
-    together): the first put to each finds them made, instead of making them on the event loop."""
-    root = Path(broker.broker.store.config.consume_queue_dir)
-    answers = await asyncio.gather(
-        *(broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic(f"Dirs{i}", 3)) for i in range(20))
-    )
-    assert all(a.code == ResponseCode.SUCCESS for a in answers)
-    assert all((root / f"Dirs{i}" / str(q)).is_dir() for i in range(20) for q in range(3))
-    assert not (root / "Dirs0" / "3").exists()
-    await broker.send("Dirs0", b"x")  # the first put to a queue made ahead
-    assert any(f.is_file() for q in range(3) for f in (root / "Dirs0" / str(q)).iterdir())

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from store import DefaultMessageStore, FakeClock, Message, PutMessageStatus, durability
+from store import DefaultMessageStore, FakeClock, Message, PutMessageStatus
 from store.checkpoint import RecoveryPoint, StoreCheckpoint
 from store.cleanup import FakeDiskUsage
 from store.consumequeue import CQ_PREPARE_CHUNK
-from store.durability import make_dirs, prepare_dirs
 from store.indexfile import INDEX_ENTRY_SIZE, IndexFile
 from store.record import RecordInfo
 from tests.support.bounded import read_line
@@ -337,62 +336,3 @@ def test_a_consume_queue_unit_read_back_as_zeros_is_healed_not_taken_for_the_end
     assert _bodies(again, 0, 40) == [b"m%d" % i for i in range(40)]
     assert again.put_message(Message(topic="T", body=b"new")).queue_offset == 40
     again.shutdown()
-
-
-def test_directories_made_ahead_are_synced_by_the_first_file_in_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A new topic's queue directories made ahead of its first put (in a worker thread, by
-    `prepare_dirs`): that put makes none, and the first flush of its file syncs the entries their making
-    changed, as it does when the put makes them."""
-    synced: set[tuple[int, int]] = set()
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        st = os.fstat(fd)
-        synced.add((st.st_dev, st.st_ino))
-        real(fd)
-
-    def was_synced(path: Path) -> bool:
-        st = path.stat()
-        return (st.st_dev, st.st_ino) in synced
-
-    cfg = small_config(tmp_path)
-    store = DefaultMessageStore(cfg, clock=FakeClock())
-    store.open()
-    store.start()
-    monkeypatch.setattr(os, "fsync", fsync)
-    made: list[str] = []
-    real_makedirs = os.makedirs
-
-    def makedirs(path: str, mode: int = 0o777, exist_ok: bool = False) -> None:
-        made.append(path)
-        real_makedirs(path, mode, exist_ok)
-
-    monkeypatch.setattr(os, "makedirs", makedirs)
-    assert prepare_dirs(cfg.queue_dirs("T", 2)) == 2
-    assert (tmp_path / "consumequeue" / "T" / "1").is_dir() and not synced  # nothing synced ahead
-    made.clear()
-    assert store.put_message(Message(topic="T", body=b"x")).ok
-    assert made == []  # the put made no directory
-    store.shutdown()
-    for d in ("consumequeue", "consumequeue/T", "consumequeue/T/0"):
-        assert was_synced(tmp_path / d), d
-
-
-def test_make_dirs_returns_what_making_a_prepared_directory_changed_once(tmp_path: Path) -> None:
-    root = tmp_path / "cq"
-    root.mkdir()
-    a, b = str(root / "T" / "0"), str(root / "T" / "1")
-    assert prepare_dirs([a, b, a]) == 2  # the second `a` was made already
-    assert make_dirs(b) == [str(root / "T")]  # "1" in T
-    assert make_dirs(a) == [str(root), str(root / "T")]  # "T" in cq, "0" in T
-    assert make_dirs(a) == []  # once
-    # kept but not made yet (a put in another thread came between): that make_dirs makes it
-    c = str(root / "U" / "0")
-    durability._prepared[c] = [str(root), str(root / "U")]
-    assert make_dirs(c) == [str(root), str(root / "U")] and os.path.isdir(c)
-    # made by a put first: nothing kept, nothing returned twice
-    d = str(root / "V" / "0")
-    assert make_dirs(d) == [str(root), str(root / "V")]
-    assert prepare_dirs([d]) == 0 and make_dirs(d) == []

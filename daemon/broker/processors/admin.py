@@ -175,12 +175,10 @@ class AdminProcessor:
             extra,
         )
         self.broker.topics.put(config, persist=False)
-        self.broker.want_queue_dirs(h.topic, max(h.read_queue_nums, h.write_queue_nums))
-        # answered once topics.json holds it, the NameServers route it and its queues' directories are
-        # made (off the loop); concurrent creations share all three
+        # answered once topics.json holds it and the NameServers route it; concurrent creations share both
         persisted = asyncio.ensure_future(self.broker.persist_topics())
         try:
-            await asyncio.gather(persisted, self.broker.register_topics(), self.broker.prepare_queue_dirs())
+            await asyncio.gather(persisted, self.broker.register_topics())
         except Exception:
             if persisted.done() and persisted.exception() is not None:
                 self.broker.topics.revert(config, old)  # refused (a full disk): not in force either
