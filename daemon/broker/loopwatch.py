@@ -32,12 +32,12 @@ thread while the loop waited for the GIL) and "other" (the rest: the GIL held by
 a page fault on disk, a blocking call) from the counters' differences since the probe before, less what
 the loop's recent probes spent at the same rate (what serving the same traffic costs any 20 ms). A probe
 costs a few microseconds and runs nothing per request; a stall shorter than a probe period covers a probe
-(and is seen) with a probability of its length over the period. A loop idle for `IDLE_AFTER` seconds (its
-thread ran under `IDLE_CPU` between each two probes: the probes and timers alone) is probed once a sample
-period instead, and again every `PROBE_PERIOD` from the first probe that finds it at work: an idle
-broker's wake-ups, each a timer's and a context switch's kernel work, are most of its loop's CPU, and a
-stall that delays no request matters less (it is still seen with a probability of its length over the
-longer period).
+(and is seen) with a probability of its length over the period. A loop that spent under `IDLE_SHARE` of
+`IDLE_AFTER` seconds on its thread's CPU (the probes and periodic timers alone, or a trickle of requests)
+is probed once a sample period instead, and again every `PROBE_PERIOD` from the first probe whose interval
+was busier than that: an idle broker's probes, each a timer's and a context switch's kernel work, were most
+of its loop's CPU, and a stall that delays no request matters less (it is still seen with a probability of
+its length over the longer period).
 
 With `stack_after` set (``loopStackMillis``), a watchdog thread takes the loop thread's stack
 (`sys._current_frames`) while a probe is overdue by that long, every that long, and counts its innermost
@@ -66,9 +66,10 @@ log = logging.getLogger(__name__)
 SAMPLE_PERIOD: Final = 0.2
 #: Seconds between the stall probe's wake-ups (every few of them is a sample).
 PROBE_PERIOD: Final = 0.02
-#: Seconds of the loop thread's CPU between two probes under which it did nothing but probe and tick.
-IDLE_CPU: Final = 0.0005
-#: Seconds a loop stays idle before its probes space out to one a sample period.
+#: Share of its time a loop's thread spends on a CPU under which the loop counts as idle (an idle broker's
+#: timers and probes are well under it; a thousand requests a second are some 25 %).
+IDLE_SHARE: Final = 0.02
+#: Seconds over which a loop must stay idle before its probes space out to one a sample period.
 IDLE_AFTER: Final = 1.0
 #: A probe this late (seconds) is a stall, its lateness classified.
 STALL_THRESHOLD: Final = 0.002
@@ -328,10 +329,10 @@ class LoopWatch:
         #: Seconds between probes (at most the sample period: a sample is a probe).
         self.probe = min(probe, period)
         self.idle_after = idle_after
-        #: Probes are a sample period apart: the loop has been idle `idle_after` seconds.
+        #: Probes are a sample period apart: the loop was idle over the last `idle_after` seconds.
         self.spaced = False
-        #: `time.monotonic()` of the first probe of the current idle stretch (0: at work).
-        self._idle_since = 0.0
+        #: Since when (`time.monotonic()`) the loop's CPU is summed to tell whether it is idle, and the sum.
+        self._idle_since = self._idle_cpu = 0.0
         #: The long-lived tables' entries in all (topics, stats items, ...), cheap to call every sample.
         self.table_size = table_size
         self._size_frozen = 0
@@ -374,7 +375,7 @@ class LoopWatch:
         self._schedstat = _open_schedstat()
         self._steal = machine_steal()
         self._read(time.monotonic())
-        self.spaced, self._idle_since = False, 0.0
+        self.spaced, self._idle_since, self._idle_cpu = False, time.monotonic(), 0.0
         self.next_due = self._rotated + self.period
         self._schedule(self._rotated)
         if self.stack_watch is not None:
@@ -443,7 +444,7 @@ class LoopWatch:
         if span <= 0:
             return
         d_cpu, d_wait = self._cpu - cpu, self._waited - waited
-        self._pace(mono, d_cpu)
+        self._pace(mono, d_cpu, span)
         if late < STALL_THRESHOLD:
             w = RATE_WEIGHT
             self._cpu_rate += w * (d_cpu / span - self._cpu_rate)
@@ -465,20 +466,22 @@ class LoopWatch:
             causes = ", ".join(f"{c} {v * 1000:.1f}" for c, v in zip(CAUSES, split, strict=True))
             log.debug("the loop was %.1f ms late: %s", late * 1000, causes)
 
-    def _pace(self, mono: float, d_cpu: float) -> None:
-        """Space the probes out once the loop has been idle `idle_after` seconds; back to every probe
-        period (the next probe rescheduled) at the first sign of work."""
-        if d_cpu < IDLE_CPU:
-            if not self._idle_since:
-                self._idle_since = mono
-            elif not self.spaced and mono - self._idle_since >= self.idle_after:
-                self.spaced = True
+    def _pace(self, mono: float, d_cpu: float, span: float) -> None:
+        """Space the probes out once the loop was idle over `idle_after` seconds (a whole window: a timer's
+        run now and then does not end it); back to every probe period (the next probe rescheduled) from
+        the first spaced probe whose interval was busier than idle."""
+        if self.spaced:
+            if d_cpu > IDLE_SHARE * span and self._handle is not None and self._loop is not None:
+                self.spaced = False
+                self._idle_since, self._idle_cpu = mono, 0.0
+                self._handle.cancel()
+                self._schedule(self._loop.time())
             return
-        self._idle_since = 0.0
-        if self.spaced and self._handle is not None and self._loop is not None:
-            self.spaced = False
-            self._handle.cancel()
-            self._schedule(self._loop.time())
+        self._idle_cpu += d_cpu
+        window = mono - self._idle_since
+        if window >= self.idle_after:
+            self.spaced = self._idle_cpu <= IDLE_SHARE * window
+            self._idle_since, self._idle_cpu = mono, 0.0
 
     def freeze(self, why: str = "") -> None:
         """Move every object the GC tracks into the permanent generation (not from inside the callback:

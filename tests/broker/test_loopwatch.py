@@ -21,7 +21,7 @@ from daemon.broker.config import BrokerConfig
 from daemon.broker.loopwatch import (
     CAUSES,
     FREEZE_ENTRIES,
-    IDLE_CPU,
+    IDLE_SHARE,
     LOOP_RUNTIME_KEYS,
     STALL_KEYS,
     GcPauses,
@@ -302,12 +302,12 @@ async def _at_work(watch: LoopWatch) -> None:
     """The probes every probe period again, as on a loop at work (an idle one is probed once a sample
     period: a stall shorter than that, right after a probe, would end before the next one)."""
     while watch.spaced:
-        _spun_on_the_loop(2 * IDLE_CPU)
+        _spun_on_the_loop(2 * IDLE_SHARE * watch.period)
         await _probes(watch, 1)
 
 
 async def test_an_idle_loop_is_probed_once_a_sample_period_until_it_works() -> None:
-    """A loop that did nothing but probe for ``idle_after`` seconds wakes once a sample period, not every
+    """A loop that did little but probe for ``idle_after`` seconds wakes once a sample period, not every
     probe period; the first probe that finds work brings the probe period back, next probe included."""
     watch = LoopWatch(idle_after=0.1)
     loop = asyncio.get_running_loop()
@@ -322,7 +322,7 @@ async def test_an_idle_loop_is_probed_once_a_sample_period_until_it_works() -> N
         before = watch.probes
         await asyncio.sleep(1.0)
         assert watch.probes - before <= 1.0 / watch.period + 2  # 50 a second before
-        _spun_on_the_loop(2 * IDLE_CPU)
+        _spun_on_the_loop(2 * IDLE_SHARE * watch.period)
         await _probes(watch, 1)
         assert not watch.spaced
         assert watch._handle is not None and watch._handle.when() - loop.time() <= watch.probe
