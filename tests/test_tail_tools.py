@@ -5,15 +5,12 @@ trivial processes, the same chain of wake-ups, beside the same competitor)."""
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 
 import pytest
 
 from daemon.schedslice import SliceRefused, get_slice_ns
-from tests.support.paths import ROOT
-from tests.test_external_benchmarks import _tail_module
+from tests.test_external_benchmarks import _script, _tail_module
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -23,13 +20,6 @@ def _slices() -> bool:
         return get_slice_ns() > 0
     except SliceRefused:
         return False
-
-
-def _script(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def test_slice_arms_are_both_loops_or_broker_and_client() -> None:
