@@ -30,7 +30,7 @@ up to tens of milliseconds for a full one at a busy moment, and counted as the b
 
     python benchmarks/bench_broker_tail.py [--topics 10000] [--duration 10] [--rate 1000] [--rounds 2]
         [--client mqctl|cpp|cpp-py|ons|mqctl,cpp,ons] [--group-offsets] [--tree DIR] [--timeline FILE]
-        [--sched-trace FILE] [--competitor-session] [--client-slice-micros N] [--client-gc]
+        [--sched-trace FILE] [--competitor-session] [--client-slice-micros N] [--slices ARMS] [--client-gc]
         [--namesrv ADDR --broker ADDR --broker-pid PID]
 
 ``--client`` picks the producer and push consumer (default ``mqctl``: this process, as above):
@@ -80,7 +80,11 @@ session).
 EEVDF slice of N µs as mqctl's own ``--sched-slice-micros`` (``$MQCTL_CLIENT_SCHED_SLICE_MICROS``) does
 for a command, and ``schedSliceMicros`` for the broker (``MQCTL_SCHED_SLICE_MICROS=N`` sets that): how
 much of a busy round's tail is the measuring client's own wait for a core. Off by default, as mqctl's
-is. After the fill, what this process holds is frozen out of the cyclic GC's reach, so no full
+is. ``--slices ARMS`` runs each pair of rounds once per arm on the same broker, in turn (``0,100``: both
+event loops on the kernel's default, then both on 100 µs; ``100:0`` the broker's loop alone): the arm's
+slice is put on the broker's loop thread from here (``daemon.schedslice.set_thread_slice``, what
+``schedSliceMicros`` sets at start) and on this process's before its rounds, and each arm gets its own
+median, so arms compare in the same minutes on one fill. After the fill, what this process holds is frozen out of the cyclic GC's reach, so no full
 collection of the client walks it during the rounds.
 
 ``--timeline FILE`` writes every message's send time and latency and, every 100 ms, the CPU and the wait
@@ -122,7 +126,7 @@ from bench_ab import BENCH as TOOLS, INTEROP_PYTHON, cpp_bench
 
 from daemon.broker.loopwatch import CAUSES, STALL_KEYS, LoopWatch
 from daemon.remoting.loop import run
-from daemon.schedslice import set_loop_slice
+from daemon.schedslice import MAX_SLICE_US, MIN_SLICE_US, set_loop_slice, set_thread_slice
 from mqctl.admin.client import Admin
 from mqctl.services.bench import produce, topic_names
 
@@ -333,6 +337,36 @@ def stall_delta(before: Stalled, after: Stalled) -> Stalled:
     return after[0] - before[0], [a - b for a, b in zip(after[1], before[1], strict=True)], recent
 
 
+#: A slice arm: (the broker loop's, the client loop's) µs, 0 the kernel's default.
+Arm = tuple[int, int]
+
+
+def slice_arms(text: str) -> list[Arm]:
+    """``0,100,100:0`` -> [(0, 0), (100, 100), (100, 0)]."""
+    arms = []
+    for item in text.split(","):
+        try:
+            broker_us, _, client_us = item.partition(":")
+            arm = int(broker_us), int(client_us or broker_us)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"an arm is N or BROKER:CLIENT (µs), not {item!r}") from None
+        if any(v and not MIN_SLICE_US <= v <= MAX_SLICE_US for v in arm):
+            raise argparse.ArgumentTypeError(
+                f"a slice is 0 or {MIN_SLICE_US}-{MAX_SLICE_US} µs, not {item!r}"
+            )
+        arms.append(arm)
+    return arms
+
+
+def arm_name(arm: Arm | None) -> str:
+    return "" if arm is None else f"slice {arm[0]}:{arm[1]} "
+
+
+def arm_tag(arm: Arm | None) -> str:
+    """The arm in a flight's round tag (``2s100:100busy``)."""
+    return "" if arm is None else f"s{arm[0]}:{arm[1]}"
+
+
 def client_list(text: str) -> list[str]:
     clients = text.split(",")
     if not clients or any(c not in ("mqctl", *CLIENTS) for c in clients):
@@ -410,6 +444,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--client-slice-micros", type=int, default=0, help="EEVDF slice of this process (µs)")
     ap.add_argument(
+        "--slices",
+        type=slice_arms,
+        help="arms, each pair of rounds once per arm: N (both loops' slice, µs) or BROKER:CLIENT, comma-separated",
+    )
+    ap.add_argument(
         "--competitor-session", action="store_true", help="the busy process in a session of its own"
     )
     ap.add_argument(
@@ -427,18 +466,23 @@ def main(argv: list[str] | None = None) -> None:
     if any(x is not None for x in external):
         if any(x is None for x in external):
             ap.error("--namesrv, --broker and --broker-pid go together")
-        if args.tree != ROOT or args.timeline or args.sched_trace:
+        if args.tree != ROOT or args.timeline or args.sched_trace or args.slices:
             ap.error(
-                "--tree, --timeline and --sched-trace follow daemons this benchmark starts, not --broker"
+                "--tree, --timeline, --sched-trace and --slices follow daemons this benchmark starts, not --broker"
             )
         if not Path(f"/proc/{args.broker_pid}").exists():
             ap.error(f"--broker-pid {args.broker_pid}: no such process")
     if args.client_slice_micros:
+        if args.slices:
+            ap.error("--slices sets the client's slice per arm: not with --client-slice-micros")
         print(set_loop_slice(args.client_slice_micros), "(the benchmark's client)", flush=True)
+    arms: list[Arm | None] = list(args.slices) if args.slices else [None]
     tree = args.tree.resolve()
     if args.client != ["mqctl"] and (args.timeline or args.sched_trace):
         ap.error("--timeline and --sched-trace follow mqctl's own client only")
-    p999: dict[str, dict[str, list[float]]] = {client: {"quiet": [], "busy": []} for client in args.client}
+    p999: dict[tuple[str, Arm | None], dict[str, list[float]]] = {
+        (client, arm): {"quiet": [], "busy": []} for arm in arms for client in args.client
+    }
     loads: list[float] = []
     timeline = Timeline(args.timeline) if args.timeline else None
     broker_costs = LOOP
@@ -477,59 +521,70 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"--sched-trace: {recorder.refused}; running without it", flush=True)
         roles: dict[int, str] = {}
         flights: list[tuple[str, float, float]] = []
-        for r in range(args.rounds):
-            for k, client in enumerate(args.client):
-                for mode in ("quiet", "busy") if (r + k) % 2 == 0 else ("busy", "quiet"):
-                    name = f"{r + 1} {mode}" if len(args.client) == 1 else f"{r + 1} {client} {mode}"
-                    with competitor(mode == "busy", args.competitor_session) as busy_pid:
-                        if busy_pid is not None:
-                            roles[busy_pid] = "competitor"
-                        if timeline is not None:
-                            for pid, role in children(os.getpid()).items():
-                                timeline.watch(pid, role if role != "python" else "competitor")
-                            timeline.mark(f"round {r + 1} {mode}")
-                        topic = f"TailBench{run_tag}{r}{client}{mode}"
-                        stalls_before = run(broker_stalls(namesrv, broker))
-                        if client == "mqctl":
-                            with client_collector(args.client_gc):
-                                out, spent = mqctl_round(
-                                    namesrv, broker, broker_pid, args.duration, args.rate, topic, broker_costs
-                                )
-                        else:
-                            out, spent = client_round(
-                                client,
-                                commands[client],
-                                namesrv,
-                                broker,
-                                broker_pid,
-                                args.duration,
-                                args.rate,
-                                topic,
-                                broker_costs,
-                            )
-                        loads.append(os.getloadavg()[0])
-                        sides = [("broker", stall_delta(stalls_before, run(broker_stalls(namesrv, broker))))]
-                        if out.client_stalls is not None:
-                            sides.append(("client loop", out.client_stalls))
-                        stalls = [stall_line(who, stalled) for who, stalled in sides]
+        # which of a pair goes first alternates by round, arm and client, so drift is charged to no one
+        plan = [
+            (r, a, a + c, arm, client)
+            for r in range(args.rounds)
+            for a, arm in enumerate(arms)
+            for c, client in enumerate(args.client)
+        ]
+        for r, a, k, arm, client in plan:
+            if arm is not None:
+                set_thread_slice(broker_pid, arm[0])
+                set_loop_slice(arm[1])
+            for mode in ("quiet", "busy") if (r + k) % 2 == 0 else ("busy", "quiet"):
+                name = f"{r + 1} {arm_name(arm)}{mode}"
+                if len(args.client) > 1:
+                    name = f"{r + 1} {arm_name(arm)}{client} {mode}"
+                with competitor(mode == "busy", args.competitor_session) as busy_pid:
+                    if busy_pid is not None:
+                        roles[busy_pid] = "competitor"
                     if timeline is not None:
-                        timeline.messages(f"{r + 1}{mode}", out.sent_ns, out.latencies_ms)
-                    if recorder is not None:
-                        roles.update(_roles())
-                        flights += [
-                            (f"{r + 1}{mode}", t / 1e9, ms)
-                            for t, ms in zip(out.sent_ns, out.latencies_ms, strict=True)
-                        ]
-                    ms = sorted(out.latencies_ms)
-                    p999[client][mode].append(percentile(ms, 99.9))
-                    print(
-                        f"round {name}: p50 {percentile(ms, 50):.2f} ms, p99 {percentile(ms, 99):.2f} ms, "
-                        f"p99.9 {percentile(ms, 99.9):.2f} ms, max {ms[-1]:.1f} ms ({len(ms):,} msgs); "
-                        f"{run(broker_loop(namesrv, broker))}{client_lag(out)}; load {loads[-1]:.1f}\n"
-                        f"  per message: {'; '.join(spent)}\n"
-                        f"  {'; '.join(stalls)}\n{flights_line(out, sides)}",
-                        flush=True,
-                    )
+                        for pid, role in children(os.getpid()).items():
+                            timeline.watch(pid, role if role != "python" else "competitor")
+                        timeline.mark(f"round {r + 1} {mode}")
+                    topic = f"TailBench{run_tag}{r}{a}{client}{mode}"
+                    stalls_before = run(broker_stalls(namesrv, broker))
+                    if client == "mqctl":
+                        with client_collector(args.client_gc):
+                            out, spent = mqctl_round(
+                                namesrv, broker, broker_pid, args.duration, args.rate, topic, broker_costs
+                            )
+                    else:
+                        out, spent = client_round(
+                            client,
+                            commands[client],
+                            namesrv,
+                            broker,
+                            broker_pid,
+                            args.duration,
+                            args.rate,
+                            topic,
+                            broker_costs,
+                        )
+                    loads.append(os.getloadavg()[0])
+                    sides = [("broker", stall_delta(stalls_before, run(broker_stalls(namesrv, broker))))]
+                    if out.client_stalls is not None:
+                        sides.append(("client loop", out.client_stalls))
+                    stalls = [stall_line(who, stalled) for who, stalled in sides]
+                if timeline is not None:
+                    timeline.messages(f"{r + 1}{arm_tag(arm)}{mode}", out.sent_ns, out.latencies_ms)
+                if recorder is not None:
+                    roles.update(_roles())
+                    flights += [
+                        (f"{r + 1}{arm_tag(arm)}{mode}", t / 1e9, ms)
+                        for t, ms in zip(out.sent_ns, out.latencies_ms, strict=True)
+                    ]
+                ms = sorted(out.latencies_ms)
+                p999[(client, arm)][mode].append(percentile(ms, 99.9))
+                print(
+                    f"round {name}: p50 {percentile(ms, 50):.2f} ms, p99 {percentile(ms, 99):.2f} ms, "
+                    f"p99.9 {percentile(ms, 99.9):.2f} ms, max {ms[-1]:.1f} ms ({len(ms):,} msgs); "
+                    f"{run(broker_loop(namesrv, broker))}{client_lag(out)}; load {loads[-1]:.1f}\n"
+                    f"  per message: {'; '.join(spent)}\n"
+                    f"  {'; '.join(stalls)}\n{flights_line(out, sides)}",
+                    flush=True,
+                )
         if recorder is not None and not recorder.refused:
             recorder.stop()
             print("slowest messages: each core's holders over the flight, each loop's wait for a core (ms):")
@@ -540,10 +595,14 @@ def main(argv: list[str] | None = None) -> None:
         print("slowest messages and the threads that ran in their flight (CPU, wait for a core; ms):")
         print("\n".join(slow_report(args.timeline, over_ms=5.0)))
     figures = []
-    for client in args.client:
-        quiet, busy = statistics.median(p999[client]["quiet"]), statistics.median(p999[client]["busy"])
-        which = "" if args.client == ["mqctl"] else f"{client} "
-        print(f"median p99.9: {which}quiet {quiet:.2f} ms, busy {busy:.2f} ms, busy/quiet {busy / quiet:.2f}")
+    for (client, arm), rounds in p999.items():
+        quiet, busy = statistics.median(rounds["quiet"]), statistics.median(rounds["busy"])
+        which = arm_name(arm) + ("" if args.client == ["mqctl"] else f"{client} ")
+        print(
+            f"median p99.9: {which}quiet {quiet:.2f} ms, busy {busy:.2f} ms, busy/quiet {busy / quiet:.2f} "
+            f"(rounds quiet {', '.join(f'{v:.2f}' for v in rounds['quiet'])}; "
+            f"busy {', '.join(f'{v:.2f}' for v in rounds['busy'])})"
+        )
         figures.append(f"{which}p99.9 quiet {quiet:.2f} ms, busy {busy:.2f} ms ({busy / quiet:.1f}x)")
     summary(
         __file__,

@@ -44,6 +44,8 @@ _SCHED_OTHER: Final = 0
 #: ``sched_flags``: a thread or process the task starts gets the default policy and slice, and a nice
 #: value under 0 back to 0 (``sched_fork``).
 _RESET_ON_FORK: Final = 0x01
+#: The same flag as ``sched_getscheduler`` reports it, ORed into the policy.
+_RESET_ON_FORK_POLICY: Final = 0x40000000
 #: (sched_setattr, sched_getattr) by machine: the syscall numbers glibc does not wrap.
 _SYSCALLS: Final = {"x86_64": (314, 315), "aarch64": (274, 275), "arm64": (274, 275)}
 
@@ -70,9 +72,14 @@ def get_slice_ns(tid: int = 0) -> int:
     return int(_ATTR.unpack(buf.raw)[5])
 
 
+def _policy(tid: int) -> int:
+    """The thread's policy, without the reset-on-fork flag the kernel reports ORed into it."""
+    return os.sched_getscheduler(tid) & ~_RESET_ON_FORK_POLICY
+
+
 def _set(libc: ctypes.CDLL, setattr_nr: int, tid: int, slice_ns: int, reset_on_fork: bool = False) -> None:
     try:
-        if os.sched_getscheduler(tid) != _SCHED_OTHER:  # a real-time or batch policy is kept as it is
+        if _policy(tid) != _SCHED_OTHER:  # a real-time or batch policy is kept as it is
             return
         # sched_setattr sets the nice value too: pass the thread's own, so that only the slice changes
         nice = os.getpriority(os.PRIO_PROCESS, tid)
@@ -118,14 +125,26 @@ def set_loop_slice(slice_us: int) -> str:
     return f"EEVDF slice {slice_us} µs on the event loop's thread (sched_setattr, SCHED_OTHER)"
 
 
+def set_thread_slice(tid: int, slice_us: int) -> None:
+    """Give thread ``tid`` (of this process, or of another of the same user's) the slice `set_loop_slice`
+    gives the calling one, threads it starts later keeping the kernel's default: how a benchmark or an
+    operator's tool puts a running daemon's event loop on a slice and takes it off again. Raises
+    `SliceRefused` where it was refused or ignored."""
+    _set_checked(tid, slice_us, reset_on_fork=True)
+
+
 def _set_calling(slice_us: int, reset_on_fork: bool = False) -> tuple[ctypes.CDLL, int, int]:
     """The slice on the calling thread, checked: raises `SliceRefused` where it was refused or ignored."""
+    tid = threading.get_native_id()
+    return (*_set_checked(tid, slice_us, reset_on_fork), tid)
+
+
+def _set_checked(tid: int, slice_us: int, reset_on_fork: bool) -> tuple[ctypes.CDLL, int]:
     if slice_us and not MIN_SLICE_US <= slice_us <= MAX_SLICE_US:
         raise ValueError(f"a slice is 0 or {MIN_SLICE_US}-{MAX_SLICE_US} µs, not {slice_us}")
     libc, setattr_nr, _ = _syscalls()
     slice_ns = slice_us * 1000
-    tid = threading.get_native_id()
     _set(libc, setattr_nr, tid, slice_ns, reset_on_fork)
-    if slice_ns and os.sched_getscheduler(0) == _SCHED_OTHER and get_slice_ns() != slice_ns:
+    if slice_ns and _policy(tid) == _SCHED_OTHER and get_slice_ns(tid) != slice_ns:
         raise SliceRefused(f"Linux {platform.release()} has no per-task slice (6.12 or later has)")
-    return libc, setattr_nr, tid
+    return libc, setattr_nr

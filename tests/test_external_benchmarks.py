@@ -53,7 +53,7 @@ def test_bench_broker_tail_runs_its_rounds_on_a_broker_it_did_not_start(tmp_path
         # the fill's topics and each round's were created on this broker (no other was started), the
         # rounds' named for this run: a later run's consumers do not read this one's messages
         rounds_topics = sorted(t for t in cluster.broker.topics.names() if t.startswith("TailBench"))
-        assert len(rounds_topics) == 2 and rounds_topics[0].endswith("x0mqctlbusy"), rounds_topics
+        assert len(rounds_topics) == 2 and rounds_topics[0].endswith("x00mqctlbusy"), rounds_topics
         assert rounds_topics[1] == rounds_topics[0].replace("busy", "quiet")
         assert _topic_exists(cluster, "TailMany-2")
     lines = done.stdout.splitlines()

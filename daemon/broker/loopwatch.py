@@ -32,7 +32,12 @@ thread while the loop waited for the GIL) and "other" (the rest: the GIL held by
 a page fault on disk, a blocking call) from the counters' differences since the probe before, less what
 the loop's recent probes spent at the same rate (what serving the same traffic costs any 20 ms). A probe
 costs a few microseconds and runs nothing per request; a stall shorter than a probe period covers a probe
-(and is seen) with a probability of its length over the period.
+(and is seen) with a probability of its length over the period. A loop that spent under `IDLE_SHARE` of
+`IDLE_AFTER` seconds on its thread's CPU (the probes and periodic timers alone, or a trickle of requests)
+is probed once a sample period instead, and again every `PROBE_PERIOD` from the first probe whose interval
+was busier than that: an idle broker's probes, each a timer's and a context switch's kernel work, were most
+of its loop's CPU, and a stall that delays no request matters less (it is still seen with a probability of
+its length over the longer period).
 
 With `stack_after` set (``loopStackMillis``), a watchdog thread takes the loop thread's stack
 (`sys._current_frames`) while a probe is overdue by that long, every that long, and counts its innermost
@@ -61,6 +66,11 @@ log = logging.getLogger(__name__)
 SAMPLE_PERIOD: Final = 0.2
 #: Seconds between the stall probe's wake-ups (every few of them is a sample).
 PROBE_PERIOD: Final = 0.02
+#: Share of its time a loop's thread spends on a CPU under which the loop counts as idle (an idle broker's
+#: timers and probes are well under it; a thousand requests a second are some 25 %).
+IDLE_SHARE: Final = 0.02
+#: Seconds over which a loop must stay idle before its probes space out to one a sample period.
+IDLE_AFTER: Final = 1.0
 #: A probe this late (seconds) is a stall, its lateness classified.
 STALL_THRESHOLD: Final = 0.002
 #: Where a stall's time went: the loop thread on a core, waiting for one, the hypervisor's steal, a
@@ -313,10 +323,16 @@ class LoopWatch:
         table_size: Callable[[], int] | None = None,
         probe: float = PROBE_PERIOD,
         stack_after: float = 0.0,
+        idle_after: float = IDLE_AFTER,
     ) -> None:
         self.period = period
         #: Seconds between probes (at most the sample period: a sample is a probe).
         self.probe = min(probe, period)
+        self.idle_after = idle_after
+        #: Probes are a sample period apart: the loop was idle over the last `idle_after` seconds.
+        self.spaced = False
+        #: Since when (`time.monotonic()`) the loop's CPU is summed to tell whether it is idle, and the sum.
+        self._idle_since = self._idle_cpu = 0.0
         #: The long-lived tables' entries in all (topics, stats items, ...), cheap to call every sample.
         self.table_size = table_size
         self._size_frozen = 0
@@ -359,6 +375,7 @@ class LoopWatch:
         self._schedstat = _open_schedstat()
         self._steal = machine_steal()
         self._read(time.monotonic())
+        self.spaced, self._idle_since, self._idle_cpu = False, time.monotonic(), 0.0
         self.next_due = self._rotated + self.period
         self._schedule(self._rotated)
         if self.stack_watch is not None:
@@ -385,7 +402,7 @@ class LoopWatch:
         assert self._loop is not None
         # a sample is the probe due at next_due itself (a probe due before it that ran late is none: the
         # sample then runs after whatever held the loop, as it would have without the probes)
-        self._sampling = now + self.probe >= self.next_due
+        self._sampling = self.spaced or now + self.probe >= self.next_due
         due = self.next_due if self._sampling else now + self.probe
         # a sample due already (a probe before it ran late) is due now: the stall was the late probe's
         self.probe_due = time.monotonic() + max(due - now, 0.0)
@@ -427,6 +444,7 @@ class LoopWatch:
         if span <= 0:
             return
         d_cpu, d_wait = self._cpu - cpu, self._waited - waited
+        self._pace(mono, d_cpu, span)
         if late < STALL_THRESHOLD:
             w = RATE_WEIGHT
             self._cpu_rate += w * (d_cpu / span - self._cpu_rate)
@@ -447,6 +465,23 @@ class LoopWatch:
         if log.isEnabledFor(logging.DEBUG):
             causes = ", ".join(f"{c} {v * 1000:.1f}" for c, v in zip(CAUSES, split, strict=True))
             log.debug("the loop was %.1f ms late: %s", late * 1000, causes)
+
+    def _pace(self, mono: float, d_cpu: float, span: float) -> None:
+        """Space the probes out once the loop was idle over `idle_after` seconds (a whole window: a timer's
+        run now and then does not end it); back to every probe period (the next probe rescheduled) from
+        the first spaced probe whose interval was busier than idle."""
+        if self.spaced:
+            if d_cpu > IDLE_SHARE * span and self._handle is not None and self._loop is not None:
+                self.spaced = False
+                self._idle_since, self._idle_cpu = mono, 0.0
+                self._handle.cancel()
+                self._schedule(self._loop.time())
+            return
+        self._idle_cpu += d_cpu
+        window = mono - self._idle_since
+        if window >= self.idle_after:
+            self.spaced = self._idle_cpu <= IDLE_SHARE * window
+            self._idle_since, self._idle_cpu = mono, 0.0
 
     def freeze(self, why: str = "") -> None:
         """Move every object the GC tracks into the permanent generation (not from inside the callback:

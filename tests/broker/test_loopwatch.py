@@ -21,6 +21,7 @@ from daemon.broker.config import BrokerConfig
 from daemon.broker.loopwatch import (
     CAUSES,
     FREEZE_ENTRIES,
+    IDLE_SHARE,
     LOOP_RUNTIME_KEYS,
     STALL_KEYS,
     GcPauses,
@@ -288,12 +289,48 @@ def _spun_on_the_loop(cpu_s: float) -> None:
 async def _stalled(watch: LoopWatch, stall: Callable[[], None]) -> list[float]:
     """Seconds of lateness per cause that ``stall`` (called on the loop right after a probe) added."""
     before, count = list(watch.stalls.seconds), watch.stalls.count
+    await _at_work(watch)
     await _probes(watch, 3)
     loop = asyncio.get_running_loop()
     loop.call_soon(stall)
     await _probes(watch, 3)
     assert watch.stalls.count > count
     return [a - b for a, b in zip(watch.stalls.seconds, before, strict=True)]
+
+
+async def _at_work(watch: LoopWatch) -> None:
+    """The probes every probe period again, as on a loop at work (an idle one is probed once a sample
+    period: a stall shorter than that, right after a probe, would end before the next one)."""
+    while watch.spaced:
+        _spun_on_the_loop(2 * IDLE_SHARE * watch.period)
+        await _probes(watch, 1)
+
+
+async def test_an_idle_loop_is_probed_once_a_sample_period_until_it_works() -> None:
+    """A loop that did little but probe for ``idle_after`` seconds wakes once a sample period, not every
+    probe period; the first probe that finds work brings the probe period back, next probe included."""
+    watch = LoopWatch(idle_after=0.1)
+    loop = asyncio.get_running_loop()
+    watch.start()
+    try:
+        assert not watch.spaced
+        for _ in range(300):  # idle: one sleep at a time, long enough to leave the loop's CPU to the probes
+            if watch.spaced:
+                break
+            await asyncio.sleep(0.1)
+        assert watch.spaced, "an idle loop kept its probes a probe period apart"
+        before = watch.probes
+        await asyncio.sleep(1.0)
+        assert watch.probes - before <= 1.0 / watch.period + 2  # 50 a second before
+        _spun_on_the_loop(2 * IDLE_SHARE * watch.period)
+        await _probes(watch, 1)
+        assert not watch.spaced
+        assert watch._handle is not None and watch._handle.when() - loop.time() <= watch.probe
+        # and the stall classification sees a short stall again, as on a loop that works
+        split = await _stalled(watch, lambda: _spun_on_the_loop(0.05))
+        assert sum(split) > 0
+    finally:
+        watch.stop()
 
 
 async def _probes(watch: LoopWatch, n: int) -> None:

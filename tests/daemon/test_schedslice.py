@@ -15,7 +15,7 @@ import pytest
 from daemon import schedslice
 from daemon.broker.config import BrokerConfig
 from daemon.config import ConfigError
-from daemon.schedslice import SliceRefused, get_slice_ns, set_loop_slice, set_slice
+from daemon.schedslice import SliceRefused, get_slice_ns, set_loop_slice, set_slice, set_thread_slice
 from tests.listeners import listening
 from tests.support.bounded import Daemon
 from tests.support.broker import start_broker
@@ -144,3 +144,32 @@ def test_threads_the_loop_starts_later_keep_the_default() -> None:
     thread.start()
     thread.join()
     assert seen == [300_000, default]
+
+
+@pytest.mark.skipif(not kernel_has_slices(), reason="no per-task EEVDF slice here (Linux 6.12+)")
+def test_a_loop_s_slice_changes_again_and_comes_off() -> None:
+    """A thread set with reset-on-fork reports that flag in its policy: a second call still changes its
+    slice, 0 puts the kernel's default back, and another thread's (a running daemon's loop, set from
+    outside) is set and taken off the same way."""
+    seen: list[int] = []
+
+    def loop_thread() -> None:
+        default = get_slice_ns()
+        set_loop_slice(300)
+        set_loop_slice(500)
+        seen.append(get_slice_ns())
+        set_loop_slice(0)
+        seen.append(get_slice_ns() - default)
+        tid = threading.get_native_id()
+        outside = threading.Thread(
+            target=lambda: (set_thread_slice(tid, 250), seen.append(get_slice_ns(tid)))
+        )
+        outside.start()
+        outside.join()
+        set_thread_slice(tid, 0)
+        seen.append(get_slice_ns() - default)
+
+    thread = threading.Thread(target=loop_thread)
+    thread.start()
+    thread.join()
+    assert seen == [500_000, 0, 250_000, 0]
