@@ -837,9 +837,13 @@ class DefaultMessageStore:
         """The flush loop's retry: :data:`_RETRY_CHUNK` at a time with the put lock dropped in between, so
         a replicating slave that appended far ahead of its dispatch never waits long for the lock. A slave's
         replica dispatch (:meth:`dispatch_replica`) is left alone while it moves (``last_seen``: the cursor
-        at the previous call); returns the cursor for the next call."""
+        at the previous call); returns the cursor for the next call. A DLedger CommitLog under a Raft driver
+        (not :attr:`~store.commitlog.CommitLog.dispatch_on_put`) is never dispatched here: the driver's
+        :meth:`dispatch_committed` takes what it committed, tells the arrival listeners of each queue that
+        grew, and is called again after it failed; taken here between the commit and that call, records
+        would reach their queues with no waiting pull told (and the call would count none of them)."""
         cursor = self.reput_from_offset
-        if self.config.broker_role == SLAVE and cursor != last_seen:
+        if not self.commit_log.dispatch_on_put or (self.config.broker_role == SLAVE and cursor != last_seen):
             return cursor
         while not self._stop.is_set() and self.reput_from_offset < self.commit_log.max_offset:
             with self._put_lock:

@@ -82,6 +82,30 @@ def test_dispatch_stops_at_the_committed_index(tmp_path: Path) -> None:
         store.shutdown()
 
 
+def test_the_flush_loop_leaves_what_a_raft_driver_commits_to_its_dispatch(tmp_path: Path) -> None:
+    """A Raft driver's ``dispatch_committed`` dispatches what it committed and tells the arrival listeners of
+    each queue that grew: the ConsumeQueue flush loop's dispatch retry, run between the commit and that call,
+    leaves the records to it (taken there, they would reach their queues with no waiting pull told)."""
+    store = _open(tmp_path)
+    heard: list[tuple[str, int, int]] = []
+    store.add_arrival_listener(
+        lambda topic, queue_id, max_offset: heard.append((topic, queue_id, max_offset))
+    )
+    try:
+        cl = store.commit_log
+        assert isinstance(cl, DLedgerCommitLog)
+        cl.auto_commit = False
+        for i in range(5):
+            assert store.put_message(Message("D", f"m{i}".encode(), queue_id=i % 2)).ok
+        cl.dlog.set_committed(cl.dlog.last_index)
+        store._retry_dispatch_in_chunks(store.reput_from_offset)  # the flush loop's step, as it may run now
+        assert store.dispatch_committed() == 5
+        assert sorted(heard) == [("D", 0, 3), ("D", 1, 2)]
+        assert all_bodies(store, "D", 0) == [b"m0", b"m2", b"m4"]
+    finally:
+        store.shutdown()
+
+
 def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
