@@ -547,6 +547,63 @@ static PyObject *index_entry(PyObject *module, PyObject *const *args, Py_ssize_t
     return PyLong_FromLongLong(prev);
 }
 
+/* pack_units(buf, at, units, start, count) -> None: ConsumeQueue units units[start:start + count] (a list of
+ * (commit log offset, size, tags code, queue offset) tuples, the queue offset not written) packed one after
+ * another at at, each as ">qiq" (20 bytes): a run of a queue's units written straight into its mapped file,
+ * no bytearray, no struct call a unit. Nothing is written unless every unit fits its fields. */
+#define CQ_UNIT 20
+static PyObject *pack_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "pack_units(buf, at, units, start, count) takes 5 arguments");
+        return NULL;
+    }
+    if (!PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "pack_units: units must be a list");
+        return NULL;
+    }
+    Py_ssize_t start = PyNumber_AsSsize_t(args[3], PyExc_OverflowError),
+               count = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
+    if ((start == -1 || count == -1) && PyErr_Occurred()) return NULL;
+    PyObject *units = args[2];
+    if (start < 0 || count < 0 || start > PyList_GET_SIZE(units) || PyList_GET_SIZE(units) - start < count) {
+        PyErr_Format(PyExc_ValueError, "pack_units: %zd units from %zd of a list of %zd", count, start,
+                     PyList_GET_SIZE(units));
+        return NULL;
+    }
+    if (count > PY_SSIZE_T_MAX / CQ_UNIT) {
+        PyErr_SetString(PyExc_OverflowError, "pack_units: too many units");
+        return NULL;
+    }
+    Py_buffer view;
+    Py_ssize_t at;
+    if (!room(args, &view, count * CQ_UNIT, &at)) return NULL;
+    long long (*v)[3] = count ? PyMem_Malloc((size_t)count * sizeof *v) : NULL;
+    if (count && v == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    static const int bits[3] = {64, 32, 64};
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *unit = PyList_GET_ITEM(units, start + i);
+        if (!PyTuple_Check(unit) || PyTuple_GET_SIZE(unit) < 3) {
+            PyErr_SetString(PyExc_TypeError, "pack_units: a unit is a tuple of at least 3 ints");
+            goto fail;
+        }
+        for (int f = 0; f < 3; f++)
+            if (!field(PyTuple_GET_ITEM(unit, f), bits[f], &v[i][f])) goto fail;
+    }
+    unsigned char *p = (unsigned char *)view.buf + at;
+    for (Py_ssize_t i = 0; i < count; i++, p += CQ_UNIT)
+        put64(p, v[i][0]), put32(p + 8, (int32_t)v[i][1]), put64(p + 12, v[i][2]);
+    PyMem_Free(v);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(v);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 /* crc32(data, value=0) -> int: zlib.crc32's result for the same arguments (any buffer), through crc32_of.
  * crc31(data) -> int: the same of value 0 masked to 31 bits: a record's BODYCRC, an entry's bodyCrc. */
 static PyObject *crc_call(PyObject *const *args, Py_ssize_t nargs, int masked) {
@@ -588,6 +645,8 @@ static PyMethodDef methods[] = {
     {"pack_index", (PyCFunction)(void (*)(void))pack_index, METH_FASTCALL, "A DLedger index record."},
     {"index_entry", (PyCFunction)(void (*)(void))index_entry, METH_FASTCALL,
      "An IndexFile entry and its hash slot, unless the slot points at or past it."},
+    {"pack_units", (PyCFunction)(void (*)(void))pack_units, METH_FASTCALL,
+     "A run of ConsumeQueue units packed into a buffer."},
     {"scan_run", (PyCFunction)(void (*)(void))scan_run, METH_FASTCALL,
      "How far a pushed run of entries passes every check, and their index records."},
     {NULL, NULL, 0, NULL},
