@@ -698,7 +698,7 @@ def binary_push_fields(req: PushEntryRequest, first: int, count: int) -> dict[st
 
 
 #: A frame's length and its header's (a JSON header: no serialize type bits).
-_FRAME_PREFIX: Final = struct.Struct(">iI")
+FRAME_PREFIX: Final = struct.Struct(">iI")
 #: The numbers of a binary push that change from push to push, in the order its header holds them.
 _PUSH_NUMBERS = b',"commitIndex":"0","index":"0","count":"0",'
 _PUSH_OPAQUE = b',"opaque":0,'
@@ -717,7 +717,7 @@ class BinaryPushFrames:
         fields = binary_push_fields(req, 0, 0)
         fields["commitIndex"] = "0"
         sample = RemotingCommand.request(BINARY_PUSH_CODE, fields)
-        header = encode_command(sample)[_FRAME_PREFIX.size :]
+        header = encode_command(sample)[FRAME_PREFIX.size :]
         # a JSON string holds no unescaped quote: a key's ``,"`` is the key's, wherever the names put one
         numbers = header.index(_PUSH_NUMBERS)
         opaque = header.index(_PUSH_OPAQUE, numbers)
@@ -729,6 +729,11 @@ class BinaryPushFrames:
 
     def frame(self, opaque: int, commit_index: int, first: int, count: int, raw: bytes) -> bytes:
         """The whole frame of the push of `raw` (entries `first`... of it, `count` of them)."""
+        return self.head(opaque, commit_index, first, count, len(raw)) + raw
+
+    def head(self, opaque: int, commit_index: int, first: int, count: int, body_length: int) -> bytes:
+        """The frame up to its body (a body of `body_length` bytes): the leader writes it and the body as
+        two buffers of one write (``Connection.send_frames``), the body not copied into the frame."""
         header = b'%s%d","index":"%d","count":"%d"%s%d%s' % (
             self._head,
             commit_index,
@@ -738,12 +743,43 @@ class BinaryPushFrames:
             opaque,
             self._tail,
         )
-        length = 4 + len(header) + len(raw)
+        length = 4 + len(header) + body_length
         if length + 4 > MAX_FRAME_LENGTH:
             raise RemotingProtocolError(
                 f"frame of {length + 4} bytes exceeds the {MAX_FRAME_LENGTH} byte limit"
             )
-        return b"".join((_FRAME_PREFIX.pack(length, len(header)), header, raw))
+        return FRAME_PREFIX.pack(length, len(header)) + header
+
+    def read(self, buf: bytearray, start: int, end: int) -> tuple[int, int, int, int] | None:
+        """``(commit index, first index, count, opaque)`` of the push header ``buf[start:end]`` when it is this
+        template's, byte for byte but for those numbers (each an optional minus and ASCII digits, as
+        :meth:`head` writes them), else None: what a follower reads a push by without decoding its JSON (its
+        other fields are the template's)."""
+        head = self._head
+        if not buf.startswith(head, start, end):
+            return None
+        at = start + len(head)
+        commit, at = _number(buf, at, end, b'","index":"')
+        first, at = _number(buf, at, end, b'","count":"')
+        count, at = _number(buf, at, end, b'"' + self._middle)
+        opaque, at = _number(buf, at, end, self._tail)
+        if at != end or commit is None or first is None or count is None or opaque is None:
+            return None
+        return commit, first, count, opaque
+
+
+def _number(buf: bytearray, at: int, end: int, after: bytes) -> tuple[int | None, int]:
+    """The integer written from ``at`` up to the next ``after`` (before ``end``) and where ``after`` ends;
+    None (and ``end``) when there is none or what is there is not ``-?[0-9]+`` of at most 19 digits."""
+    if at >= end:
+        return None, end
+    stop = buf.find(after, at, end)
+    if stop < 0:
+        return None, end
+    digits = buf[at + 1 : stop] if buf[at] == 45 else buf[at:stop]  # (45: "-")
+    if not 0 < len(digits) <= 19 or not digits.isdigit() or (digits[0] == 48 and stop - at > 1):
+        return None, end  # (48: "0": what %d never writes, a leading zero or "-0", is left to the JSON read)
+    return int(buf[at:stop]), stop + len(after)
 
 
 def encode_push_answer(resp: PushEntryResponse) -> bytes:

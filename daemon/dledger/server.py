@@ -32,6 +32,7 @@ from daemon.dledger.protocol import (
     BINARY_PUSH_CODE,
     BINARY_PUSH_KEY,
     BINARY_PUSH_VERSION,
+    FRAME_PREFIX,
     PUSH_ANSWER,
     PUSH_ANSWER_TAG,
     REMOTING_RESPONSE_CODE,
@@ -54,9 +55,9 @@ from daemon.dledger.protocol import (
 )
 from daemon.lifecycle import cancel_tasks, supervise
 from daemon.remoting.client import RemotingClient, parse_addr
-from daemon.remoting.codes import ResponseCode
+from daemon.remoting.codes import FLAG_ONEWAY, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.connection import Connection
+from daemon.remoting.connection import Connection, error_response
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import RemotingServer
@@ -181,6 +182,11 @@ class DLedgerServer:
         self._push_frames: dict[str, BinaryPushFrames] = {}
         #: (follower) what the peer gate is shown of each binary push (its senders), filled in per push
         self._gate_view = PushEntryRequest()
+        #: (follower) the layout of the binary pushes of the leader and term last pushed from, and its senders
+        #: (group, leaderId, localId, remoteId, term): what `_read_push` reads them by
+        self._push_layout: (
+            tuple[BinaryPushFrames, tuple[str | None, str | None, str | None, str | None, int]] | None
+        ) = None
         # from this member's own address, which its peers' gates look for (the listener binds it too)
         self.client = RemotingClient(connect_timeout=1.0, ssl=client_ssl, local_host=listen_host or host)
         self._peer_refusals = WarningGate(log)
@@ -282,7 +288,7 @@ class DLedgerServer:
                     on_answer = functools.partial(self._answered, out, conn)
                     if out.raw is not None:
                         opaque = conn.expect(BINARY_PUSH_CODE, RPC_TIMEOUT_MS / 1000, on_answer)
-                        conn.send_frame(self._push_frame(out, opaque))
+                        conn.send_frames(self._push_head(out, opaque), out.raw)
                     else:
                         conn.request(self._request(out), RPC_TIMEOUT_MS / 1000, on_answer)
                     continue
@@ -294,15 +300,15 @@ class DLedgerServer:
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
 
-    def _push_frame(self, out: Out, opaque: int) -> bytes:
-        """A binary push's frame, its header from the peer's template for the push's term (the same bytes
-        as :meth:`_request`'s command encoded)."""
+    def _push_head(self, out: Out, opaque: int) -> bytes:
+        """A binary push's frame up to its body (``out.raw``), its header from the peer's template for the
+        push's term (with the body, the same bytes as :meth:`_request`'s command encoded)."""
         req = out.request
         assert isinstance(req, PushEntryRequest) and out.raw is not None
         frames = self._push_frames.get(out.peer)
         if frames is None or frames.term != req.term:
             frames = self._push_frames[out.peer] = BinaryPushFrames(req)
-        return frames.frame(opaque, req.commit_index, out.first, out.count, out.raw)
+        return frames.head(opaque, req.commit_index, out.first, out.count, len(out.raw))
 
     def _as_json(self, out: Out) -> Out:
         """A binary push whose connection is not the one its peer said it on: JSON, and the peer's pushes
@@ -635,27 +641,15 @@ class DLedgerServer:
         refusal = self.gate.refusal(seen, conn.address[0])
         if refusal is not None:
             return request.make_response(ResponseCode.NO_PERMISSION, refusal)
-        if trace.ENABLED:
-            trace.mark_range("push-read", first, count)
         node = self.node
         if group != node.m.group:
             return self._reply(request, RequestOrResponse(code=int(Code.UNKNOWN_GROUP), term=node.m.term))
-        code = node.take_raw_push(
-            group,
-            leader_id,
-            remote_id,
-            term,
-            commit_index,
-            first,
-            count,
-            request.body,
-            now_ms(),
-        )
-        if trace.ENABLED:
-            trace.mark_range("appended", first, count)
-        self._effects(after_replies=True)
+        binary_answer = request.ext_fields.get(BINARY_ANSWER_KEY) == BINARY_PUSH_VERSION
+        if binary_answer and not request.flag & FLAG_ONEWAY:
+            self._learn_push_layout(conn, group, leader_id, local_id, remote_id, term)
+        code = self._append_push(group, leader_id, remote_id, term, commit_index, first, count, request.body)
         dlog = self.log
-        if request.ext_fields.get(BINARY_ANSWER_KEY) == BINARY_PUSH_VERSION:
+        if binary_answer:
             # asked for: the answer's fields in a fixed layout, no JSON, no extFields (the push itself says
             # its leader knows this member reads binary pushes)
             conn.reply_frame(
@@ -672,6 +666,98 @@ class DLedgerServer:
         if trace.ENABLED:
             trace.mark_range("ack-write", first, count)
         return reply
+
+    def _append_push(
+        self,
+        group: str | None,
+        leader_id: str | None,
+        remote_id: str | None,
+        term: int,
+        commit_index: int,
+        first: int,
+        count: int,
+        body: bytes,
+    ) -> int:
+        """A binary push's entries appended (:meth:`Node.take_raw_push`): its answer's code."""
+        if trace.ENABLED:
+            trace.mark_range("push-read", first, count)
+        code = self.node.take_raw_push(
+            group, leader_id, remote_id, term, commit_index, first, count, body, now_ms()
+        )
+        if trace.ENABLED:
+            trace.mark_range("appended", first, count)
+        self._effects(after_replies=True)
+        return code
+
+    def _learn_push_layout(
+        self,
+        conn: Connection,
+        group: str | None,
+        leader_id: str | None,
+        local_id: str | None,
+        remote_id: str | None,
+        term: int,
+    ) -> None:
+        """After a binary push that asked for a binary answer: the layout its leader writes such pushes in
+        for this term (:class:`BinaryPushFrames`, the leader's own template), by which :meth:`_read_push`
+        reads the next ones on this connection. Made once per leader and term: a leader whose pushes do not
+        match it (another version's) has them read as before."""
+        key = (group, leader_id, local_id, remote_id, term)
+        if self._push_layout is None or self._push_layout[1] != key:
+            req = PushEntryRequest(
+                group=group, leader_id=leader_id, local_id=local_id, remote_id=remote_id, term=term
+            )
+            self._push_layout = (BinaryPushFrames(req), key)
+        if conn.frame_reader is None:
+            conn.frame_reader = self._read_push
+
+    def _read_push(self, conn: Connection, buf: bytearray, pos: int) -> int:
+        """``Connection.frame_reader`` of a connection binary pushes came on: the whole frame at ``pos`` when
+        it is a push in the layout learnt (:meth:`_learn_push_layout`) from senders the peer gate admitted
+        before, to this member's group, taken as :meth:`_serve_binary` takes it, its binary answer written;
+        0 for anything else (a frame not whole yet, another request, another layout, a sender or group to
+        check), which the generic read takes."""
+        layout = self._push_layout
+        have = len(buf) - pos
+        if layout is None or have < 8:
+            return 0
+        length, mixed = FRAME_PREFIX.unpack_from(buf, pos)
+        header_len = mixed & 0xFFFFFF
+        total = 4 + length
+        if (
+            mixed >> 24  # (not a JSON header)
+            or have < total
+            or total > conn.max_frame_length
+            or header_len > length - 4
+            or header_len > conn.max_header_length
+        ):
+            return 0
+        start = pos + 8
+        end = start + header_len
+        numbers = layout[0].read(buf, start, end)
+        if numbers is None:
+            return 0
+        group, leader_id, local_id, remote_id, term = layout[1]
+        if group != self.node.m.group or not self.gate.admitted(leader_id, local_id, conn.address[0]):
+            return 0
+        commit_index, first, count, opaque = numbers
+        with memoryview(buf) as view:
+            body = bytes(view[end : pos + total])
+        try:
+            code = self._append_push(group, leader_id, remote_id, term, commit_index, first, count, body)
+        except Exception as exc:  # (as the dispatcher answers a processor that raised)
+            request = RemotingCommand.request(BINARY_PUSH_CODE)
+            request.opaque = opaque
+            log.exception("DLedger binary push from %s failed", conn.peer)
+            conn.reply(request, error_response(request, exc))
+            return total
+        dlog = self.log
+        conn.send_frame(
+            push_answer_frame(opaque, code, term, first, count, dlog.begin_index, dlog.last_index)
+        )
+        if trace.ENABLED:
+            trace.mark_range("ack-write", first, count)
+        return total
 
     async def _transfer_reply(
         self, request: RemotingCommand, req: LeadershipTransferRequest
