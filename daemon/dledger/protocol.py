@@ -818,6 +818,19 @@ def push_answer_frame(
     )
 
 
+#: The answer header before its opaque's digits, and after them.
+_ANSWER_HEAD, _ANSWER_TAIL = _ANSWER_HEADER.split(b"%d")
+
+
+def read_answer_header(buf: bytearray, start: int, end: int) -> int | None:
+    """The opaque of the header ``buf[start:end]`` when it is :func:`push_answer_frame`'s byte for byte but for
+    the opaque's digits, else None: a leader reads its followers' answers so, without decoding their JSON."""
+    if not buf.startswith(_ANSWER_HEAD, start, end):
+        return None
+    opaque, at = _number(buf, start + len(_ANSWER_HEAD), end, _ANSWER_TAIL)
+    return opaque if at == end else None
+
+
 def is_push_answer(body: bytes) -> bool:
     """Whether an answer's body is :data:`PUSH_ANSWER` (a JSON bean starts with ``{``)."""
     return len(body) > 0 and body[0] == PUSH_ANSWER_TAG

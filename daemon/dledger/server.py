@@ -13,7 +13,6 @@ holds up nobody.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 import ssl as _ssl
@@ -51,6 +50,7 @@ from daemon.dledger.protocol import (
     decode_push_answer,
     is_push_answer,
     push_answer_frame,
+    read_answer_header,
     read_binary_push,
 )
 from daemon.lifecycle import cancel_tasks, supervise
@@ -285,10 +285,12 @@ class DLedgerServer:
                 trace.mark_range(f"push-write {out.peer}", first, count)
             if conn is not None:
                 try:
-                    on_answer = functools.partial(self._answered, out, conn)
+                    on_answer = _Answer(self, out, conn)
                     if out.raw is not None:
                         opaque = conn.expect(BINARY_PUSH_CODE, RPC_TIMEOUT_MS / 1000, on_answer)
                         conn.send_frames(self._push_head(out, opaque), out.raw)
+                        if conn.frame_reader is None:
+                            conn.frame_reader = self._read_answer
                     else:
                         conn.request(self._request(out), RPC_TIMEOUT_MS / 1000, on_answer)
                     continue
@@ -340,16 +342,8 @@ class DLedgerServer:
             ):
                 # a binary push's binary answer (on the connection its peer said it on): its numbers go
                 # to the machine as they are, no bean
-                node = self.node
-                node.speaks_binary(out.peer)
                 _tag, code, term, index, count, _begin, _end = PUSH_ANSWER.unpack(body)
-                if trace.ENABLED:
-                    trace.mark_range(f"ack-read {out.peer}", out.first, out.count)
-                try:
-                    node.raw_push_answered(out, code, term, index, count, now_ms())
-                    self._effects()
-                except Exception:
-                    log.exception("DLedger: handling the answer of %s to %s failed", out.peer, out.code.name)
+                self._binary_answered(out, code, term, index, count)
                 return
             if (
                 answer.ext_fields.get(BINARY_PUSH_KEY) == BINARY_PUSH_VERSION
@@ -364,6 +358,45 @@ class DLedgerServer:
             log.debug("DLedger %s to %s: %s", out.code.name, out.peer, answer)
             resp = None
         self._handle(out, resp)
+
+    def _binary_answered(self, out: Out, code: int, term: int, index: int, count: int) -> None:
+        """A binary push's binary answer, on the connection its peer said it reads them on."""
+        node = self.node
+        node.speaks_binary(out.peer)
+        if trace.ENABLED:
+            trace.mark_range(f"ack-read {out.peer}", out.first, out.count)
+        try:
+            node.raw_push_answered(out, code, term, index, count, now_ms())
+            self._effects()
+        except Exception:
+            log.exception("DLedger: handling the answer of %s to %s failed", out.peer, out.code.name)
+
+    def _read_answer(self, conn: Connection, buf: bytearray, pos: int) -> int:
+        """``Connection.frame_reader`` of a connection binary pushes go on: the whole frame at ``pos`` when it is
+        the binary answer (:func:`push_answer_frame`'s layout) to a binary push still waited for on it,
+        handled as :meth:`_answered` handles it (no JSON decode, no command); 0 for anything else, which the
+        generic read takes."""
+        have = len(buf) - pos
+        if have < 8:
+            return 0
+        length, header_len = FRAME_PREFIX.unpack_from(buf, pos)
+        total = 4 + length
+        if have < total or length != 4 + header_len + PUSH_ANSWER.size:
+            return 0
+        end = pos + 8 + header_len
+        opaque = read_answer_header(buf, pos + 8, end)
+        if opaque is None or buf[end] != PUSH_ANSWER_TAG:
+            return 0
+        waiting = conn.expecting(opaque)
+        if not isinstance(waiting, _Answer) or waiting.conn is not conn or self._stopped:
+            return 0
+        out = waiting.out
+        if out.raw is None or self._binary.get(out.peer) is not conn:
+            return 0
+        conn.answered(opaque)
+        _tag, code, term, index, count, _begin, _end = PUSH_ANSWER.unpack_from(buf, end)
+        self._binary_answered(out, code, term, index, count)
+        return total
 
     async def _call(self, out: Out) -> None:
         self._handle(out, await self.rpc(out))
@@ -811,6 +844,19 @@ class DLedgerServer:
             else:
                 await asyncio.sleep(TICK_SECONDS)
         return self._transfer_answer(code)
+
+
+class _Answer:
+    """What a request's answer goes to (``Connection.expect``'s callback): ``server._answered(out, conn, ...)``;
+    :meth:`DLedgerServer._read_answer` finds a binary push's own here."""
+
+    def __init__(self, server: DLedgerServer, out: Out, conn: Connection) -> None:
+        self.server = server
+        self.out = out
+        self.conn = conn
+
+    def __call__(self, answer: RemotingCommand | Exception) -> None:
+        self.server._answered(self.out, self.conn, answer)
 
 
 def dledger_runtime_info(server: DLedgerServer) -> dict[str, str]:

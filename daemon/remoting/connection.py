@@ -566,6 +566,16 @@ class Connection(asyncio.Protocol):
             self._expire_at(deadline)
         return opaque
 
+    def expecting(self, opaque: int) -> Callable[[RemotingCommand | Exception], None] | None:
+        """What :meth:`expect` hands the answer to `opaque` to, while it is waited for (else None): a frame
+        reader that reads such an answer itself finds its request's caller so, then calls :meth:`answered`."""
+        waiting = self._callbacks.get(opaque)
+        return waiting[0] if waiting is not None else None
+
+    def answered(self, opaque: int) -> None:
+        """The answer to `opaque` was read and handed on by a frame reader: no longer waited for."""
+        self._callbacks.pop(opaque, None)
+
     def send_frame(self, frame: bytes) -> None:
         """Write one frame already encoded (:meth:`expect`'s request); dropped if the connection is gone."""
         self._write(frame)

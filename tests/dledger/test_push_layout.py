@@ -14,18 +14,21 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from daemon.dledger.machines import Timings
+from daemon.dledger.machines import PushState, Timings
 from daemon.dledger.protocol import (
     BINARY_PUSH_CODE,
+    PUSH_ANSWER,
     BinaryPushFrames,
     PushEntryRequest,
     binary_push_fields,
     decode_push_answer,
+    push_answer_frame,
+    read_answer_header,
 )
-from daemon.dledger.server import DLedgerServer, DLedgerSettings, now_ms
+from daemon.dledger.server import DLedgerServer, DLedgerSettings, _Answer as Answer, now_ms
 from daemon.remoting.codes import FLAG_ONEWAY
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.connection import Connection
+from daemon.remoting.connection import Connection, RequestDispatcher
 from daemon.remoting.frame import decode_frame, encode_command
 from store.dledger_log import DLedgerLog
 from tests.store.test_dledger_log import _fill
@@ -245,3 +248,53 @@ async def test_what_the_layout_does_not_cover_goes_to_the_generic_read(
     assert codes[0] != 200 and set(codes[1:]) == {200}  # (the term-1 push refused, every other taken)
     assert fast.log.last_index == generic.log.last_index == 9
     assert [n > 0 for n in fast.taken] == [False, True, False, False, False, False, True]
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(-(2**31), 2**31 - 1), NUMBERS, NUMBERS)
+def test_an_answer_header_reads_back_its_opaque(opaque: int, code: int, term: int, index: int) -> None:
+    frame = bytearray(push_answer_frame(opaque, code, term, index, 3, 0, index))
+    end = len(frame) - PUSH_ANSWER.size
+    assert read_answer_header(frame, 8, end) == opaque
+    assert read_answer_header(frame, 8, end - 1) is None
+    changed = frame.replace(b'"flag":1', b'"flag":3')
+    assert read_answer_header(changed, 8, end) is None
+
+
+async def leader_reading(root: Path, fast: bool) -> tuple[int, int, list[int]]:
+    """A leader's binary push to n1 answered on its connection, read by the layout (``fast``) or by the
+    generic read: (n1's water mark, the committed index, what the frame reader returned)."""
+    log = DLedgerLog(str(root / ("fast" if fast else "generic")))
+    _fill(log, 10)
+    server = DLedgerServer(DLedgerSettings("g", "n0", dict(PEERS), str(root), Timings()), log)
+    node = server.node
+    node.m.term, node._now = 1, now_ms()
+    node.to_leader(1)
+    node.term_first_index = 0  # (its log's entries count as this term's: a push commits them)
+    push = node.pushes["n1"]
+    push.state, push.binary, push.write_index = PushState.APPEND, True, 0
+    conn = Connection(RequestDispatcher(), requester=True)
+    conn.connection_made(RecordingTransport())  # type: ignore[arg-type]
+    server._binary["n1"] = conn
+    out = node._raw_push("n1", 0, 10, run(log, 0, 10))
+    out.epoch = push.epoch
+    opaque = conn.expect(BINARY_PUSH_CODE, 3, Answer(server, out, conn))
+    taken: list[int] = []
+    if fast:
+        conn.frame_reader = Watched(server._read_answer, taken)
+    answer = push_answer_frame(opaque, 200, 1, 0, 10, 0, 9)
+    conn.data_received(answer[:20])
+    conn.data_received(answer[20:] + b"\0\0\0")  # (and the start of the next frame)
+    assert conn.expecting(opaque) is None
+    mark, committed = push.water_mark, log.committed_index
+    await server.client.close()
+    log.close()
+    return mark, committed, taken
+
+
+async def test_a_leader_reads_its_followers_binary_answers_by_their_layout(tmp_path: Path) -> None:
+    """The answer to a binary push read without a JSON decode moves the follower's water mark and the commit
+    as the generic read of it does."""
+    mark, committed, taken = await leader_reading(tmp_path, True)
+    assert (mark, committed) == (9, 9)
+    assert [n > 0 for n in taken] == [False, True]  # (the first read held no whole frame)
+    assert (await leader_reading(tmp_path, False))[:2] == (mark, committed)
