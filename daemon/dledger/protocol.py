@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Self, TypeVar
 
@@ -726,6 +727,8 @@ class BinaryPushFrames:
         self._head = header[:numbers] + b',"commitIndex":"'
         self._middle = header[numbers + len(_PUSH_NUMBERS) - 1 : opaque] + b',"opaque":'
         self._tail = header[opaque + len(_PUSH_OPAQUE) - 1 :]
+        #: what a header of this layout holds around its numbers (:func:`split_numbers`)
+        self._parts = (self._head, b'","index":"', b'","count":"', b'"' + self._middle, self._tail)
 
     def frame(self, opaque: int, commit_index: int, first: int, count: int, raw: bytes) -> bytes:
         """The whole frame of the push of `raw` (entries `first`... of it, `count` of them)."""
@@ -755,31 +758,46 @@ class BinaryPushFrames:
         template's, byte for byte but for those numbers (each an optional minus and ASCII digits, as
         :meth:`head` writes them), else None: what a follower reads a push by without decoding its JSON (its
         other fields are the template's)."""
-        head = self._head
-        if not buf.startswith(head, start, end):
+        numbers = split_numbers(buf, start, end, self._parts)
+        if numbers is None or len(numbers) != 4:
             return None
-        at = start + len(head)
-        commit, at = _number(buf, at, end, b'","index":"')
-        first, at = _number(buf, at, end, b'","count":"')
-        count, at = _number(buf, at, end, b'"' + self._middle)
-        opaque, at = _number(buf, at, end, self._tail)
-        if at != end or commit is None or first is None or count is None or opaque is None:
-            return None
-        return commit, first, count, opaque
+        return numbers[0], numbers[1], numbers[2], numbers[3]
 
 
-def _number(buf: bytearray, at: int, end: int, after: bytes) -> tuple[int | None, int]:
-    """The integer written from ``at`` up to the next ``after`` (before ``end``) and where ``after`` ends;
-    None (and ``end``) when there is none or what is there is not ``-?[0-9]+`` of at most 19 digits."""
-    if at >= end:
-        return None, end
-    stop = buf.find(after, at, end)
-    if stop < 0:
-        return None, end
-    digits = buf[at + 1 : stop] if buf[at] == 45 else buf[at:stop]  # (45: "-")
-    if not 0 < len(digits) <= 19 or not digits.isdigit() or (digits[0] == 48 and stop - at > 1):
-        return None, end  # (48: "0": what %d never writes, a leading zero or "-0", is left to the JSON read)
-    return int(buf[at:stop]), stop + len(after)
+def split_numbers_py(
+    buf: bytes | bytearray, start: int, end: int, parts: tuple[bytes, ...]
+) -> tuple[int, ...] | None:
+    """``store._cparse.split_numbers`` without the compiled build: the integers between the byte strings of
+    ``parts`` when ``buf[start:end]`` is exactly ``parts[0]``, an integer, ``parts[1]``, ... ``parts[-1]``,
+    each written as ``%d`` writes a 64-bit integer (no leading zero, no "-0"), else None."""
+    if not 0 <= start <= end <= len(buf) or not buf.startswith(parts[0], start, end):
+        return None
+    at = start + len(parts[0])
+    out = []
+    for after in parts[1:]:
+        negative = at < end and buf[at] == 45  # "-"
+        first = at + 1 if negative else at
+        stop = first
+        while stop < end and stop - first < 20 and 48 <= buf[stop] <= 57:  # digits
+            stop += 1
+        digits = stop - first
+        if digits == 0 or digits > 19 or (buf[first] == 48 and (digits > 1 or negative)):  # (48: "0")
+            return None
+        value = int(buf[at:stop])
+        if not -(2**63) <= value < 2**63 or not buf.startswith(after, stop, end):
+            return None
+        out.append(value)
+        at = stop + len(after)
+    return tuple(out) if at == end else None
+
+
+split_numbers: Callable[[bytes | bytearray, int, int, tuple[bytes, ...]], tuple[int, ...] | None]
+try:  # the compiled build's (store/_cparse.c): no slice, search or int() a number
+    from store import _cparse
+
+    split_numbers = _cparse.split_numbers
+except ImportError:
+    split_numbers = split_numbers_py
 
 
 def encode_push_answer(resp: PushEntryResponse) -> bytes:
@@ -819,16 +837,14 @@ def push_answer_frame(
 
 
 #: The answer header before its opaque's digits, and after them.
-_ANSWER_HEAD, _ANSWER_TAIL = _ANSWER_HEADER.split(b"%d")
+_ANSWER_PARTS: Final = tuple(_ANSWER_HEADER.split(b"%d"))
 
 
 def read_answer_header(buf: bytearray, start: int, end: int) -> int | None:
     """The opaque of the header ``buf[start:end]`` when it is :func:`push_answer_frame`'s byte for byte but for
     the opaque's digits, else None: a leader reads its followers' answers so, without decoding their JSON."""
-    if not buf.startswith(_ANSWER_HEAD, start, end):
-        return None
-    opaque, at = _number(buf, start + len(_ANSWER_HEAD), end, _ANSWER_TAIL)
-    return opaque if at == end else None
+    numbers = split_numbers(buf, start, end, _ANSWER_PARTS)
+    return numbers[0] if numbers is not None and len(numbers) == 1 else None
 
 
 def is_push_answer(body: bytes) -> bool:

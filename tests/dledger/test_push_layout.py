@@ -24,6 +24,7 @@ from daemon.dledger.protocol import (
     decode_push_answer,
     push_answer_frame,
     read_answer_header,
+    split_numbers_py,
 )
 from daemon.dledger.server import DLedgerServer, DLedgerSettings, _Answer as Answer, now_ms
 from daemon.remoting.codes import FLAG_ONEWAY
@@ -298,3 +299,38 @@ async def test_a_leader_reads_its_followers_binary_answers_by_their_layout(tmp_p
     assert (mark, committed) == (9, 9)
     assert [n > 0 for n in taken] == [False, True]  # (the first read held no whole frame)
     assert (await leader_reading(tmp_path, False))[:2] == (mark, committed)
+
+
+PIECES = st.sampled_from([b'"', b",", b'":"', b"a", b"-", b"0", b"7", b"", b'{"k":'])
+
+
+@given(
+    st.lists(st.lists(PIECES, max_size=3).map(b"".join), min_size=1, max_size=5),
+    st.lists(
+        st.integers(-(2**64), 2**64).map(lambda n: str(n).encode())
+        | st.sampled_from([b"", b"-", b"-0", b"00", b"012", b"1a", b" 1", b"9" * 19, b"9" * 20]),
+        min_size=4,
+        max_size=4,
+    ),
+    st.integers(-2, 3),
+    st.integers(-3, 2),
+)
+def test_the_numbers_of_a_template_are_split_in_c_as_in_python(
+    parts: list[bytes], numbers: list[bytes], lead: int, trail: int
+) -> None:
+    """store._cparse.split_numbers reads what the pure-Python split reads (the compiled build's), whatever the
+    parts and what stands where the numbers go; skipped without the build."""
+    c = pytest.importorskip("store._cparse")
+    body = parts[0] + b"".join(n + p for n, p in zip(numbers, parts[1:], strict=False))
+    buf = bytearray(b"xx" + body + b"yy")
+    start, end = 2 + lead, 2 + len(body) + trail
+    want = split_numbers_py(buf, start, end, tuple(parts))
+    assert c.split_numbers(buf, start, end, tuple(parts)) == want
+    if lead >= 0 and trail == 0 and lead == 0:
+        values = [int(n) for n in numbers[: len(parts) - 1]]
+        plain = all(
+            n == str(int(n)).encode() and -(2**63) <= int(n) < 2**63 for n in numbers[: len(parts) - 1]
+        )
+        separated = all(p and p[:1] not in b"-0123456789" for p in parts[1:-1])
+        if plain and separated and parts[-1][:1] not in b"-0123456789":
+            assert want == tuple(values)
