@@ -305,7 +305,7 @@ PIECES = st.sampled_from([b'"', b",", b'":"', b"a", b"-", b"0", b"7", b"", b'{"k
 
 
 @given(
-    st.lists(st.lists(PIECES, max_size=3).map(b"".join), min_size=1, max_size=5),
+    st.lists(st.lists(PIECES, max_size=3).map(b"".join), min_size=2, max_size=5),
     st.lists(
         st.integers(-(2**64), 2**64).map(lambda n: str(n).encode())
         | st.sampled_from([b"", b"-", b"-0", b"00", b"012", b"1a", b" 1", b"9" * 19, b"9" * 20]),

@@ -146,7 +146,7 @@ def test_a_run_of_units_is_refused_whole_when_one_is_not_a_unit() -> None:
         assert buf == bytearray(60)
     with pytest.raises(TypeError):
         c.pack_units(bytearray(60), 0, ((1, 2, 3, 4),), 0, 1)
-    with pytest.raises(TypeError):
+    with pytest.raises(BufferError):  # (not writable)
         c.pack_units(bytes(60), 0, [(1, 2, 3, 4)], 0, 1)
 
 
