@@ -868,9 +868,12 @@ def decode_push_answer(body: bytes, group: str | None) -> PushEntryResponse:
     )
 
 
-def read_binary_push(
-    ext: dict[str, str],
-) -> tuple[str | None, str | None, str | None, str | None, int, int, int, int]:
+#: A binary push's fields (:func:`read_binary_push`): group, leaderId, localId, remoteId, term, commitIndex,
+#: its first index and its count.
+BinaryPushFields = tuple[str | None, str | None, str | None, str | None, int, int, int, int]
+
+
+def read_binary_push(ext: dict[str, str]) -> BinaryPushFields:
     """A binary push's extFields as its PUSH fields (an APPEND, no entries): ``group``, ``leaderId``,
     ``localId``, ``remoteId`` (None when empty), ``term``, ``commitIndex``, its first index and its count,
     as they are (no bean: a follower reads one per push); ValueError when one is missing or not a number."""

@@ -35,6 +35,7 @@ from daemon.dledger.protocol import (
     PUSH_ANSWER,
     PUSH_ANSWER_TAG,
     REMOTING_RESPONSE_CODE,
+    BinaryPushFields,
     BinaryPushFrames,
     DLedgerRequestCode,
     DLedgerResponseCode,
@@ -680,7 +681,7 @@ class DLedgerServer:
         binary_answer = request.ext_fields.get(BINARY_ANSWER_KEY) == BINARY_PUSH_VERSION
         if binary_answer and not request.flag & FLAG_ONEWAY:
             self._learn_push_layout(conn, group, leader_id, local_id, remote_id, term)
-        code = self._append_push(group, leader_id, remote_id, term, commit_index, first, count, request.body)
+        code = self._append_push(fields, request.body)
         dlog = self.log
         if binary_answer:
             # asked for: the answer's fields in a fixed layout, no JSON, no extFields (the push itself says
@@ -700,18 +701,10 @@ class DLedgerServer:
             trace.mark_range("ack-write", first, count)
         return reply
 
-    def _append_push(
-        self,
-        group: str | None,
-        leader_id: str | None,
-        remote_id: str | None,
-        term: int,
-        commit_index: int,
-        first: int,
-        count: int,
-        body: bytes,
-    ) -> int:
-        """A binary push's entries appended (:meth:`Node.take_raw_push`): its answer's code."""
+    def _append_push(self, push: BinaryPushFields, body: bytes) -> int:
+        """A binary push's entries appended (:meth:`Node.take_raw_push`), ``push`` its fields as
+        :func:`read_binary_push` reads them: its answer's code."""
+        group, leader_id, _local_id, remote_id, term, commit_index, first, count = push
         if trace.ENABLED:
             trace.mark_range("push-read", first, count)
         code = self.node.take_raw_push(
@@ -777,7 +770,9 @@ class DLedgerServer:
         with memoryview(buf) as view:
             body = bytes(view[end : pos + total])
         try:
-            code = self._append_push(group, leader_id, remote_id, term, commit_index, first, count, body)
+            code = self._append_push(
+                (group, leader_id, local_id, remote_id, term, commit_index, first, count), body
+            )
         except Exception as exc:  # (as the dispatcher answers a processor that raised)
             request = RemotingCommand.request(BINARY_PUSH_CODE)
             request.opaque = opaque
