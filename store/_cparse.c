@@ -547,6 +547,130 @@ static PyObject *index_entry(PyObject *module, PyObject *const *args, Py_ssize_t
     return PyLong_FromLongLong(prev);
 }
 
+/* pack_units(buf, at, units, start, count) -> None: ConsumeQueue units units[start:start + count] (a list of
+ * (commit log offset, size, tags code, queue offset) tuples, the queue offset not written) packed one after
+ * another at at, each as ">qiq" (20 bytes): a run of a queue's units written straight into its mapped file,
+ * no bytearray, no struct call a unit. Nothing is written unless every unit fits its fields. */
+#define CQ_UNIT 20
+static PyObject *pack_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "pack_units(buf, at, units, start, count) takes 5 arguments");
+        return NULL;
+    }
+    if (!PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "pack_units: units must be a list");
+        return NULL;
+    }
+    Py_ssize_t start = PyNumber_AsSsize_t(args[3], PyExc_OverflowError),
+               count = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
+    if ((start == -1 || count == -1) && PyErr_Occurred()) return NULL;
+    PyObject *units = args[2];
+    if (start < 0 || count < 0 || start > PyList_GET_SIZE(units) || PyList_GET_SIZE(units) - start < count) {
+        PyErr_Format(PyExc_ValueError, "pack_units: %zd units from %zd of a list of %zd", count, start,
+                     PyList_GET_SIZE(units));
+        return NULL;
+    }
+    if (count > PY_SSIZE_T_MAX / CQ_UNIT) {
+        PyErr_SetString(PyExc_OverflowError, "pack_units: too many units");
+        return NULL;
+    }
+    Py_buffer view;
+    Py_ssize_t at;
+    if (!room(args, &view, count * CQ_UNIT, &at)) return NULL;
+    long long (*v)[3] = count ? PyMem_Malloc((size_t)count * sizeof *v) : NULL;
+    if (count && v == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    static const int bits[3] = {64, 32, 64};
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *unit = PyList_GET_ITEM(units, start + i);
+        if (!PyTuple_Check(unit) || PyTuple_GET_SIZE(unit) < 3) {
+            PyErr_SetString(PyExc_TypeError, "pack_units: a unit is a tuple of at least 3 ints");
+            goto fail;
+        }
+        for (int f = 0; f < 3; f++)
+            if (!field(PyTuple_GET_ITEM(unit, f), bits[f], &v[i][f])) goto fail;
+    }
+    unsigned char *p = (unsigned char *)view.buf + at;
+    for (Py_ssize_t i = 0; i < count; i++, p += CQ_UNIT)
+        put64(p, v[i][0]), put32(p + 8, (int32_t)v[i][1]), put64(p + 12, v[i][2]);
+    PyMem_Free(v);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(v);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* split_numbers(buf, start, end, parts) -> tuple | None: the integers written between the byte strings of
+ * `parts` (a tuple of n + 1 bytes) when buf[start:end] is exactly parts[0], an integer, parts[1], ..., an
+ * integer, parts[n]; each integer as %d writes a 64-bit one ("0", or an optional "-" then 1-19 digits not
+ * starting with "0", within int64), else None. What a DLedger member reads a header written from a template
+ * by (the template's bytes, the numbers written in): no JSON decode, no slice, no search a number. */
+static PyObject *split_numbers(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "split_numbers(buf, start, end, parts) takes 4 arguments");
+        return NULL;
+    }
+    PyObject *parts = args[3];
+    if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) < 2 || PyTuple_GET_SIZE(parts) > 17) {
+        PyErr_SetString(PyExc_TypeError, "split_numbers: parts must be a tuple of 2 to 17 bytes");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(parts) - 1;
+    for (Py_ssize_t i = 0; i <= n; i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(parts, i))) {
+            PyErr_SetString(PyExc_TypeError, "split_numbers: parts must be a tuple of 2 to 17 bytes");
+            return NULL;
+        }
+    Py_ssize_t start = PyNumber_AsSsize_t(args[1], PyExc_OverflowError),
+               end = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
+    if ((start == -1 || end == -1) && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    long long v[16];
+    int ok = 0 <= start && start <= end && end <= view.len;
+    const unsigned char *b = view.buf;
+    Py_ssize_t at = start;
+    for (Py_ssize_t i = 0; ok && i <= n; i++) {
+        PyObject *part = PyTuple_GET_ITEM(parts, i);
+        Py_ssize_t len = PyBytes_GET_SIZE(part);
+        if (end - at < len || memcmp(b + at, PyBytes_AS_STRING(part), (size_t)len) != 0) {
+            ok = 0;
+            break;
+        }
+        at += len;
+        if (i == n) break;
+        int negative = at < end && b[at] == '-';
+        Py_ssize_t d = at + negative, digits = 0;
+        unsigned long long u = 0;
+        while (d + digits < end && digits < 20 && b[d + digits] >= '0' && b[d + digits] <= '9')
+            u = u * 10 + (unsigned long long)(b[d + digits] - '0'), digits++;
+        if (digits == 0 || digits > 19 || (b[d] == '0' && (digits > 1 || negative)) ||
+            u > (negative ? 9223372036854775808ULL : 9223372036854775807ULL)) {
+            ok = 0;
+            break;
+        }
+        v[i] = negative ? (long long)(0 - u) : (long long)u;
+        at = d + digits;
+    }
+    PyBuffer_Release(&view);
+    if (!ok || at != end) Py_RETURN_NONE;
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
+        if (x == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, x);
+    }
+    return out;
+}
+
 /* crc32(data, value=0) -> int: zlib.crc32's result for the same arguments (any buffer), through crc32_of.
  * crc31(data) -> int: the same of value 0 masked to 31 bits: a record's BODYCRC, an entry's bodyCrc. */
 static PyObject *crc_call(PyObject *const *args, Py_ssize_t nargs, int masked) {
@@ -588,6 +712,10 @@ static PyMethodDef methods[] = {
     {"pack_index", (PyCFunction)(void (*)(void))pack_index, METH_FASTCALL, "A DLedger index record."},
     {"index_entry", (PyCFunction)(void (*)(void))index_entry, METH_FASTCALL,
      "An IndexFile entry and its hash slot, unless the slot points at or past it."},
+    {"pack_units", (PyCFunction)(void (*)(void))pack_units, METH_FASTCALL,
+     "A run of ConsumeQueue units packed into a buffer."},
+    {"split_numbers", (PyCFunction)(void (*)(void))split_numbers, METH_FASTCALL,
+     "The integers between a template's parts, when a buffer's slice is that template with them."},
     {"scan_run", (PyCFunction)(void (*)(void))scan_run, METH_FASTCALL,
      "How far a pushed run of entries passes every check, and their index records."},
     {NULL, NULL, 0, NULL},

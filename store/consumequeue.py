@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 from collections.abc import Callable
@@ -25,6 +26,16 @@ try:
     prefetch = _warm.prefetch
 except ImportError:
     prefetch = None
+
+#: ``pack_units(buf, at, units, start, count)`` (store/_cparse.c): a run of units packed straight into a
+#: queue's mapped file; None without the compiled build (a bytearray packed by struct, then copied in).
+_c_pack_units: Callable[[mmap.mmap, int, list[tuple[int, int, int, int]], int, int], None] | None
+try:
+    from store import _cparse
+
+    _c_pack_units = _cparse.pack_units
+except ImportError:
+    _c_pack_units = None
 
 CQ_STORE_UNIT_SIZE: Final = 20
 #: Blocks reserved at a time in a ConsumeQueue file (3,276 units): the file is 6 MB, and reserving it
@@ -370,13 +381,16 @@ class ConsumeQueue:
             end = pos + n * CQ_STORE_UNIT_SIZE
             if end > mf.prepared_position:  # never store into an unallocated page
                 mf.prepare(end, populate=False)
-            packed = bytearray(n * CQ_STORE_UNIT_SIZE)
-            pack_into = UNIT.pack_into
-            at = 0
-            for unit in units[i : i + n]:
-                pack_into(packed, at, unit[0], unit[1], unit[2])
-                at += CQ_STORE_UNIT_SIZE
-            mf.mm[pos:end] = packed
+            if _c_pack_units is not None:
+                _c_pack_units(mf.mm, pos, units, i, n)
+            else:
+                packed = bytearray(n * CQ_STORE_UNIT_SIZE)
+                pack_into = UNIT.pack_into
+                at = 0
+                for unit in units[i : i + n]:
+                    pack_into(packed, at, unit[0], unit[1], unit[2])
+                    at += CQ_STORE_UNIT_SIZE
+                mf.mm[pos:end] = packed
             mf.wrote_position = end
             last = units[i + n - 1]
             self.max_physic_offset = last[0] + last[1]

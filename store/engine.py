@@ -739,7 +739,11 @@ class DefaultMessageStore:
                 indexed.append((keys, info.commit_log_offset, info.store_timestamp))
         for key, run in units.items():
             cq = self._find_cq(*key)
-            cq.put_units(run)
+            if len(run) == 1:  # (a leader's commit of a few sends over several queues: most often one each)
+                unit = run[0]
+                cq.put_unit(unit[0], unit[1], unit[2], unit[3])
+            else:
+                cq.put_units(run)
             self._mark_written(cq)
             touched.add(key)
         if logics_ts:

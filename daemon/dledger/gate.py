@@ -76,6 +76,11 @@ class PeerGate:
         )
         return False
 
+    def admitted(self, leader_id: str | None, local_id: str | None, ip: str) -> bool:
+        """Whether a request naming these senders from `ip` passed :meth:`refusal` before (nothing counted or
+        logged either way): a follower's push read by its fast path passes only so, else the full check."""
+        return (leader_id, local_id, ip) in self._admitted
+
     def refusal(self, request: RequestOrResponse, ip: str) -> str | None:
         """Why a request from `ip` is refused (logged, rate-limited), or None: every member id it gives as
         its sender (``leaderId``, ``localId``, a take-leadership's ``transferId``) must be another member

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Self, TypeVar
 
@@ -698,7 +699,7 @@ def binary_push_fields(req: PushEntryRequest, first: int, count: int) -> dict[st
 
 
 #: A frame's length and its header's (a JSON header: no serialize type bits).
-_FRAME_PREFIX: Final = struct.Struct(">iI")
+FRAME_PREFIX: Final = struct.Struct(">iI")
 #: The numbers of a binary push that change from push to push, in the order its header holds them.
 _PUSH_NUMBERS = b',"commitIndex":"0","index":"0","count":"0",'
 _PUSH_OPAQUE = b',"opaque":0,'
@@ -717,7 +718,7 @@ class BinaryPushFrames:
         fields = binary_push_fields(req, 0, 0)
         fields["commitIndex"] = "0"
         sample = RemotingCommand.request(BINARY_PUSH_CODE, fields)
-        header = encode_command(sample)[_FRAME_PREFIX.size :]
+        header = encode_command(sample)[FRAME_PREFIX.size :]
         # a JSON string holds no unescaped quote: a key's ``,"`` is the key's, wherever the names put one
         numbers = header.index(_PUSH_NUMBERS)
         opaque = header.index(_PUSH_OPAQUE, numbers)
@@ -726,9 +727,16 @@ class BinaryPushFrames:
         self._head = header[:numbers] + b',"commitIndex":"'
         self._middle = header[numbers + len(_PUSH_NUMBERS) - 1 : opaque] + b',"opaque":'
         self._tail = header[opaque + len(_PUSH_OPAQUE) - 1 :]
+        #: what a header of this layout holds around its numbers (:func:`split_numbers`)
+        self._parts = (self._head, b'","index":"', b'","count":"', b'"' + self._middle, self._tail)
 
     def frame(self, opaque: int, commit_index: int, first: int, count: int, raw: bytes) -> bytes:
         """The whole frame of the push of `raw` (entries `first`... of it, `count` of them)."""
+        return self.head(opaque, commit_index, first, count, len(raw)) + raw
+
+    def head(self, opaque: int, commit_index: int, first: int, count: int, body_length: int) -> bytes:
+        """The frame up to its body (a body of `body_length` bytes): the leader writes it and the body as
+        two buffers of one write (``Connection.send_frames``), the body not copied into the frame."""
         header = b'%s%d","index":"%d","count":"%d"%s%d%s' % (
             self._head,
             commit_index,
@@ -738,12 +746,58 @@ class BinaryPushFrames:
             opaque,
             self._tail,
         )
-        length = 4 + len(header) + len(raw)
+        length = 4 + len(header) + body_length
         if length + 4 > MAX_FRAME_LENGTH:
             raise RemotingProtocolError(
                 f"frame of {length + 4} bytes exceeds the {MAX_FRAME_LENGTH} byte limit"
             )
-        return b"".join((_FRAME_PREFIX.pack(length, len(header)), header, raw))
+        return FRAME_PREFIX.pack(length, len(header)) + header
+
+    def read(self, buf: bytearray, start: int, end: int) -> tuple[int, int, int, int] | None:
+        """``(commit index, first index, count, opaque)`` of the push header ``buf[start:end]`` when it is this
+        template's, byte for byte but for those numbers (each an optional minus and ASCII digits, as
+        :meth:`head` writes them), else None: what a follower reads a push by without decoding its JSON (its
+        other fields are the template's)."""
+        numbers = split_numbers(buf, start, end, self._parts)
+        if numbers is None or len(numbers) != 4:
+            return None
+        return numbers[0], numbers[1], numbers[2], numbers[3]
+
+
+def split_numbers_py(
+    buf: bytes | bytearray, start: int, end: int, parts: tuple[bytes, ...]
+) -> tuple[int, ...] | None:
+    """``store._cparse.split_numbers`` without the compiled build: the integers between the byte strings of
+    ``parts`` when ``buf[start:end]`` is exactly ``parts[0]``, an integer, ``parts[1]``, ... ``parts[-1]``,
+    each written as ``%d`` writes a 64-bit integer (no leading zero, no "-0"), else None."""
+    if not 0 <= start <= end <= len(buf) or not buf.startswith(parts[0], start, end):
+        return None
+    at = start + len(parts[0])
+    out = []
+    for after in parts[1:]:
+        negative = at < end and buf[at] == 45  # "-"
+        first = at + 1 if negative else at
+        stop = first
+        while stop < end and stop - first < 20 and 48 <= buf[stop] <= 57:  # digits
+            stop += 1
+        digits = stop - first
+        if digits == 0 or digits > 19 or (buf[first] == 48 and (digits > 1 or negative)):  # (48: "0")
+            return None
+        value = int(buf[at:stop])
+        if not -(2**63) <= value < 2**63 or not buf.startswith(after, stop, end):
+            return None
+        out.append(value)
+        at = stop + len(after)
+    return tuple(out) if at == end else None
+
+
+split_numbers: Callable[[bytes | bytearray, int, int, tuple[bytes, ...]], tuple[int, ...] | None]
+try:  # the compiled build's (store/_cparse.c): no slice, search or int() a number
+    from store import _cparse
+
+    split_numbers = _cparse.split_numbers
+except ImportError:
+    split_numbers = split_numbers_py
 
 
 def encode_push_answer(resp: PushEntryResponse) -> bytes:
@@ -782,6 +836,17 @@ def push_answer_frame(
     )
 
 
+#: The answer header before its opaque's digits, and after them.
+_ANSWER_PARTS: Final = tuple(_ANSWER_HEADER.split(b"%d"))
+
+
+def read_answer_header(buf: bytearray, start: int, end: int) -> int | None:
+    """The opaque of the header ``buf[start:end]`` when it is :func:`push_answer_frame`'s byte for byte but for
+    the opaque's digits, else None: a leader reads its followers' answers so, without decoding their JSON."""
+    numbers = split_numbers(buf, start, end, _ANSWER_PARTS)
+    return numbers[0] if numbers is not None and len(numbers) == 1 else None
+
+
 def is_push_answer(body: bytes) -> bool:
     """Whether an answer's body is :data:`PUSH_ANSWER` (a JSON bean starts with ``{``)."""
     return len(body) > 0 and body[0] == PUSH_ANSWER_TAG
@@ -803,9 +868,12 @@ def decode_push_answer(body: bytes, group: str | None) -> PushEntryResponse:
     )
 
 
-def read_binary_push(
-    ext: dict[str, str],
-) -> tuple[str | None, str | None, str | None, str | None, int, int, int, int]:
+#: A binary push's fields (:func:`read_binary_push`): group, leaderId, localId, remoteId, term, commitIndex,
+#: its first index and its count.
+BinaryPushFields = tuple[str | None, str | None, str | None, str | None, int, int, int, int]
+
+
+def read_binary_push(ext: dict[str, str]) -> BinaryPushFields:
     """A binary push's extFields as its PUSH fields (an APPEND, no entries): ``group``, ``leaderId``,
     ``localId``, ``remoteId`` (None when empty), ``term``, ``commitIndex``, its first index and its count,
     as they are (no bean: a follower reads one per push); ValueError when one is missing or not a number."""

@@ -13,7 +13,6 @@ holds up nobody.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 import ssl as _ssl
@@ -32,9 +31,11 @@ from daemon.dledger.protocol import (
     BINARY_PUSH_CODE,
     BINARY_PUSH_KEY,
     BINARY_PUSH_VERSION,
+    FRAME_PREFIX,
     PUSH_ANSWER,
     PUSH_ANSWER_TAG,
     REMOTING_RESPONSE_CODE,
+    BinaryPushFields,
     BinaryPushFrames,
     DLedgerRequestCode,
     DLedgerResponseCode,
@@ -50,13 +51,14 @@ from daemon.dledger.protocol import (
     decode_push_answer,
     is_push_answer,
     push_answer_frame,
+    read_answer_header,
     read_binary_push,
 )
 from daemon.lifecycle import cancel_tasks, supervise
 from daemon.remoting.client import RemotingClient, parse_addr
-from daemon.remoting.codes import ResponseCode
+from daemon.remoting.codes import FLAG_ONEWAY, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.connection import Connection
+from daemon.remoting.connection import Connection, error_response
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import RemotingServer
@@ -181,6 +183,11 @@ class DLedgerServer:
         self._push_frames: dict[str, BinaryPushFrames] = {}
         #: (follower) what the peer gate is shown of each binary push (its senders), filled in per push
         self._gate_view = PushEntryRequest()
+        #: (follower) the layout of the binary pushes of the leader and term last pushed from, and its senders
+        #: (group, leaderId, localId, remoteId, term): what `_read_push` reads them by
+        self._push_layout: (
+            tuple[BinaryPushFrames, tuple[str | None, str | None, str | None, str | None, int]] | None
+        ) = None
         # from this member's own address, which its peers' gates look for (the listener binds it too)
         self.client = RemotingClient(connect_timeout=1.0, ssl=client_ssl, local_host=listen_host or host)
         self._peer_refusals = WarningGate(log)
@@ -279,10 +286,12 @@ class DLedgerServer:
                 trace.mark_range(f"push-write {out.peer}", first, count)
             if conn is not None:
                 try:
-                    on_answer = functools.partial(self._answered, out, conn)
+                    on_answer = _Answer(self, out, conn)
                     if out.raw is not None:
                         opaque = conn.expect(BINARY_PUSH_CODE, RPC_TIMEOUT_MS / 1000, on_answer)
-                        conn.send_frame(self._push_frame(out, opaque))
+                        conn.send_frames(self._push_head(out, opaque), out.raw)
+                        if conn.frame_reader is None:
+                            conn.frame_reader = self._read_answer
                     else:
                         conn.request(self._request(out), RPC_TIMEOUT_MS / 1000, on_answer)
                     continue
@@ -294,15 +303,15 @@ class DLedgerServer:
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
 
-    def _push_frame(self, out: Out, opaque: int) -> bytes:
-        """A binary push's frame, its header from the peer's template for the push's term (the same bytes
-        as :meth:`_request`'s command encoded)."""
+    def _push_head(self, out: Out, opaque: int) -> bytes:
+        """A binary push's frame up to its body (``out.raw``), its header from the peer's template for the
+        push's term (with the body, the same bytes as :meth:`_request`'s command encoded)."""
         req = out.request
         assert isinstance(req, PushEntryRequest) and out.raw is not None
         frames = self._push_frames.get(out.peer)
         if frames is None or frames.term != req.term:
             frames = self._push_frames[out.peer] = BinaryPushFrames(req)
-        return frames.frame(opaque, req.commit_index, out.first, out.count, out.raw)
+        return frames.head(opaque, req.commit_index, out.first, out.count, len(out.raw))
 
     def _as_json(self, out: Out) -> Out:
         """A binary push whose connection is not the one its peer said it on: JSON, and the peer's pushes
@@ -334,16 +343,8 @@ class DLedgerServer:
             ):
                 # a binary push's binary answer (on the connection its peer said it on): its numbers go
                 # to the machine as they are, no bean
-                node = self.node
-                node.speaks_binary(out.peer)
                 _tag, code, term, index, count, _begin, _end = PUSH_ANSWER.unpack(body)
-                if trace.ENABLED:
-                    trace.mark_range(f"ack-read {out.peer}", out.first, out.count)
-                try:
-                    node.raw_push_answered(out, code, term, index, count, now_ms())
-                    self._effects()
-                except Exception:
-                    log.exception("DLedger: handling the answer of %s to %s failed", out.peer, out.code.name)
+                self._binary_answered(out, code, term, index, count)
                 return
             if (
                 answer.ext_fields.get(BINARY_PUSH_KEY) == BINARY_PUSH_VERSION
@@ -358,6 +359,45 @@ class DLedgerServer:
             log.debug("DLedger %s to %s: %s", out.code.name, out.peer, answer)
             resp = None
         self._handle(out, resp)
+
+    def _binary_answered(self, out: Out, code: int, term: int, index: int, count: int) -> None:
+        """A binary push's binary answer, on the connection its peer said it reads them on."""
+        node = self.node
+        node.speaks_binary(out.peer)
+        if trace.ENABLED:
+            trace.mark_range(f"ack-read {out.peer}", out.first, out.count)
+        try:
+            node.raw_push_answered(out, code, term, index, count, now_ms())
+            self._effects()
+        except Exception:
+            log.exception("DLedger: handling the answer of %s to %s failed", out.peer, out.code.name)
+
+    def _read_answer(self, conn: Connection, buf: bytearray, pos: int) -> int:
+        """``Connection.frame_reader`` of a connection binary pushes go on: the whole frame at ``pos`` when it is
+        the binary answer (:func:`push_answer_frame`'s layout) to a binary push still waited for on it,
+        handled as :meth:`_answered` handles it (no JSON decode, no command); 0 for anything else, which the
+        generic read takes."""
+        have = len(buf) - pos
+        if have < 8:
+            return 0
+        length, header_len = FRAME_PREFIX.unpack_from(buf, pos)
+        total = 4 + length
+        if have < total or length != 4 + header_len + PUSH_ANSWER.size:
+            return 0
+        end = pos + 8 + header_len
+        opaque = read_answer_header(buf, pos + 8, end)
+        if opaque is None or buf[end] != PUSH_ANSWER_TAG:
+            return 0
+        waiting = conn.expecting(opaque)
+        if not isinstance(waiting, _Answer) or waiting.conn is not conn or self._stopped:
+            return 0
+        out = waiting.out
+        if out.raw is None or self._binary.get(out.peer) is not conn:
+            return 0
+        conn.answered(opaque)
+        _tag, code, term, index, count, _begin, _end = PUSH_ANSWER.unpack_from(buf, end)
+        self._binary_answered(out, code, term, index, count)
+        return total
 
     async def _call(self, out: Out) -> None:
         self._handle(out, await self.rpc(out))
@@ -635,27 +675,15 @@ class DLedgerServer:
         refusal = self.gate.refusal(seen, conn.address[0])
         if refusal is not None:
             return request.make_response(ResponseCode.NO_PERMISSION, refusal)
-        if trace.ENABLED:
-            trace.mark_range("push-read", first, count)
         node = self.node
         if group != node.m.group:
             return self._reply(request, RequestOrResponse(code=int(Code.UNKNOWN_GROUP), term=node.m.term))
-        code = node.take_raw_push(
-            group,
-            leader_id,
-            remote_id,
-            term,
-            commit_index,
-            first,
-            count,
-            request.body,
-            now_ms(),
-        )
-        if trace.ENABLED:
-            trace.mark_range("appended", first, count)
-        self._effects(after_replies=True)
+        binary_answer = request.ext_fields.get(BINARY_ANSWER_KEY) == BINARY_PUSH_VERSION
+        if binary_answer and not request.flag & FLAG_ONEWAY:
+            self._learn_push_layout(conn, group, leader_id, local_id, remote_id, term)
+        code = self._append_push(fields, request.body)
         dlog = self.log
-        if request.ext_fields.get(BINARY_ANSWER_KEY) == BINARY_PUSH_VERSION:
+        if binary_answer:
             # asked for: the answer's fields in a fixed layout, no JSON, no extFields (the push itself says
             # its leader knows this member reads binary pushes)
             conn.reply_frame(
@@ -672,6 +700,92 @@ class DLedgerServer:
         if trace.ENABLED:
             trace.mark_range("ack-write", first, count)
         return reply
+
+    def _append_push(self, push: BinaryPushFields, body: bytes) -> int:
+        """A binary push's entries appended (:meth:`Node.take_raw_push`), ``push`` its fields as
+        :func:`read_binary_push` reads them: its answer's code."""
+        group, leader_id, _local_id, remote_id, term, commit_index, first, count = push
+        if trace.ENABLED:
+            trace.mark_range("push-read", first, count)
+        code = self.node.take_raw_push(
+            group, leader_id, remote_id, term, commit_index, first, count, body, now_ms()
+        )
+        if trace.ENABLED:
+            trace.mark_range("appended", first, count)
+        self._effects(after_replies=True)
+        return code
+
+    def _learn_push_layout(
+        self,
+        conn: Connection,
+        group: str | None,
+        leader_id: str | None,
+        local_id: str | None,
+        remote_id: str | None,
+        term: int,
+    ) -> None:
+        """After a binary push that asked for a binary answer: the layout its leader writes such pushes in
+        for this term (:class:`BinaryPushFrames`, the leader's own template), by which :meth:`_read_push`
+        reads the next ones on this connection. Made once per leader and term: a leader whose pushes do not
+        match it (another version's) has them read as before."""
+        key = (group, leader_id, local_id, remote_id, term)
+        if self._push_layout is None or self._push_layout[1] != key:
+            req = PushEntryRequest(
+                group=group, leader_id=leader_id, local_id=local_id, remote_id=remote_id, term=term
+            )
+            self._push_layout = (BinaryPushFrames(req), key)
+        if conn.frame_reader is None:
+            conn.frame_reader = self._read_push
+
+    def _read_push(self, conn: Connection, buf: bytearray, pos: int) -> int:
+        """``Connection.frame_reader`` of a connection binary pushes came on: the whole frame at ``pos`` when
+        it is a push in the layout learnt (:meth:`_learn_push_layout`) from senders the peer gate admitted
+        before, to this member's group, taken as :meth:`_serve_binary` takes it, its binary answer written;
+        0 for anything else (a frame not whole yet, another request, another layout, a sender or group to
+        check), which the generic read takes."""
+        layout = self._push_layout
+        have = len(buf) - pos
+        if layout is None or have < 8:
+            return 0
+        length, mixed = FRAME_PREFIX.unpack_from(buf, pos)
+        header_len = mixed & 0xFFFFFF
+        total = 4 + length
+        if (
+            mixed >> 24  # (not a JSON header)
+            or have < total
+            or total > conn.max_frame_length
+            or header_len > length - 4
+            or header_len > conn.max_header_length
+        ):
+            return 0
+        start = pos + 8
+        end = start + header_len
+        numbers = layout[0].read(buf, start, end)
+        if numbers is None:
+            return 0
+        group, leader_id, local_id, remote_id, term = layout[1]
+        if group != self.node.m.group or not self.gate.admitted(leader_id, local_id, conn.address[0]):
+            return 0
+        commit_index, first, count, opaque = numbers
+        with memoryview(buf) as view:
+            body = bytes(view[end : pos + total])
+        try:
+            code = self._append_push(
+                (group, leader_id, local_id, remote_id, term, commit_index, first, count), body
+            )
+        except Exception as exc:  # (as the dispatcher answers a processor that raised)
+            request = RemotingCommand.request(BINARY_PUSH_CODE)
+            request.opaque = opaque
+            log.exception("DLedger binary push from %s failed", conn.peer)
+            conn.reply(request, error_response(request, exc))
+            return total
+        dlog = self.log
+        conn.send_frame(
+            push_answer_frame(opaque, code, term, first, count, dlog.begin_index, dlog.last_index)
+        )
+        if trace.ENABLED:
+            trace.mark_range("ack-write", first, count)
+        return total
 
     async def _transfer_reply(
         self, request: RemotingCommand, req: LeadershipTransferRequest
@@ -725,6 +839,19 @@ class DLedgerServer:
             else:
                 await asyncio.sleep(TICK_SECONDS)
         return self._transfer_answer(code)
+
+
+class _Answer:
+    """What a request's answer goes to (``Connection.expect``'s callback): ``server._answered(out, conn, ...)``;
+    :meth:`DLedgerServer._read_answer` finds a binary push's own here."""
+
+    def __init__(self, server: DLedgerServer, out: Out, conn: Connection) -> None:
+        self.server = server
+        self.out = out
+        self.conn = conn
+
+    def __call__(self, answer: RemotingCommand | Exception) -> None:
+        self.server._answered(self.out, self.conn, answer)
 
 
 def dledger_runtime_info(server: DLedgerServer) -> dict[str, str]:

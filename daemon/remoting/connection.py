@@ -305,6 +305,11 @@ class Connection(asyncio.Protocol):
         self._sweep: asyncio.TimerHandle | None = None
         self._sweep_at = 0.0
         self._tasks: set[asyncio.Future[Any]] = set()
+        #: Reads a frame its owner knows the layout of, before the generic decode: ``(self, buffer, position)``
+        #: -> the bytes it took and handled (its answer written), or 0 for the generic decode and dispatch
+        #: (a frame not whole yet, or not in that layout). A DLedger follower's binary pushes, whose header
+        #: the leader writes from one template per term, are read without a JSON decode or a command.
+        self.frame_reader: Callable[[Connection, bytearray, int], int] | None = None
         #: Requests answered later: tasks and futures (`track`) and held requests (`holding`).
         self.awaiting = 0
         self._loop = asyncio.get_running_loop()
@@ -339,6 +344,7 @@ class Connection(asyncio.Protocol):
         self._corked = corked
         self._corked_bytes = 0
         held_back = False
+        reader = self.frame_reader
         try:
             while True:
                 if (
@@ -348,6 +354,11 @@ class Connection(asyncio.Protocol):
                 ):
                     held_back = True  # the rest waits until the replies are out (`_read_on`)
                     break
+                if reader is not None:
+                    taken = reader(self, buf, pos)
+                    if taken > 0:
+                        pos += taken
+                        continue
                 decoded = decode_frame(buf, pos, self.max_frame_length, self.max_header_length)
                 if decoded is None:
                     break
@@ -555,9 +566,30 @@ class Connection(asyncio.Protocol):
             self._expire_at(deadline)
         return opaque
 
+    def expecting(self, opaque: int) -> Callable[[RemotingCommand | Exception], None] | None:
+        """What :meth:`expect` hands the answer to `opaque` to, while it is waited for (else None): a frame
+        reader that reads such an answer itself finds its request's caller so, then calls :meth:`answered`."""
+        waiting = self._callbacks.get(opaque)
+        return waiting[0] if waiting is not None else None
+
+    def answered(self, opaque: int) -> None:
+        """The answer to `opaque` was read and handed on by a frame reader: no longer waited for."""
+        self._callbacks.pop(opaque, None)
+
     def send_frame(self, frame: bytes) -> None:
         """Write one frame already encoded (:meth:`expect`'s request); dropped if the connection is gone."""
         self._write(frame)
+
+    def send_frames(self, head: bytes, body: bytes) -> None:
+        """:meth:`send_frame` of the frame ``head + body`` without joining them: one write of two buffers
+        (a DLedger leader's push: its body, the entries, is most of the frame and is not copied into it)."""
+        if self._corked is not None or self._outbox:
+            self._write(head)  # (after what waits to be written, in order: joined with it)
+            self._write(body)
+        elif self._transport is not None and not self._transport.is_closing():
+            self._transport.writelines((head, body))
+            if self._writing_paused:
+                self._check_unread(self._transport)
 
     def _expire_at(self, when: float) -> None:
         if self._sweep is not None:

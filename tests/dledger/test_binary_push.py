@@ -146,6 +146,10 @@ async def test_members_push_each_other_binary_and_a_silent_peer_only_json(tmp_pa
         assert answer.ext_fields.get(BINARY_PUSH_KEY) == "1"
         # the leader read our member's answers to its binary pushes (in their binary layout): its water mark
         await wait_until(lambda: node.pushes[ours].water_mark >= last, 20)
+        # both ends read those frames by their layouts: the leader the answers, our member the pushes
+        assert leader.dledger._binary[ours].frame_reader == leader.dledger._read_answer
+        readers = [c.frame_reader for c in follower.dledger.server.connections]
+        assert follower.dledger._read_push in readers
         # a binary push asking for it is answered in that layout, one that does not (an older member of
         # ours) in DLedger's JSON, as before: the same fields either way
         m = leader.dledger.node.m

@@ -777,3 +777,23 @@ async def test_a_peer_that_reads_none_of_the_replies_answered_later_is_dropped(
         writer.close()
     finally:
         await srv.stop(grace=0)
+
+
+async def test_a_frame_sent_in_two_buffers_is_one_write_and_its_body_is_not_copied() -> None:
+    """`Connection.send_frames`: the head and the body go to the transport as they are, in one write of two
+    buffers (a DLedger leader's push body is not copied into its frame), and the peer reads the one frame;
+    while a read's replies are held (corked), it is written after them, in order."""
+    conn = Connection(RequestDispatcher(), requester=True)
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    request = RemotingCommand.request(ECHO, {"k": "v"}, b"entries" * 100)
+    request.opaque = conn.expect(ECHO, 5, lambda answer: None)
+    frame = encode_command(request)
+    head, body = frame[: len(frame) - len(request.body)], request.body
+    conn.send_frames(head, body)
+    assert len(transport.lines) == 1 and transport.lines[0][1] is body and transport.writes == [frame]
+    read = decode_frame(transport.writes[0])
+    assert read is not None and read[0].body == body and read[0].ext_fields == {"k": "v"}
+    conn._corked = [b"held reply"]
+    conn.send_frames(head, body)
+    assert conn._corked == [b"held reply", head, body] and len(transport.writes) == 1

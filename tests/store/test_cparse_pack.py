@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from store import dledger as dl, record
+from store.consumequeue import UNIT
 from store.dledger_commitlog import DLedgerCommitLog
 from store.engine import DefaultMessageStore
 from store.errors import CorruptRecordError
@@ -98,6 +99,55 @@ def test_the_packers_of_a_log_write_the_structs_bytes() -> None:
     records = bytearray(5 + dl.INDEX_UNIT_SIZE)
     dl.pack_index(records, 5, entry)
     assert bytes(records[5:]) == dl.encode_index(entry)
+
+
+def python_pack_units(
+    buf: bytearray, at: int, units: list[tuple[int, int, int, int]], start: int, n: int
+) -> None:
+    """put_units' run as the Python packs it: each unit by the struct, into a copy first (nothing written
+    unless all fit), then copied in at ``at``."""
+    if at < 0 or start < 0 or len(units) - start < n or len(buf) - at < n * 20:
+        raise ValueError("no room")
+    packed = bytearray(n * 20)
+    for i, unit in enumerate(units[start : start + n]):
+        UNIT.pack_into(packed, i * 20, unit[0], unit[1], unit[2])
+    buf[at : at + n * 20] = packed
+
+
+@FUZZ
+@given(
+    st.lists(st.tuples(i64s(), i32s(), i64s(), st.integers(0, 9)), max_size=6),
+    st.sampled_from([0, 1, 3, 6, -1]),
+    st.sampled_from([0, 1, 2, 6, 7]),
+    st.sampled_from([0, 5, 20, 99, -20]),
+    st.sampled_from([100, 139, 140]),
+)
+def test_a_run_of_units_is_packed_as_the_struct_packs_each(
+    units: list[tuple[int, int, int, int]], start: int, n: int, at: int, size: int
+) -> None:
+    """pack_units writes what put_units' struct packs write for units[start:start + n] at ``at``, or raises
+    with nothing written (a field too wide, a run past the list's end or the buffer's)."""
+    buf_c, buf_py = bytearray(range(size)), bytearray(range(size))
+    got = outcome(c.pack_units, buf_c, at, units, start, n)
+    want = outcome(python_pack_units, buf_py, at, units, start, n)
+    if want[0] == "value":
+        assert got == ("value", None) and buf_c == buf_py
+    else:
+        assert got[0] == "raised" and got[1] in (OverflowError, ValueError)
+        assert want[1] in (struct.error, ValueError) and buf_c == bytearray(range(size))
+
+
+def test_a_run_of_units_is_refused_whole_when_one_is_not_a_unit() -> None:
+    """A unit that is no tuple of ints, or a list that is not one: refused, the buffer untouched."""
+    for units in ([(1, 2, 3, 4), (1, 2)], [(1, 2, 3, 4), [5, 6, 7, 8]], [(1, 2, 3, 4), (1, "x", 3, 4)]):
+        buf = bytearray(60)
+        with pytest.raises((TypeError, OverflowError)):
+            c.pack_units(buf, 0, units, 0, 2)
+        assert buf == bytearray(60)
+    with pytest.raises(TypeError):
+        c.pack_units(bytearray(60), 0, ((1, 2, 3, 4),), 0, 1)
+    with pytest.raises(BufferError):  # (not writable)
+        c.pack_units(bytes(60), 0, [(1, 2, 3, 4)], 0, 1)
 
 
 def python_index_entry(mm: bytearray, at: int, sp: int, h: int, phy: int, diff: int, n: int) -> int | None:
@@ -322,5 +372,9 @@ def test_no_new_path_keeps_a_reference_or_a_buffer() -> None:
         lambda: c.index_entry(bytearray(64), 50, 0, 1, 2, 3, 4),
         lambda: c.index_entry(bytearray(64), 20, 62, 1, 2, 3, 4),
         lambda: c.index_entry(bytearray(64), 20, 0, 1, 2, 3, "x"),
+        lambda: c.pack_units(bytearray(64), 0, [(1, 2, 3, 4), (5, 6, 7, 8)], 0, 2),
+        lambda: c.pack_units(bytearray(64), 30, [(1, 2, 3, 4), (5, 6, 7, 8)], 0, 2),
+        lambda: c.pack_units(bytearray(64), 0, [(1, 2, 3, 4), (5, 2**40, 7, 8)], 0, 2),
+        lambda: c.pack_units(bytearray(64), 0, [(1, 2, 3, 4)], 0, 3),
     ]
     assert leaked(calls) < 2000

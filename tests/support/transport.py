@@ -4,6 +4,7 @@ peer it is given, which loopback sockets cannot vary), and real ones a peer rese
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -13,10 +14,17 @@ class RecordingTransport:
     def __init__(self, peername: object = ("127.0.0.1", 40000)) -> None:
         self.peername = peername
         self.writes: list[bytes] = []
+        #: each writelines call's buffers as they were given (its joined bytes go to `writes` too)
+        self.lines: list[tuple[bytes, ...]] = []
         self.closing = False
 
     def write(self, data: bytes) -> None:
         self.writes.append(data)
+
+    def writelines(self, parts: Iterable[bytes]) -> None:
+        given = tuple(parts)
+        self.lines.append(given)
+        self.writes.append(b"".join(given))
 
     def is_closing(self) -> bool:
         return self.closing
