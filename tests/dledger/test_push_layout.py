@@ -326,11 +326,17 @@ def test_the_numbers_of_a_template_are_split_in_c_as_in_python(
     start, end = 2 + lead, 2 + len(body) + trail
     want = split_numbers_py(buf, start, end, tuple(parts))
     assert c.split_numbers(buf, start, end, tuple(parts)) == want
-    if lead >= 0 and trail == 0 and lead == 0:
-        values = [int(n) for n in numbers[: len(parts) - 1]]
-        plain = all(
-            n == str(int(n)).encode() and -(2**63) <= int(n) < 2**63 for n in numbers[: len(parts) - 1]
-        )
+    if lead == 0 and trail == 0:
+        written = numbers[: len(parts) - 1]
         separated = all(p and p[:1] not in b"-0123456789" for p in parts[1:-1])
-        if plain and separated and parts[-1][:1] not in b"-0123456789":
-            assert want == tuple(values)
+        if all(map(_as_written, written)) and separated and parts[-1][:1] not in b"-0123456789":
+            assert want == tuple(int(n) for n in written)
+
+
+def _as_written(n: bytes) -> bool:
+    """``n`` is a long as ``%d`` writes it (b"", b"-0", b"012" and the like are not)."""
+    try:
+        value = int(n)
+    except ValueError:
+        return False
+    return n == str(value).encode() and -(2**63) <= value < 2**63
