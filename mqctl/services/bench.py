@@ -39,8 +39,9 @@ from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.admin.messaging import new_uniq_key
 from mqctl.errors import MqctlError, NotFoundError, from_response_code
+from mqctl.services.fanout import gather_limited
 from mqctl.services.messages import QueueRef, queues, writable_queues
-from mqctl.services.topics import TopicSpec, create_missing, gather_limited, route_or_not_found
+from mqctl.services.topics import TopicSpec, create_missing, route_or_not_found
 from store import (
     AUTO_CREATE_TOPIC,
     PROPERTY_UNIQ_KEY,

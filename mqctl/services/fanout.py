@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, overload
 
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import (
@@ -48,6 +48,29 @@ def fanout_width() -> int:
     if soft == resource.RLIM_INFINITY:
         return 1024
     return max(16, min(1024, soft // 4))
+
+
+@overload
+async def gather_limited(
+    work: Iterable[Awaitable[T]], limit: int, *, return_exceptions: Literal[False] = False
+) -> list[T]: ...
+@overload
+async def gather_limited(
+    work: Iterable[Awaitable[T]], limit: int, *, return_exceptions: Literal[True]
+) -> list[T | BaseException]: ...
+async def gather_limited(
+    work: Iterable[Awaitable[T]], limit: int, *, return_exceptions: bool = False
+) -> list[T] | list[T | BaseException]:
+    """``asyncio.gather`` with at most ``limit`` awaitables in flight (thousands of requests at once, each
+    holding a socket): the answers in the order given. ``return_exceptions`` as gather's: each failure in
+    its place instead of the first one raised."""
+    slots = asyncio.Semaphore(limit)
+
+    async def one(aw: Awaitable[T]) -> T:
+        async with slots:
+            return await aw
+
+    return await asyncio.gather(*(one(aw) for aw in work), return_exceptions=return_exceptions)
 
 
 class FailureRow(TypedDict):
@@ -147,20 +170,18 @@ async def each_broker(
     failure recorded (see :func:`collecting`). No answer at all (and at least one address) raises
     NothingReadError; an error that is not about reaching or being refused by a broker is raised as is."""
     targets = list(dict.fromkeys(addrs))
-    gate = asyncio.Semaphore(fanout_width())
 
     async def asked(addr: str) -> T:
-        async with gate:
-            try:
-                return await call(addr)
-            except (RemotingError, MqctlError):
-                # its descriptor freed for the next: a silent broker's connection stayed open, pooled
-                conn = admin.client.open_connection(addr)
-                if conn is not None:
-                    conn.close()
-                raise
+        try:
+            return await call(addr)
+        except (RemotingError, MqctlError):
+            # its descriptor freed for the next: a silent broker's connection stayed open, pooled
+            conn = admin.client.open_connection(addr)
+            if conn is not None:
+                conn.close()
+            raise
 
-    results = await asyncio.gather(*(asked(addr) for addr in targets), return_exceptions=True)
+    results = await gather_limited((asked(addr) for addr in targets), fanout_width(), return_exceptions=True)
     answers: dict[str, T] = {}
     failed: list[tuple[str, Exception]] = []
     for addr, result in zip(targets, results, strict=True):

@@ -16,8 +16,8 @@ from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
 from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
-from mqctl.services.fanout import FailureRow, each_broker, failures
-from mqctl.services.topics import BrokerChange, apply_to_tables, gather_limited, not_kept, target_masters
+from mqctl.services.fanout import FailureRow, each_broker, failures, gather_limited
+from mqctl.services.topics import BrokerChange, apply_to_tables, not_kept, target_masters
 from mqctl.units import when
 from store import CONSUME_MESSAGE_ORDERLY, SYSTEM_GROUPS, SubscriptionGroupConfig
 

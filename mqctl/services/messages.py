@@ -34,7 +34,7 @@ from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import AuthError, ConnectError, NotFoundError, NothingReadError, StoreError, UsageError
 from mqctl.output import Rows, json_text
-from mqctl.services.fanout import each_broker
+from mqctl.services.fanout import each_broker, gather_limited
 from mqctl.services.topics import (
     perm_text,
     readers_of_topic,
@@ -671,20 +671,18 @@ async def _find_unique_key(
         names = [topic]
     else:
         names = sorted(t for t in await admin.topic_list() if not t.startswith(_NOT_MESSAGE_TOPICS))
-    limit = asyncio.Semaphore(16)
 
     async def one(name: str) -> list[StoredMessage]:
-        async with limit:
-            try:
-                return await _query_masters(
-                    admin, name, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True, damaged=damaged
-                )
-            except (RemotingError, NotFoundError, NothingReadError):
-                if topic is not None:
-                    raise
-                return []  # a topic without a route or broker: nothing of it to find
+        try:
+            return await _query_masters(
+                admin, name, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True, damaged=damaged
+            )
+        except (RemotingError, NotFoundError, NothingReadError):
+            if topic is not None:
+                raise
+            return []  # a topic without a route or broker: nothing of it to find
 
-    found = await asyncio.gather(*(one(name) for name in names))
+    found = await gather_limited((one(name) for name in names), 16)
     return sorted(
         (m for batch in found for m in batch if m.uniq_key == uniq_key), key=lambda m: m.store_timestamp
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, TypeVar
 
@@ -18,6 +18,7 @@ from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.output import Rows
 from mqctl.services.cluster import brokers
+from mqctl.services.fanout import each_broker, gather_limited
 from mqctl.units import when
 
 log = logging.getLogger(__name__)
@@ -176,8 +177,6 @@ class TopicConfigRow:
 
 async def show(admin: Admin, topic: str) -> list[TopicConfigRow]:
     """The topic's config on each master holding it, read from the broker (the others named on stderr)."""
-    from mqctl.services.fanout import each_broker
-
     masters = await masters_of_topic(admin, topic)
     tables = await each_broker(admin, masters.values(), admin.topic_configs)
     rows = Rows.of(TopicConfigRow)
@@ -492,20 +491,6 @@ async def _upsert_on(
     return result
 
 
-T = TypeVar("T")
-
-
-async def gather_limited(work: Iterable[Awaitable[T]], limit: int) -> list[T]:
-    """``asyncio.gather`` with at most ``limit`` awaitables in flight (thousands of requests at once)."""
-    slots = asyncio.Semaphore(limit)
-
-    async def one(aw: Awaitable[T]) -> T:
-        async with slots:
-            return await aw
-
-    return await asyncio.gather(*(one(aw) for aw in work))
-
-
 async def create_missing(admin: Admin, specs: list[TopicSpec], *, parallel: int = 256) -> int:
     """Create on every master the topics of ``specs`` it lacks; returns how many creations that took.
 
@@ -586,8 +571,6 @@ async def queue_offsets(
     counts = {q.broker_name: q.read_queue_nums for q in route.queue_datas}
     per_addr = {addr: counts.get(name, 0) for name, addr in brokers.items()}
     if partial:
-        from mqctl.services.fanout import each_broker
-
         tables = await each_broker(
             admin, brokers.values(), lambda addr: topic_offsets(admin, addr, topic, per_addr[addr])
         )
