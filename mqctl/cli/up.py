@@ -134,7 +134,7 @@ def stop_restarted(confs: list[Path], timeout: float = 30.0) -> None:
     import logging
 
     from daemon.config import ConfigError
-    from mqctl.cli.broker import load, stop_running
+    from mqctl.cli.broker import LOG_FILE, load, stop_running
     from mqctl.errors import MqctlError
 
     log = logging.getLogger(__name__)
@@ -142,12 +142,18 @@ def stop_restarted(confs: list[Path], timeout: float = 30.0) -> None:
         if not conf.exists():  # (nothing was ever started on it)
             continue
         try:
-            stopped = stop_running(load(conf, {}), timeout)
+            cfg = load(conf, {})
+            stopped = stop_running(cfg, timeout)
         except (MqctlError, ConfigError, OSError) as exc:  # (another process on its port: not ours to stop)
             log.warning("member %s: not stopped: %s", conf, exc)
             continue
         if stopped is not None:
-            log.warning("stopped the member restarted outside up (pid %s, %s)", stopped.pid, conf)
+            log.warning(
+                "stopped the member restarted outside up (pid %s, %s; its log %s)",
+                stopped.pid,
+                conf,
+                Path(cfg.store_path_root_dir) / LOG_FILE,
+            )
 
 
 def member_listeners(store: Path) -> str:
@@ -170,6 +176,8 @@ async def watch_members(
     import logging
     import signal
 
+    from mqctl.cli.broker import LOG_FILE
+
     told: set[int] = set()
     while True:
         for i, (proc, addr, conf) in enumerate(zip(procs, addrs, confs, strict=True)):
@@ -187,7 +195,7 @@ async def watch_members(
             )
             logging.getLogger(__name__).warning(
                 "DLedger member n%d %s (pid %d) exited (%s); %s: see %s; start it again with "
-                "'mqctl broker start -c %s --daemon'",
+                "'mqctl broker start -c %s --daemon' (it then logs in %s)",
                 i,
                 addr,
                 proc.pid,
@@ -195,6 +203,7 @@ async def watch_members(
                 goes_on,
                 conf.parent / "broker.log",
                 conf,
+                conf.parent / LOG_FILE,  # up's conf puts the store beside it: --daemon logs in the store
             )
         await asyncio.sleep(interval)
 

@@ -70,7 +70,8 @@ async def test_ctrl_c_stops_a_member_restarted_with_broker_start_daemon(
 ) -> None:
     """A member that exits is told with 'start it again with mqctl broker start -c CONF --daemon'; one
     restarted so is no child of up, and up's Ctrl-C ('stops all') left it running, holding the group's
-    ports and store. up now stops whatever broker runs on its members' stores."""
+    ports and store. up now stops whatever broker runs on its members' stores. Both of up's warnings name
+    the log the restarted member writes, the one 'broker start --daemon' reports (not up's child's)."""
     data = tmp_path / "data"
     conf = data / "store-broker-a-n2" / "broker.conf"
     pidfile = conf.parent / "broker.pid"
@@ -85,6 +86,12 @@ async def test_ctrl_c_stops_a_member_restarted_with_broker_start_daemon(
         again = int(pidfile.read_text().split()[0])
         assert again != first and _alive(again)
     assert up.code == 0
+    (log,) = re.findall(r", log (\S+)$", started.stdout + started.stderr, re.MULTILINE)
+    assert Path(log).stat().st_size > 0  # the restarted member wrote there
+    (exited,) = [line for line in up.after.splitlines() if "DLedger member n2" in line]
+    assert f"'mqctl broker start -c {conf} --daemon' (it then logs in {log})" in exited, exited
+    (stopped,) = [line for line in up.after.splitlines() if "restarted outside up" in line]
+    assert f"its log {log})" in stopped, stopped
     try:
         await wait_until(lambda: not _alive(again), 30)
     finally:

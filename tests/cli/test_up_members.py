@@ -65,7 +65,8 @@ def test_a_member_that_exits_is_told_once_with_how(tmp_path: Path, caplog: pytes
     killed, exited = lines
     assert f"n0 127.0.0.1:20000 (pid {procs[0].pid}) exited (killed by SIGKILL)" in killed
     assert f"see {confs[0].parent / 'broker.log'}" in killed
-    assert f"'mqctl broker start -c {confs[0]} --daemon'" in killed
+    restarted_log = confs[0].parent / "logs" / "broker.log"  # where 'broker start --daemon' logs
+    assert f"'mqctl broker start -c {confs[0]} --daemon' (it then logs in {restarted_log})" in killed
     assert "the group goes on with 2 of 3" in killed  # a majority is left
     assert "n1 127.0.0.1:20004" in exited and "exit code 3" in exited
     assert "1 of 3 left, no majority (2): the group elects no master" in exited

@@ -26,12 +26,13 @@ COMMAND_WITHIN = 60.0
 @dataclass
 class Up:
     """A running `mqctl up`: its process, its "ready:" line (the last of ``said``, its log up to there),
-    and (once stopped) its exit code."""
+    and (once stopped) its exit code and the rest of its log."""
 
     proc: subprocess.Popen[str]
     said: list[str]
     env: dict[str, str]
     code: int | None = None
+    after: str = ""
 
     @property
     def ready(self) -> str:
@@ -99,7 +100,7 @@ async def mqctl_up(data: Path | None, cli_env: dict[str, str], ns_port: int, *ar
         log = await drain if drain is not None else ""
         if failed:  # the logs go with the tmp dir: shown with the failure (pytest prints captured output)
             print_logs(log, data if data is not None else Path(cli_env["MQCTL_DATA_DIR"]))
-    up.code = code
+    up.code, up.after = code, log
 
 
 def print_logs(up_log: str, data: Path, lines: int = 80) -> None:
