@@ -1,8 +1,14 @@
 """ACL credentials of one mqctl invocation, resolved once: every request it sends is signed with them.
 
-Precedence, highest first: the global flags ``--access-key``/``--secret-key``, the variables
-``MQCTL_ACCESS_KEY``/``MQCTL_SECRET_KEY``, the context that chose the NameServers (its secret lives in
-a file only its owner may read). No credentials: requests go unsigned, as to a broker without ACL.
+Precedence, highest first, each source a whole pair (an access key and its secret from the same one):
+
+1. the global flags ``--access-key`` with ``--secret-key`` or ``--secret-key-file`` (not both);
+2. the variables ``MQCTL_ACCESS_KEY`` with ``MQCTL_SECRET_KEY`` or ``MQCTL_SECRET_KEY_FILE`` (not both);
+3. the context that chose the NameServers (its secret lives in a file only its owner may read).
+
+A secret key file is read as a context's is: its first line, refused when others may read it. The file
+forms keep the secret out of ``ps``, the shell's history and the environment of every child process. No
+credentials: requests go unsigned, as to a broker without ACL.
 """
 
 from __future__ import annotations
@@ -48,9 +54,17 @@ def pair(access_key: str | None, secret_key: str | None, source: str) -> Credent
     return Credentials(access_key, secret_key, source)
 
 
-def set_flags(access_key: str | None, secret_key: str | None) -> None:
+def _secret(secret_key: str | None, secret_key_file: str | None, names: tuple[str, str]) -> str | None:
+    """The secret given inline or as a file (``names``: how the two are spelled, for the error)."""
+    if secret_key and secret_key_file:
+        raise UsageError(f"give {names[0]} or {names[1]}, not both")
+    return read_secret(Path(secret_key_file)) if secret_key_file else secret_key
+
+
+def set_flags(access_key: str | None, secret_key: str | None, secret_key_file: str | None = None) -> None:
     """Record the global flags (the root command calls this once)."""
-    _state["flags"] = pair(access_key, secret_key, "--access-key/--secret-key")
+    secret = _secret(secret_key, secret_key_file, ("--secret-key", "--secret-key-file"))
+    _state["flags"] = pair(access_key, secret, "--access-key/--secret-key")
     _state["context"] = None  # a context chosen by an earlier invocation in this process is not this one's
 
 
@@ -75,8 +89,13 @@ def current() -> Credentials | None:
 
 
 def from_env() -> Credentials | None:
-    """``$MQCTL_ACCESS_KEY``/``$MQCTL_SECRET_KEY``, or None."""
-    return pair(os.environ.get("MQCTL_ACCESS_KEY"), os.environ.get("MQCTL_SECRET_KEY"), "$MQCTL_ACCESS_KEY")
+    """``$MQCTL_ACCESS_KEY`` with ``$MQCTL_SECRET_KEY`` or ``$MQCTL_SECRET_KEY_FILE``, or None."""
+    secret = _secret(
+        os.environ.get("MQCTL_SECRET_KEY"),
+        os.environ.get("MQCTL_SECRET_KEY_FILE"),
+        ("$MQCTL_SECRET_KEY", "$MQCTL_SECRET_KEY_FILE"),
+    )
+    return pair(os.environ.get("MQCTL_ACCESS_KEY"), secret, "$MQCTL_ACCESS_KEY")
 
 
 def read_secret(path: Path) -> str:

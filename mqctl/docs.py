@@ -24,6 +24,17 @@ ENVIRONMENT = (
     ),
     ("MQCTL_NAMESRV", "NameServer list HOST:PORT[;HOST:PORT]; beats NAMESRV_ADDR and the current context."),
     ("MQCTL_OUTPUT", "Default output format for -o: table, json, yaml or csv."),
+    ("MQCTL_TIMEOUT", "Seconds to wait for each answer; --timeout beats it, it beats the context's."),
+    (
+        "MQCTL_ACCESS_KEY",
+        "ACL access key, with MQCTL_SECRET_KEY_FILE or MQCTL_SECRET_KEY: signs every request unless "
+        "--access-key is given; beats the context's credentials.",
+    ),
+    ("MQCTL_SECRET_KEY_FILE", "File whose first line is the ACL secret key (mode 600, else refused)."),
+    (
+        "MQCTL_SECRET_KEY",
+        "The ACL secret key itself (every child process sees it: prefer MQCTL_SECRET_KEY_FILE).",
+    ),
     ("MQCTL_CONFIG_DIR", "Where contexts.json lives (default: the user config dir)."),
     ("MQCTL_DATA_DIR", "Default data dir of mqctl up (default: the user data dir)."),
     ("MQCTL_DEBUG", "Same as --debug."),

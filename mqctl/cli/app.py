@@ -30,6 +30,7 @@ VALUED_OPTIONS = frozenset(
         "--timeout",
         "--access-key",
         "--secret-key",
+        "--secret-key-file",
         "--ca",
         "--cert",
         "--key",
@@ -157,7 +158,16 @@ def _root(
         typer.Option("--access-key", help="ACL access key: sign every request (beats env and context)."),
     ] = None,
     secret_key: Annotated[
-        str | None, typer.Option("--secret-key", help="ACL secret key (MQCTL_SECRET_KEY keeps it out of ps).")
+        str | None,
+        typer.Option("--secret-key", help="ACL secret key (seen in ps: prefer --secret-key-file)."),
+    ] = None,
+    secret_key_file: Annotated[
+        str | None,
+        typer.Option(
+            "--secret-key-file",
+            help="File whose first line is the ACL secret key, mode 600: out of ps and the shell's history "
+            "(env MQCTL_SECRET_KEY_FILE).",
+        ),
     ] = None,
     tls: Annotated[
         bool,
@@ -230,7 +240,7 @@ def _root(
     from mqctl import auth, tls as session_tls
     from mqctl.output import PrintableFormatter, configure
 
-    auth.set_flags(access_key, secret_key)
+    auth.set_flags(access_key, secret_key, secret_key_file)
     session_tls.set_flags(tls, ca, cert, key, insecure)
     _debug["on"] = debug
     configure(no_color=no_color, verbose=verbose, utc=utc)

@@ -12,7 +12,7 @@ import pytest
 from mqctl.errors import AuthError, NotFoundError, UsageError
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.acl import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, write_acl
-from tests.support.cli import RunCli
+from tests.support.cli import CliResult, RunCli
 
 ADMIN_ENV = {"MQCTL_ACCESS_KEY": ADMIN_AK, "MQCTL_SECRET_KEY": ADMIN_SK}
 
@@ -91,6 +91,86 @@ def test_flags_and_context_sign_too(mq: RunCli, daemons: LocalCluster, cli_env: 
         str(loose),
     )
     assert refused.code == 2 and "chmod 600" in refused.stderr
+
+
+def test_the_secret_key_from_a_file_by_flag_or_env_before_the_context(
+    mq: RunCli, daemons: LocalCluster, tmp_path: Path
+) -> None:
+    """``--secret-key`` shows the secret to ``ps`` and the shell's history: ``--secret-key-file`` and
+    ``$MQCTL_SECRET_KEY_FILE`` read it from a file of mode 600, in the flags' and the variables' places of
+    the precedence (flags, then env, then context), each source a whole pair."""
+
+    def secret_file(name: str, secret: str, mode: int = 0o600) -> str:
+        path = tmp_path / name
+        path.write_text(secret + "\n")
+        path.chmod(mode)
+        return str(path)
+
+    admin, user, wrong = (
+        secret_file("admin", ADMIN_SK),
+        secret_file("user", USER_SK),
+        secret_file("wrong", "x" * 9),
+    )
+
+    def create(topic: str, *flags: str, env: dict[str, str] | None = None) -> CliResult:
+        return mq(*flags, "topic", "create", "-t", topic, env=env or {})
+
+    flagged = create("AclFileFlag", "--access-key", ADMIN_AK, "--secret-key-file", admin)
+    assert flagged.code == 0, flagged.stderr
+    assert daemons.broker.topics.get("AclFileFlag") is not None
+    signed_wrong = create("AclFileWrong", "--access-key", ADMIN_AK, "--secret-key-file", wrong)
+    assert signed_wrong.code == AuthError.exit_code, signed_wrong.stderr
+    assert "signature" in signed_wrong.stderr  # the file's secret signed it
+
+    by_env = create("AclFileEnv", env={"MQCTL_ACCESS_KEY": ADMIN_AK, "MQCTL_SECRET_KEY_FILE": admin})
+    assert by_env.code == 0, by_env.stderr
+    # the flags' pair beats the variables', a user's file there; the variables' beat a context's
+    over_env = create(
+        "AclFileOver",
+        "--access-key",
+        ADMIN_AK,
+        "--secret-key-file",
+        admin,
+        env={"MQCTL_ACCESS_KEY": USER_AK, "MQCTL_SECRET_KEY_FILE": user},
+    )
+    assert over_env.code == 0, over_env.stderr
+    added = mq(
+        "context",
+        "add",
+        "adminctx",
+        "-n",
+        daemons.namesrv_addr,
+        "--access-key",
+        ADMIN_AK,
+        "--secret-key-file",
+        admin,
+    )
+    assert added.code == 0, added.stderr
+    under_env = create(
+        "AclFileUnder",
+        "--context",
+        "adminctx",
+        env={"NAMESRV_ADDR": "", "MQCTL_ACCESS_KEY": USER_AK, "MQCTL_SECRET_KEY_FILE": user},
+    )
+    assert under_env.code == AuthError.exit_code and "is not admin" in under_env.stderr
+
+    both = create(
+        "AclFileBoth", "--access-key", ADMIN_AK, "--secret-key", ADMIN_SK, "--secret-key-file", admin
+    )
+    assert both.code == UsageError.exit_code, both.stderr
+    assert "give --secret-key or --secret-key-file, not both" in both.stderr
+    both_env = create(
+        "AclFileBoth",
+        env={"MQCTL_ACCESS_KEY": ADMIN_AK, "MQCTL_SECRET_KEY": ADMIN_SK, "MQCTL_SECRET_KEY_FILE": admin},
+    )
+    assert both_env.code == UsageError.exit_code and "$MQCTL_SECRET_KEY_FILE" in both_env.stderr
+    loose = create(
+        "AclFileLoose", "--access-key", ADMIN_AK, "--secret-key-file", secret_file("loose", ADMIN_SK, 0o644)
+    )
+    assert loose.code == UsageError.exit_code and "chmod 600" in loose.stderr
+    assert loose.stderr.count("\n") == 1 and ADMIN_SK not in loose.stderr
+    for name in ("AclFileWrong", "AclFileBoth", "AclFileLoose"):
+        assert daemons.broker.topics.get(name) is None
 
 
 def test_config_set_needs_force_for_a_wiping_retention(mq: RunCli, daemons: LocalCluster) -> None:
