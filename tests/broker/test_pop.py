@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
 
 from daemon.broker import pop as pop_module
 from daemon.broker.headers import AckMessageRequestHeader
-from daemon.broker.pop import READ_ON_LIMIT, PoppedMessage, ReceiptHandle
+from daemon.broker.pop import MAX_POLL_MS, READ_ON_LIMIT, PoppedMessage, ReceiptHandle
 from daemon.broker.processors.pop import POLLING_TIMEOUT
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.record import decode_records
 from tests.support.broker import BrokerClient, BrokerHandle, start_broker
-from tests.support.pop import PopClient
+from tests.support.pop import PopClient, parse_pop
+from tests.support.waiting import wait_until
 
 T = "PopTopic"
 
@@ -145,17 +147,22 @@ async def test_fifo_holds_the_queue_until_acked_or_expired(broker: BrokerHandle)
 
 
 async def test_long_poll_wakes_on_arrival(broker: BrokerHandle) -> None:
+    """A pop parked on an empty topic lends the message sent while it waits, woken by that arrival and not
+    by the end of its poll: the broker lent it (its own popTime) before the longest poll it grants could
+    have run out, after the message was stored (its own store time)."""
     await broker.create_topic(T, 2)
     c = PopClient(broker, "GL")
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    waiting = asyncio.ensure_future(c.pop(T, poll_ms=5_000))
-    await asyncio.sleep(0.3)
+    asked_ms = int(time.time() * 1000)
+    waiting = asyncio.ensure_future(c.pop_raw(T, poll_ms=MAX_POLL_MS))
+    await wait_until(lambda: broker.broker.hold.parked > 0)  # read the empty queues, now waits on them
     assert not waiting.done()
     assert (await broker.send(T, b"late", queue_id=1)).code == 0
-    got = await waiting
+    answer = await waiting
+    got = parse_pop(answer, "broker-a")
     assert [p.body for p in got] == [b"late"]
-    assert loop.time() - started < 3
+    lent_ms = int(answer.ext_fields["popTime"])
+    assert got[0].message.store_timestamp <= lent_ms < asked_ms + MAX_POLL_MS
+    assert broker.broker.hold.parked == 0  # its waits went with it
     empty = await c.pop_raw(T, poll_ms=200)
     assert empty.code == 210 and empty.ext_fields["restNum"] == "0"
 
