@@ -298,6 +298,17 @@ def flags() -> ClusterFlags:
     return _flags.get() or ClusterFlags()
 
 
+def output_given() -> bool:
+    """Whether ``-o`` was given on the command line (the command's own or before the noun), not only
+    ``$MQCTL_OUTPUT``: a scripting default in the environment, which asks nothing of a live screen."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and any(
+        c.get_parameter_source("output") is ParameterSource.COMMANDLINE for c in (ctx, ctx.find_root())
+    )
+
+
 def cluster_options(*, output: bool = True, watch: bool = False) -> Callable[[F], F]:
     """Give an online command ``--namesrv/-n``, ``--context``, ``-o/--output``, ``--timeout`` (and with
     ``watch`` ``--watch``), declared here once: the command does not list them; :func:`online`,

@@ -8,7 +8,7 @@ from typing import Annotated
 import click
 import typer
 
-from mqctl.cli.common import cluster_options, cluster_target, flags, request_timeout
+from mqctl.cli.common import cluster_options, cluster_target, flags, output_given, request_timeout
 
 app = typer.Typer()  # its help: NOUNS in mqctl.cli.app
 
@@ -56,7 +56,7 @@ def top(
         frame = table if output == "table" else document
         render(frame(snap, screen, time.time()), output)
         return
-    if flags().output != "table":
+    if flags().output != "table" and output_given():  # ($MQCTL_OUTPUT alone: a default for scripts)
         raise UsageError("-o applies to a printed frame", hint="add --once")
     if not sys.stdout.isatty():  # the screen's escape sequences would go into the pipe or file
         raise UsageError(

@@ -12,6 +12,7 @@ from mqctl.cli.common import (
     cluster_options,
     cluster_target,
     flags,
+    output_given,
     read_all,
     request_timeout,
 )
@@ -65,7 +66,7 @@ def trace(
 
     if (message_id is None) == (key is None):
         raise UsageError("give a message id or --key, one of the two")
-    if tree and flags().output != "table":
+    if tree and flags().output != "table" and output_given():  # ($MQCTL_OUTPUT alone: --tree wins)
         raise UsageError(f"--tree draws a table-format view; it does not combine with -o {flags().output}")
     if message_id is not None:
         ident = message_id

@@ -235,6 +235,11 @@ def test_the_table_and_the_tree_show_the_timeline(
     assert "attempt 2" in lines[billing + 2] and "OK" in lines[billing + 2]
     both = mq("msg", "trace", world.paid.unique_key, "--tree", "-o", "json")
     assert both.code == 2 and "--tree" in both.stderr
+    # $MQCTL_OUTPUT is a default, no -o: --tree on the command line wins (it was refused, exit 2)
+    env_json = cli(
+        "msg", "trace", world.paid.unique_key, "--tree", env={"NAMESRV_ADDR": ns, "MQCTL_OUTPUT": "json"}
+    )
+    assert env_json.code == 0 and env_json.stdout.splitlines() == lines, env_json.stderr
 
 
 def test_msg_query_and_show_decode_the_trace_records(mq: Callable[..., CliResult], world: World) -> None:
