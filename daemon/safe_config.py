@@ -94,11 +94,11 @@ MIN_FILE_RESERVED_HOURS = 1
 FORCE_FLOORS = {
     "file_reserved_time": (
         MIN_FILE_RESERVED_HOURS,
-        " h would let the next cleanup delete every CommitLog file",
+        " h would let the next cleanup delete every CommitLog file, read or not",
     ),
     "disk_space_clean_forcibly_ratio": (
         85,
-        " % would let the next cleanup delete young CommitLog files once the disk is that full",
+        " % would let the next cleanup delete young CommitLog files once the disk is that full, read or not",
     ),
     "max_message_size": (1024, " bytes would refuse nearly every send"),
 }
@@ -168,4 +168,4 @@ def under_floor(key: str, value: str) -> str | None:
     if floor_why is None or number is None or number >= floor_why[0]:
         return None
     floor, why = floor_why
-    return f"{key.strip()}={number}: under {floor}{why}, read or not"
+    return f"{key.strip()}={number}: under {floor}{why}"

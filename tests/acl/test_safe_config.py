@@ -15,7 +15,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingCommandError
-from daemon.safe_config import FORCE_FIELD, locked_keys, refuse_unsafe
+from daemon.safe_config import FORCE_FIELD, locked_keys, refuse_unsafe, under_floor
 from store.cleanup import FakeDiskUsage
 from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, write_acl
 from tests.support.broker import BrokerClient, BrokerHandle
@@ -86,6 +86,22 @@ def test_who_may_shorten_retention() -> None:
     with pytest.raises(RemotingCommandError, match="--force"):
         refuse_unsafe({"fileReservedTime": "0"}, {}, current=current, trusted=True)
     refuse_unsafe({"fileReservedTime": "0", "maxMessageSize": "1"}, force, current=current, trusted=True)
+
+
+def test_each_floor_says_what_its_own_value_would_do() -> None:
+    """A cleanup deletes files read or not; a small maxMessageSize deletes nothing (it said "read or not"
+    too, the cleanup keys' words on a key about sends)."""
+    assert (
+        under_floor("maxMessageSize", "100")
+        == "maxMessageSize=100: under 1024 bytes would refuse nearly every send"
+    )
+    assert under_floor("fileReservedTime", "0") == (
+        "fileReservedTime=0: under 1 h would let the next cleanup delete every CommitLog file, read or not"
+    )
+    assert "young CommitLog files once the disk is that full, read or not" in str(
+        under_floor("diskSpaceCleanForciblyRatio", "20")
+    )
+    assert under_floor("maxMessageSize", "1024") is None and under_floor("fileReservedTime", "x") is None
 
 
 @pytest.mark.slow
