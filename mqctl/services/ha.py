@@ -30,6 +30,9 @@ class HAStatus:
     #: Records this broker set aside because they were not its master's (a divergent tail), and where.
     diverged_records: int | None = None
     quarantine: str | None = None
+    #: DLedger mode: the member's id in ``dLegerPeers`` (n0, n1...): what ``peers`` and ``ha transfer --to``
+    #: name it by.
+    member: str | None = None
     #: DLedger mode: the member's Raft role (LEADER, FOLLOWER, CANDIDATE), term and committed entry index.
     raft_role: str | None = None
     term: int | None = None
@@ -66,6 +69,7 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
     out.diverged_records = _int(table.get("haDivergedRecords"))
     out.quarantine = table.get("haDivergedQuarantine")
     if "dledgerRole" in table:  # DLedger mode: peers, their match index and lag in entries (leader)
+        out.member = table.get("dledgerSelfId") or None
         out.raft_role = table["dledgerRole"]
         out.term = _int(table.get("dledgerTerm"))
         out.commit_index = _int(table.get("dledgerCommittedIndex"))

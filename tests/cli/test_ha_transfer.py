@@ -35,7 +35,8 @@ def test_transfer_to_the_member_that_already_leads_changes_nothing_and_succeeds(
 
     def leads() -> bool:
         rows = cli("broker", "ha", "status", "-n", ns, "-o", "json").json()
-        return [r["raft_role"] for r in rows] == ["LEADER"]
+        # each row names its member as --to and the peers column do (no row said which member it was)
+        return [(r["member"], r["raft_role"]) for r in rows] == [("n0", "LEADER")]
 
     wait_for(leads, "n0 to lead")
     result = cli("broker", "ha", "transfer", "--to", "n0", "-n", ns, "-o", "json")
