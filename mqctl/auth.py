@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mqctl.errors import UsageError
+from mqctl.errors import LocalPermissionError, NotFoundError, UsageError
 
 if TYPE_CHECKING:
     from daemon.acl.signature import Signer
@@ -103,6 +103,10 @@ def read_secret(path: Path) -> str:
     try:
         mode = path.stat().st_mode
         text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):  # exit 3, as every file not found
+        raise NotFoundError(f"secret key file {path}: no such file") from None
+    except PermissionError as exc:
+        raise LocalPermissionError(f"cannot read secret key file {path}: {exc.strerror}") from None
     except OSError as exc:
         raise UsageError(f"cannot read secret key file {path}: {exc.strerror}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):

@@ -169,7 +169,11 @@ def test_the_secret_key_from_a_file_by_flag_or_env_before_the_context(
     )
     assert loose.code == UsageError.exit_code and "chmod 600" in loose.stderr
     assert loose.stderr.count("\n") == 1 and ADMIN_SK not in loose.stderr
-    for name in ("AclFileWrong", "AclFileBoth", "AclFileLoose"):
+    missing = create(
+        "AclFileMissing", env={"MQCTL_ACCESS_KEY": ADMIN_AK, "MQCTL_SECRET_KEY_FILE": admin + ".gone"}
+    )
+    assert missing.code == NotFoundError.exit_code and f"{admin}.gone: no such file" in missing.stderr
+    for name in ("AclFileWrong", "AclFileBoth", "AclFileLoose", "AclFileMissing"):
         assert daemons.broker.topics.get(name) is None
 
 
