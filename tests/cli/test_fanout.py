@@ -11,6 +11,7 @@ import pytest
 from mqctl.admin.client import Admin
 from mqctl.errors import NothingReadError
 from mqctl.services.fanout import collecting, each_broker, gather_limited
+from tests.support.silent import silent_server
 
 
 class InFlight:
@@ -61,20 +62,9 @@ async def test_a_failure_is_raised_or_kept_in_its_place() -> None:
 
 @pytest.fixture
 async def silent() -> AsyncIterator[str]:
-    """A listener that accepts and never answers: a broker hung on its requests."""
-    held: list[asyncio.StreamWriter] = []
-
-    async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)
-
-    server = await asyncio.start_server(accept, "127.0.0.1", 0)
-    try:
-        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        for writer in held:
-            writer.close()
-        server.close()
-        await server.wait_closed()
+    """A broker hung on its requests."""
+    async with silent_server() as addr:
+        yield addr
 
 
 async def test_each_broker_keeps_the_answers_and_closes_a_silent_brokers_connection(silent: str) -> None:

@@ -4,10 +4,8 @@ deadline and says what it waited for; a program that ignores its deadline is kil
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,35 +15,16 @@ from tests.jepsen.history import History
 from tests.support import bounded
 from tests.support.ali_ons import node
 from tests.support.bounded import run_bounded
+from tests.support.silent import silent_server
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 
-@contextlib.asynccontextmanager
-async def silent_namesrv() -> AsyncIterator[str]:
-    """The address of a NameServer that accepts and reads, and never answers."""
-    connections: list[asyncio.StreamWriter] = []
-
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.append(writer)
-        while await reader.read(65536):
-            pass
-
-    server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    try:
-        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        for writer in connections:
-            writer.close()
-        server.close()
-        await server.wait_closed()
-
-
 async def test_a_script_waiting_on_a_silent_namesrv_says_what_it_waits_for() -> None:
     """The NameServer accepts and reads, never answers: ali-ons' first route request is pending when the
     script's deadline passes, and the failure names it, with its address."""
-    async with silent_namesrv() as addr:
+    async with silent_server() as addr:
         with pytest.raises(AssertionError) as failed:
             await node("consume", addr, "SilentTopic", "CID_SILENT", "1", "0", "0", "60000", deadline=8)
     report = str(failed.value)
@@ -100,7 +79,7 @@ async def test_a_jepsen_client_script_that_outstays_its_run_says_what_it_waits_f
     monkeypatch.setattr(client, "SCRIPT_DEADLINE", 60.0 if how == "told-to-stop" else 8.0)
     history = History()
     stop = asyncio.Event()
-    async with silent_namesrv() as addr:
+    async with silent_server() as addr:
         producer = client.ScriptProducer.ali_ons(history, "ons0", addr, "SilentTopic", route_refresh=1.0)
         run = asyncio.create_task(producer.run(stop))
         await wait_until(lambda: any(op.type == "invoke" for op in history.ops), 60)
