@@ -10,6 +10,12 @@ senders and the scheduler, whose spread on a shared host hides differences of a 
 round, the median per side and the gap, and the load average.
 
     python benchmarks/bench_send_path.py [--topics 10000] [--count 50000] [--rounds 5] [--pause] [--only one|many]
+        [--writeback]
+
+Each round also counts the loop thread's minor page faults per send. ``--writeback`` writes the store's
+file system back (``syncfs``) before every round, as the kernel's writeback does every half minute: the
+kernel write-protects each page it wrote, so the round's first store into each page the other side's
+round did not touch since faults again (ConsumeQueue pages, index slots, CommitLog pages).
 
 To compare two trees, run it with each tree's ``PYTHONPATH`` (a tree extracted with ``git archive`` and
 its own ``scripts/build_native.py``), interleaved. ``--pause`` waits for a line on stdin after the fill,
@@ -23,6 +29,7 @@ import asyncio
 import contextlib
 import gc
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -37,7 +44,9 @@ from daemon.broker.config import BrokerConfig
 from daemon.broker.processors.send import SendProcessor
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.frame import decode_frame
-from mqctl.services.bench import send_frame
+from mqctl.admin.messaging import new_uniq_key
+from mqctl.services.bench import send_frame, with_key
+from store.mapped_file import sync_filesystem
 from store.models import TopicConfig
 from store.native import describe_build
 
@@ -57,18 +66,23 @@ def _config(root: str) -> BrokerConfig:
     )
 
 
-def _send_round(processor: SendProcessor, heads: list[bytes], body: bytes, count: int) -> float:
-    """``count`` sends over ``heads`` in turn; the loop thread's CPU µs per send."""
+def _send_round(processor: SendProcessor, heads: list[bytes], body: bytes, count: int) -> tuple[float, float]:
+    """``count`` sends over ``heads`` in turn, each with its own UNIQ_KEY as a client's (the broker indexes
+    ``topic#key``: consecutive keys of one topic hash to neighbouring slots, those of topics in turn
+    anywhere); the loop thread's CPU µs and minor page faults per send."""
     n = len(heads)
+    keys = [new_uniq_key() for _ in range(count)]  # made before the clock starts: the client's work
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
     started = time.thread_time_ns()
     for i in range(count):
-        decoded = decode_frame(heads[i % n], 0)
+        decoded = decode_frame(with_key(heads[i % n], keys[i]), 0)
         assert decoded is not None
         request = decoded[0]
         request.body = body
         answer = processor.send_from(_HOST, request)
         assert isinstance(answer, RemotingCommand) and answer.code == 0, answer
-    return (time.thread_time_ns() - started) / count / 1000
+    cpu = (time.thread_time_ns() - started) / count / 1000
+    return cpu, (resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults) / count
 
 
 @contextlib.asynccontextmanager
@@ -98,29 +112,43 @@ async def filled(
             await broker.stop()
 
 
-async def bench(topics: int, count: int, rounds: int, pause: bool, only: str | None) -> None:
+async def bench(topics: int, count: int, rounds: int, pause: bool, only: str | None, writeback: bool) -> None:
     async with filled(topics, count) as (processor, one, many, body):
+        store_dir = processor.broker.store.config.store_path_root_dir
         if pause:
             print(f"pid {os.getpid()}: filled; press enter", flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         load = os.getloadavg()[0]
-        sides: dict[str, list[float]] = {"one": [], "many": []}
+        sides: dict[str, list[tuple[float, float]]] = {"one": [], "many": []}
         for r in range(rounds):
             order = [("one", one), ("many", many)] if r % 2 == 0 else [("many", many), ("one", one)]
             for side, heads in order:
                 if only is not None and side != only:
                     continue
+                if writeback:
+                    sync_filesystem(store_dir)
                 sides[side].append(_send_round(processor, heads, body, count))
             print(
-                f"round {r + 1}: " + ", ".join(f"{side} {us[-1]:.2f} µs" for side, us in sides.items() if us)
+                f"round {r + 1}: "
+                + ", ".join(
+                    f"{side} {took[-1][0]:.2f} µs, {took[-1][1]:.3f} faults"
+                    for side, took in sides.items()
+                    if took
+                )
             )
-        one_median, many_median = (statistics.median(sides[s] or [0.0]) for s in ("one", "many"))
+        one_median, many_median = (
+            statistics.median(us for us, _ in sides[s]) if sides[s] else 0.0 for s in ("one", "many")
+        )
+        one_faults, many_faults = (
+            statistics.median(f for _, f in sides[s]) if sides[s] else 0.0 for s in ("one", "many")
+        )
         root_dir = Path(sys.modules["store"].__file__ or ".").parent.parent
         print(f"load at the rounds' start {load:.1f}; {describe_build()}; from {root_dir}")
         summary(
             __file__,
             f"gap {many_median - one_median:.2f} µs a send",
-            f"one topic {one_median:.2f} µs, {topics} topics {many_median:.2f} µs, loop-thread CPU",
+            f"one topic {one_median:.2f} µs, {topics} topics {many_median:.2f} µs, loop-thread CPU; faults a send "
+            f"{one_faults:.3f} / {many_faults:.3f}{' after a writeback' if writeback else ''}",
         )
 
 
@@ -133,8 +161,11 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=("one", "many"), help="time one side's rounds alone (for a profile)"
     )
+    parser.add_argument(
+        "--writeback", action="store_true", help="write the store's file system back before every round"
+    )
     args = parser.parse_args()
-    asyncio.run(bench(args.topics, args.count, args.rounds, args.pause, args.only))
+    asyncio.run(bench(args.topics, args.count, args.rounds, args.pause, args.only, args.writeback))
 
 
 if __name__ == "__main__":

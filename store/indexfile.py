@@ -4,6 +4,7 @@ service over all files."""
 from __future__ import annotations
 
 import array
+import contextlib
 import logging
 import mmap
 import os
@@ -36,6 +37,10 @@ try:  # the compiled build's write of an entry and its slot (_cparse.c); struct'
     _c_index_entry = _cparse.index_entry
 except ImportError:
     _c_index_entry = None
+
+#: The page size the hash slots are mapped in where the kernel maps file pages huge (a PMD's on x86-64 and
+#: arm64 with 4 KiB pages): the slots in whole such pages from the file's start are advised huge.
+HUGE_PAGE: Final = 2 << 20
 
 #: Entries whose blocks are reserved at a time, and kept reserved ahead of the writer by the put path
 #: (:meth:`IndexService.reserve`), so a full disk refuses the put before its record is appended.
@@ -100,6 +105,8 @@ class IndexFile:
             sync_dirs=sync_dirs,
         )
         self.mm = self.file.mm
+        if not read_only:
+            self._advise_huge_slots()
         # typed: read from the mapping the fields would be Any, and every put's arithmetic on them generic
         header: tuple[int, int, int, int, int, int] = HEADER.unpack_from(self.mm, 0)
         (
@@ -114,6 +121,23 @@ class IndexFile:
             self.index_count = 1
         # Entries below this one have their blocks allocated (a file re-opened: from its next entry on).
         self._reserved_entries = self.index_count if existed else ENTRIES_CHUNK
+
+    def _advise_huge_slots(self) -> None:
+        """Ask for the hash slots to be mapped in huge pages (``MADV_HUGEPAGE``: the kernel then caches and
+        maps them a huge page at a time where its file systems allow, ext4 among them; elsewhere it is a
+        no-op). A key's slot is its hash's, and ``topic#key``'s Java hash is the topic's times a power of 31
+        plus the key's: one topic's keys made in turn land in neighbouring slots, but keys of topics sent
+        to in turn land anywhere in the table, each send on a 4 KiB page of its own: a TLB miss, and after
+        each writeback of the table (the kernel write-protects a page it wrote back) a write fault per
+        page. In huge pages the table is a handful of TLB entries and a writeback costs a handful of
+        faults. Only whole huge pages from the file's start, which hold slots alone (allocated when the
+        file is made here: no store into them meets a hole); the entries, written in order, keep small
+        pages.
+        The bytes are the same: only how the kernel maps them changes."""
+        end = self._entries_base // HUGE_PAGE * HUGE_PAGE
+        if end and hasattr(mmap, "MADV_HUGEPAGE"):
+            with contextlib.suppress(OSError):  # a kernel without transparent huge pages refuses it
+                self.mm.madvise(mmap.MADV_HUGEPAGE, 0, end)
 
     def reserve_entries(self, count: int) -> None:
         """Allocate the blocks of entries up to ``count`` (whole chunks); ``OSError`` when the disk is full."""

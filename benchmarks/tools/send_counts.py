@@ -4,7 +4,8 @@ This guest has no hardware counters, and its load blurs CPU-time A/Bs of a few m
 executes and which lines and pages it misses do not depend on the load. For each side, a broker runs in a
 child process under callgrind, filled as ``bench_send_path`` fills it (TOPICS one-queue topics, each sent
 to); then, with instrumentation on, a warm-up round of COUNT sends (round-robin over the TOPICS, or to one
-topic) fills the simulated caches, the counters are zeroed, and the next round of COUNT sends is counted.
+topic; each with its own UNIQ_KEY, which the broker indexes) fills the simulated caches, the counters are
+zeroed, and the next round of COUNT sends is counted.
 Only what runs inside the compiled ``SendProcessor.send_from`` is collected (``--toggle-collect``): the
 send itself, not the harness decoding its frame. Prints each side's events per send and, for the events
 that differ most, the functions the difference is in (self cost, many less one, per send):

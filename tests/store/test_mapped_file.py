@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
 import pytest
 
 from store.engine import DefaultMessageStore
+from store.indexfile import HASH_SLOT_SIZE, HUGE_PAGE, IndexFile
 from store.mapped_file import MappedFileQueue
 from store.message import Message
 from tests.support.stores import small_config
@@ -102,3 +104,54 @@ def test_a_commit_log_file_is_written_without_read_around_until_it_is_full(tmp_p
         second = str(tmp_path / "commitlog" / f"{64 * 1024:020d}")
         assert "rr" in _vm_flags(second)
         assert "rr" not in _vm_flags(first)
+
+
+def _mappings(path: str) -> list[tuple[int, set[str]]]:
+    """Each of this process's mappings of ``path`` in address order: its length and the kernel's flags
+    (``hg``: advised huge, MADV_HUGEPAGE)."""
+    found: list[tuple[int, set[str]]] = []
+    length = -1
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            start, _, end = head[0].partition("-")
+            length = int(end, 16) - int(start, 16) if head[-1] == path else -1
+        elif length >= 0 and line.startswith("VmFlags:"):
+            found.append((length, set(head[1:])))
+    return found
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/smaps") or not hasattr(mmap, "MADV_HUGEPAGE"),
+    reason="needs /proc to read a mapping's flags, and MADV_HUGEPAGE",
+)
+def test_an_index_files_hash_slots_are_advised_huge_while_it_is_written(tmp_path: Path) -> None:
+    """Keys of topics sent to in turn hash anywhere in the slots: each send on a page of its own, a TLB
+    miss and a write fault per page after each writeback. The writer advises the whole huge pages of
+    slots huge; the entries after them, and a reader's mapping, stay as they were; the bytes are the
+    same either way."""
+    slots = (2 * HUGE_PAGE + HUGE_PAGE // 2) // HASH_SLOT_SIZE  # two whole huge pages of slots, and a half
+    path = str(tmp_path / "20261130000000000")
+    f = IndexFile(path, slots, 1000)
+    assert f.put_keys(["T#a", "T#b"], 100, 1_700_000_000_000) == 2
+    f.write_header()
+    maps = _mappings(path)
+    assert maps[0] == (2 * HUGE_PAGE, maps[0][1]) and "hg" in maps[0][1]
+    assert all("hg" not in flags for _, flags in maps[1:]) and sum(n for n, _ in maps[1:]) > 0
+    written = Path(path).read_bytes()
+    f.close()
+    reader = IndexFile(path, slots, 1000, read_only=True)
+    try:
+        assert all("hg" not in flags for _, flags in _mappings(path))
+        assert bytes(reader.mm) == written
+        out: list[int] = []
+        reader.select_phy_offsets("T#b", 10, 0, 2**62, out)
+        assert out == [100]
+    finally:
+        reader.close()
+    small = str(tmp_path / "20261130000000001")
+    g = IndexFile(small, 1000, 1000)  # slots short of one huge page: nothing advised
+    try:
+        assert all("hg" not in flags for _, flags in _mappings(small))
+    finally:
+        g.close()
