@@ -20,6 +20,7 @@ from google.protobuf import duration_pb2
 
 from daemon.broker.headers import PopMessageRequestHeader
 from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.safe_config import locked_keys
 from store.message import COMPRESSED_FLAG, COMPRESSION_LZ4
 from store.names import TIMER_TOPIC
 from store.record import MAX_INFLATED_BODY, decode_record
@@ -655,6 +656,23 @@ def test_the_grpc_connection_cap_is_a_broker_key(tmp_path: Path, cli: RunCli) ->
     conf.write_text("grpcMaxConnections=0\n")  # grpc would refuse every connection
     refused = cli("broker", "start", "-c", str(conf), "--store", str(tmp_path / "s"), "--print-config")
     assert refused.code == 2 and "grpcMaxConnections is at least 1, not 0" in refused.stderr, refused.stderr
+
+
+def test_the_telemetry_stream_bound_is_a_broker_key_no_request_changes(tmp_path: Path, cli: RunCli) -> None:
+    """`grpcMaxTelemetryStreams` is read from broker.conf and shown by `--print-config` (16384 unset), below
+    1 the broker does not start, and UPDATE_BROKER_CONFIG refuses it as the other caps."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("grpcMaxTelemetryStreams=9\n")
+    shown = cli("broker", "start", "-c", str(conf), "--store", str(tmp_path / "s"), "--print-config")
+    assert shown.code == 0 and "grpcMaxTelemetryStreams=9\n" in shown.stdout, shown.stderr
+    default = cli("broker", "start", "--store", str(tmp_path / "s"), "--print-config")
+    assert "grpcMaxTelemetryStreams=16384\n" in default.stdout
+    conf.write_text("grpcMaxTelemetryStreams=0\n")  # every client's stream refused
+    refused = cli("broker", "start", "-c", str(conf), "--store", str(tmp_path / "s"), "--print-config")
+    assert refused.code == 2 and "grpcMaxTelemetryStreams is at least 1, not 0" in refused.stderr, (
+        refused.stderr
+    )
+    assert locked_keys({"grpcMaxTelemetryStreams": "1000000"}) == ["grpcMaxTelemetryStreams"]
 
 
 def _store_raw(cluster: LocalCluster, topic: str, body: bytes, sys_flag: int) -> None:
