@@ -510,9 +510,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # ------------------------------------------------------------------ client lifecycle
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+        """As the Proxy's `ClientActivity#heartbeat`: a client is known by the Settings its Telemetry stream
+        brought, so one without them (none sent yet, or sent to another broker) or of a type that neither
+        produces nor consumes is answered UNRECOGNIZED_CLIENT_TYPE and registers nothing; the request's
+        own client type is not taken (the official clients log the answer and beat again later)."""
         client, meta = self._client(context)
-        if request.client_type:
-            client.client_type = request.client_type
+        settings = client.settings
+        if settings is None:
+            return spb.HeartbeatResponse(
+                status=status(pb.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+            )
+        if settings.client_type != pb.PRODUCER and settings.client_type not in CONSUME_TYPES:
+            name = pb.ClientType.Name(settings.client_type)  # type: ignore[arg-type]
+            return spb.HeartbeatResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE, name))
         try:
             self._register(client, meta)
         except Refused as refused:
