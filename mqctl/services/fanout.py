@@ -150,15 +150,17 @@ async def each_broker(
     gate = asyncio.Semaphore(fanout_width())
 
     async def asked(addr: str) -> T:
-        async with gate:
-            try:
-                return await call(addr)
-            except (RemotingError, MqctlError):
-                # its descriptor freed for the next: a silent broker's connection stayed open, pooled
-                conn = admin.client.open_connection(addr)
-                if conn is not None:
-                    conn.close()
-                raise
+        # (waiting its turn counts as asked: a command's deadline names it)
+        with admin.waiting_for(addr):
+            async with gate:
+                try:
+                    return await call(addr)
+                except (RemotingError, MqctlError):
+                    # its descriptor freed for the next: a silent broker's connection stayed open, pooled
+                    conn = admin.client.open_connection(addr)
+                    if conn is not None:
+                        conn.close()
+                    raise
 
     results = await asyncio.gather(*(asked(addr) for addr in targets), return_exceptions=True)
     answers: dict[str, T] = {}
