@@ -5,7 +5,7 @@ queue, then read again).
 One broker in this process (its own store in a temporary directory); for each queue count in turn, rounds
 interleaved: POPS pops, the thread's CPU (``time.thread_time``) divided by them. Compare trees A/B by running
 this same file against each (``PYTHONPATH=TREE``, each with its own native build), interleaved:
-``python benchmarks/bench_pop_queues.py [POPS] [ROUNDS] [QUEUES,...]``.
+``python benchmarks/tools/pop_queues.py [POPS] [ROUNDS] [QUEUES,...]``.
 """
 
 from __future__ import annotations
