@@ -464,11 +464,11 @@ def _late(admin: Admin, deadline: float) -> Exception:
         return printable(f"{name} ({addr})" if name else addr, newlines=False)
 
     late = sorted(admin.asking)
-    said = "; ".join(named(addr) for addr in late[:NAMED_LATE]) or "nothing was being asked"
+    said = "; no answer yet from " + "; ".join(named(addr) for addr in late[:NAMED_LATE]) if late else ""
     if len(late) > NAMED_LATE:
         said += f"; and {len(late) - NAMED_LATE} more"
     return RequestTimeoutError(
-        f"the command's deadline of {deadline:g}s passed; no answer yet from {said}",
+        f"the command's deadline of {deadline:g}s passed{said}",
         hint=f"--timeout is each answer's wait; a read's deadline is {READ_DEADLINE_ANSWERS} times it, "
         f"at least {READ_DEADLINE_FLOOR:g}s: raise --timeout or narrow the read",
     )
