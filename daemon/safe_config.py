@@ -83,6 +83,7 @@ LOCKED_KEYS = frozenset(
         "remotingMaxConnectionBufferedBytes",
         "remotingMaxConnections",
         "grpcMaxConnections",
+        "grpcMaxTelemetryStreams",
         "maxHeldPullsPerConnection",
         "maxHeldPullsPerHost",
     )

@@ -231,7 +231,9 @@ class Broker:
         self.polls = PollBudget()
         #: The gRPC front's open Telemetry streams, by connection and host (daemon.grpc.service).
         self.streams = PollBudget(
-            "Telemetry streams are open", ("streams per connection", "TELEMETRY_PER_HOST"), limit=0
+            "Telemetry streams are open",
+            ("streams per connection", "TELEMETRY_PER_HOST", "grpcMaxTelemetryStreams"),
+            limit=config.grpc_max_telemetry_streams,
         )
         self.timers: TimerMessageService
         self.boot_timestamp = int(time.time() * 1000)

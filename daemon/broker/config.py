@@ -325,6 +325,11 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     #: is accepted, before any byte of it is read, so a peer opening connections without end (none of
     #: them authenticated yet) cannot grow the broker's memory and descriptors without bound.
     grpc_max_connections: int = 1000
+    #: Telemetry streams the gRPC front holds open at once from every host together (a host beyond
+    #: loopback holds 4096 at most): one more is answered TOO_MANY_REQUESTS and ended, and its client opens
+    #: it again later. Many hosts (or an IPv6 peer spread over many /64s) each within its own bound held
+    #: as many as their connections carried, about 23 KiB each while idle.
+    grpc_max_telemetry_streams: int = 16384
     #: Empty: 127.0.0.1, or every interface when `brokerIP1` names another address (see resolve_listen).
     listen_host: str = ""
     #: µs of EEVDF slice for the event loop's thread (daemon.schedslice; Linux 6.12+): a wake-up preempts a
@@ -371,6 +376,11 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
         if self.grpc_max_connections < 1:
             raise ConfigError(
                 f"grpcMaxConnections is at least 1, not {self.grpc_max_connections} "
+                "(grpcEnable=false turns the gRPC front off)"
+            )
+        if self.grpc_max_telemetry_streams < 1:
+            raise ConfigError(
+                f"grpcMaxTelemetryStreams is at least 1, not {self.grpc_max_telemetry_streams} "
                 "(grpcEnable=false turns the gRPC front off)"
             )
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)

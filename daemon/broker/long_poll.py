@@ -21,10 +21,15 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from daemon.lifecycle import cancel_tasks, supervise
 
 log = logging.getLogger(__name__)
+
+
+#: :meth:`PullRequestHoldService.park_all`'s queue id for every queue of a topic.
+ANY_QUEUE: Final = -1
 
 
 @dataclass(eq=False, slots=True)
@@ -217,6 +222,31 @@ class PullRequestHoldService:
         waiter.future.add_done_callback(unpark)
         return waiter.future
 
+    def park_all(self, queues: list[tuple[str, int, int]], timeout: float) -> asyncio.Future[None]:
+        """:meth:`park` on every (topic, queue id, offset) of ``queues`` at once: one future, done when the
+        first of them grows past its offset, or after `timeout` s. Queue id ANY_QUEUE (its offset unread)
+        is every queue of the topic: any arrival on it wakes the future, as 5.x parks a pop of queue -1
+        once for its topic. A pop of every queue parked a future, a timer and a done callback on each, a
+        held pop's cost and memory growing with the topic's queue count."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        parked = [((topic, queue_id), _Waiter(offset, future)) for topic, queue_id, offset in queues]
+        for key, waiter in parked:
+            self._waiters.setdefault(key, set()).add(waiter)
+        timer = loop.call_later(timeout, _wake, future)
+
+        def unpark(_: asyncio.Future[None]) -> None:  # woken, timed out or cancelled
+            timer.cancel()
+            for key, waiter in parked:
+                waiters = self._waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del self._waiters[key]
+
+        future.add_done_callback(unpark)
+        return future
+
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """The store's arrival listener, on the thread that put (the flush pool's, for a put that waits
         for an fsync): :meth:`notify` on the loop. Before :meth:`start` nothing can be parked."""
@@ -232,10 +262,15 @@ class PullRequestHoldService:
             held = self._held.get(key)
             if held is not None:
                 self._release(key, held, max_offset)
-        waiters = self._waiters.get((topic, queue_id)) if self._waiters else None
-        if waiters:
-            for waiter in waiters:
-                if max_offset > waiter.offset:
+        if self._waiters:
+            waiters = self._waiters.get((topic, queue_id))
+            if waiters:
+                for waiter in waiters:
+                    if max_offset > waiter.offset:
+                        _wake(waiter.future)
+            anywhere = self._waiters.get((topic, ANY_QUEUE))
+            if anywhere:
+                for waiter in anywhere:
                     _wake(waiter.future)
         for wake in self.wakers:
             wake()

@@ -259,7 +259,8 @@ def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> I
         "SYSTEM_ERROR unread) or hold (held_pulls_*: a long-polling pull answered at once, not held; "
         "held_pops_*: a POP or 5.x receive that did not wait (past its connection's, host's or all hosts' "
         "bound), answered polling full when it found nothing; "
-        "telemetry_streams_host: a 5.x Telemetry stream past its host's bound, ended)",
+        "telemetry_streams_host, telemetry_streams_total: a 5.x Telemetry stream past its host's bound or "
+        "grpcMaxTelemetryStreams, ended)",
         labels=[*labels, "limit"],
     )
     refused.add_metric([*base, "json_body"], dispatcher.bodies_refused)
@@ -269,6 +270,7 @@ def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> I
     refused.add_metric([*base, "held_pops_host"], b.polls.refused_host)
     refused.add_metric([*base, "held_pops_total"], b.polls.refused_total)
     refused.add_metric([*base, "telemetry_streams_host"], b.streams.refused_host)
+    refused.add_metric([*base, "telemetry_streams_total"], b.streams.refused_total)
     yield refused
     for name, doc, value in (
         (

@@ -36,10 +36,14 @@ class PollBudget:
     def __init__(
         self,
         held: str = "pops wait",
-        bounds: tuple[str, str] = ("maxHeldPullsPerConnection", "maxHeldPullsPerHost"),
+        bounds: tuple[str, str, str] = (
+            "maxHeldPullsPerConnection",
+            "maxHeldPullsPerHost",
+            "all hosts together",
+        ),
         limit: int = MAX_WAITING_POPS,
     ) -> None:
-        #: What the warning says is held, and the names of the two bounds.
+        #: What the warning says is held, and the names of the three bounds.
         self._held_text = held
         self._bound_names = bounds
         #: How many may be held at once from all hosts together (0: no bound), and how many are.
@@ -77,7 +81,7 @@ class PollBudget:
             bound, key = per_host, self._bound_names[1]
         elif self.limit > 0 and self.waiting >= self.limit:
             self.refused_total += 1
-            bound, key = self.limit, "all hosts together"
+            bound, key = self.limit, self._bound_names[2]
         else:
             self.waiting += 1
             self._owners[owner] = owned + 1

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
+from daemon.broker.long_poll import ANY_QUEUE
 from daemon.broker.retry import retry_copy
 from daemon.lifecycle import supervise
 from daemon.remoting.bodies import PermName
@@ -1163,6 +1164,8 @@ class PopService:
                     out += self._redeliver_held(held, now, ask, journal, dead, lent)
                     continue
             offset = self._start_offset(group, source, q, ask.init_mode)
+            if offset == store.get_max_offset(source, q) and queue in self._next:
+                continue  # read to its end before, nothing since: no read (a pop passes every queue)
             acked = self._acked.get(queue)
             nxt, read = offset, False
             # read on past messages skipped (acked or lent before a DLedger failover) and past reads that
@@ -1289,12 +1292,17 @@ class PopService:
         group, fifo = ask.group, ask.fifo
         hold = self.broker.hold
         store = self.broker.store
-        waits = []
+        queues: dict[tuple[str, int], int] = {}
         for source, q, _ in self._sources(group, ask.topic, ask.queue_id, fifo):
-            waits.append(hold.park(source, q, store.get_max_offset(source, q), left))
+            # (a topic whose every queue the pop reads is parked on once: any arrival wakes it)
+            every = source != ask.topic or ask.queue_id < 0
+            queues[(source, ANY_QUEUE) if every else (source, q)] = (
+                -1 if every else store.get_max_offset(source, q)
+            )
             held = self._held.get((group, source, q)) if fifo else None
             if held:
                 left = min(left, max(0.0, (min(r.visible_at for r in held.values()) - _now_ms()) / 1000))
+        waits = [hold.park_all([(t, q, o) for (t, q), o in queues.items()], left)] if queues else []
         released: asyncio.Future[None] | None = None
         if fifo:
             released = asyncio.get_running_loop().create_future()

@@ -510,9 +510,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # ------------------------------------------------------------------ client lifecycle
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+        """As the Proxy's `ClientActivity#heartbeat`: a client is known by the Settings its Telemetry stream
+        brought, so one without them (none sent yet, or sent to another broker) or of a type that neither
+        produces nor consumes is answered UNRECOGNIZED_CLIENT_TYPE and registers nothing; the request's
+        own client type is not taken (the official clients log the answer and beat again later)."""
         client, meta = self._client(context)
-        if request.client_type:
-            client.client_type = request.client_type
+        settings = client.settings
+        if settings is None:
+            return spb.HeartbeatResponse(
+                status=status(pb.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+            )
+        if settings.client_type != pb.PRODUCER and settings.client_type not in CONSUME_TYPES:
+            name = pb.ClientType.Name(settings.client_type)  # type: ignore[arg-type]
+            return spb.HeartbeatResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE, name))
         try:
             self._register(client, meta)
         except Refused as refused:
@@ -528,10 +538,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any) -> None:
         """Settings in, the complete Settings out; transaction checks pushed down while it is open. A host
-        beyond loopback holds TELEMETRY_PER_HOST streams open at most: a further one is answered
-        TOO_MANY_REQUESTS and ended (its client opens it again later)."""
+        beyond loopback holds TELEMETRY_PER_HOST streams open at most, all hosts together
+        `grpcMaxTelemetryStreams`: a further one is answered TOO_MANY_REQUESTS and ended (its client opens
+        it again later)."""
         client, meta = self._client(context)
-        host = self.broker.streams.take(
+        streams = self.broker.streams
+        streams.limit = self.broker.config.grpc_max_telemetry_streams
+        over_host = streams.refused_host
+        host = streams.take(
             context.peer(),
             client.address[0],
             0,
@@ -539,18 +553,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             f"5.x Telemetry stream of {client.client_id}",
         )
         if host is None:
-            await context.write(
-                spb.TelemetryCommand(
-                    status=status(
-                        pb.TOO_MANY_REQUESTS, f"{TELEMETRY_PER_HOST} Telemetry streams of this host open"
-                    )
-                )
-            )
+            if streams.refused_host != over_host:
+                why = f"{TELEMETRY_PER_HOST} Telemetry streams of this host open"
+            else:
+                why = f"{streams.limit} Telemetry streams open (grpcMaxTelemetryStreams)"
+            await context.write(spb.TelemetryCommand(status=status(pb.TOO_MANY_REQUESTS, why)))
             return
         try:
             await self._telemetry(client, meta, context)
         finally:
-            self.broker.streams.give(context.peer(), host)
+            streams.give(context.peer(), host)
 
     async def _telemetry(self, client: GrpcClient, meta: dict[str, str], context: Any) -> None:
         outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue(TELEMETRY_OUTBOX)

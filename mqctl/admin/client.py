@@ -7,8 +7,11 @@ as RocketMQ's clients do; broker requests go to the address they name.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from daemon.broker import bodies as bb, headers as bh
@@ -38,6 +41,14 @@ RETRIED_CODES = frozenset(
 )
 #: Attempts after the first one's retriable answer.
 RETRIES = 2
+#: A read command's deadline in all (:func:`run_admin`): this many times the wait for each answer, and at
+#: least READ_DEADLINE_FLOOR seconds. Each answer has its own wait, so a read of many brokers (asked a
+#: bounded number at a time, some of its reads one after another) took as many waits as a slow or
+#: hostile fleet made it.
+READ_DEADLINE_ANSWERS = 4
+READ_DEADLINE_FLOOR = 30.0
+#: Addresses the deadline's error line names; the rest are counted.
+NAMED_LATE = 20
 #: What to check when the NameServer address answers as something else.
 NOT_A_NAMESRV = " (-n/--namesrv wants a NameServer's HOST:PORT, 9876 by default; see 'mqctl context current')"
 
@@ -61,6 +72,29 @@ class Admin:
 
             client = RemotingClient(signer=_session_signer(), ssl=tls.session_context())
         self.client: Transport = client
+        #: Requests asked and not answered yet, by address (a request stopped by the command's deadline
+        #: stays counted: the deadline names its address).
+        self.asking: Counter[str] = Counter()
+        #: Broker address -> name, from the last cluster_info answer (the deadline's error line).
+        self.broker_names: dict[str, str] = {}
+
+    @contextlib.contextmanager
+    def waiting_for(self, addr: str) -> Iterator[None]:
+        """Count a request to ``addr`` as asked until it is answered (or fails)."""
+        self.asking[addr] += 1
+        try:
+            yield
+        except asyncio.CancelledError:
+            raise  # (stopped unanswered: still counted)
+        except BaseException:
+            self._answered(addr)
+            raise
+        self._answered(addr)
+
+    def _answered(self, addr: str) -> None:
+        self.asking[addr] -= 1
+        if self.asking[addr] <= 0:
+            del self.asking[addr]
 
     async def __aenter__(self) -> Admin:
         return self
@@ -86,9 +120,10 @@ class Admin:
         slave timeout after storing) is never sent again."""
         fields = header.to_ext_fields() if header else {}
         try:
-            return await self.client.invoke_checked(
-                addr, RemotingCommand.request(code, dict(fields), body), self.timeout, expect
-            )
+            with self.waiting_for(addr):
+                return await self.client.invoke_checked(
+                    addr, RemotingCommand.request(code, dict(fields), body), self.timeout, expect
+                )
         except RemotingCommandError as exc:
             if exc.code not in RETRIED_CODES:
                 raise
@@ -104,7 +139,7 @@ class Admin:
             reraise=True,
         )
         async for attempt in retrying:
-            with attempt:
+            with attempt, self.waiting_for(addr):
                 return await self.client.invoke_checked(
                     addr, RemotingCommand.request(code, dict(fields), body), self.timeout, expect
                 )
@@ -145,7 +180,10 @@ class Admin:
 
     async def cluster_info(self) -> ClusterInfo:
         response = await self.namesrv_call(RequestCode.GET_BROKER_CLUSTER_INFO)
-        return ClusterInfo.loads(response.body)
+        info = ClusterInfo.loads(response.body)
+        for data in info.broker_addr_table.values():
+            self.broker_names.update(dict.fromkeys(data.broker_addrs.values(), data.broker_name))
+        return info
 
     async def topic_route(self, topic: str) -> TopicRouteData:
         header = h.GetRouteInfoRequestHeader(topic=topic)
@@ -384,12 +422,53 @@ class Admin:
         return bb.ResetOffsetBody.loads(response.body).offset_table if response.body else {}
 
 
-def run_admin(namesrv: list[str], work: Callable[[Admin], Awaitable[T]], *, timeout: float = 5.0) -> T:
-    """Run one admin session to completion from synchronous CLI code."""
+def read_deadline(timeout: float) -> float:
+    """A read command's deadline in all for ``timeout`` seconds a answer (READ_DEADLINE_ANSWERS)."""
+    return max(READ_DEADLINE_FLOOR, READ_DEADLINE_ANSWERS * timeout)
+
+
+def run_admin(
+    namesrv: list[str],
+    work: Callable[[Admin], Awaitable[T]],
+    *,
+    timeout: float = 5.0,
+    deadline: float | None = None,
+) -> T:
+    """Run one admin session to completion from synchronous CLI code; ``timeout`` is each answer's wait.
+    With a ``deadline`` (seconds, in all) the session is stopped there, and RequestTimeoutError names the
+    addresses still asked."""
     from daemon.remoting.loop import run
 
     async def session() -> T:
         async with Admin(namesrv, timeout=timeout) as admin:
-            return await work(admin)
+            if deadline is None:
+                return await work(admin)
+            scope = asyncio.timeout(deadline)
+            try:
+                async with scope:
+                    return await work(admin)
+            except TimeoutError:
+                if not scope.expired():
+                    raise
+                raise _late(admin, deadline) from None
 
     return run(session())
+
+
+def _late(admin: Admin, deadline: float) -> Exception:
+    from mqctl.errors import RequestTimeoutError
+    from mqctl.output import printable
+
+    def named(addr: str) -> str:
+        name = admin.broker_names.get(addr)
+        return printable(f"{name} ({addr})" if name else addr, newlines=False)
+
+    late = sorted(admin.asking)
+    said = "; no answer yet from " + "; ".join(named(addr) for addr in late[:NAMED_LATE]) if late else ""
+    if len(late) > NAMED_LATE:
+        said += f"; and {len(late) - NAMED_LATE} more"
+    return RequestTimeoutError(
+        f"the command's deadline of {deadline:g}s passed{said}",
+        hint=f"--timeout is each answer's wait; a read's deadline is {READ_DEADLINE_ANSWERS} times it, "
+        f"at least {READ_DEADLINE_FLOOR:g}s: raise --timeout or narrow the read",
+    )

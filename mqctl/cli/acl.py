@@ -87,7 +87,7 @@ def show(
 def _upsert(mode: str, spec: Any, cluster: str | None, broker: str | None) -> None:
     from mqctl.services.acl import upsert
 
-    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode=mode))
+    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode=mode), changes=True)
 
 
 def _spec(secret_file: Path | None, **fields: Any) -> Any:
@@ -159,6 +159,7 @@ def delete(
     confirm(f"delete ACL account {access_key}?", yes=yes)
     online(
         lambda admin: delete_(admin, access_key, cluster=cluster, broker=broker, if_exists=if_exists),
+        changes=True,
     )
 
 
@@ -184,6 +185,4 @@ def whitelist_set(
 
     if addresses and any(a.strip() in ("*", "*.*.*.*") for a in addresses):
         confirm("'*' trusts every address: ACL is then off in effect. Continue?", yes=yes)
-    online(
-        lambda admin: set_whitelist(admin, addresses or [], cluster=cluster, broker=broker),
-    )
+    online(lambda admin: set_whitelist(admin, addresses or [], cluster=cluster, broker=broker), changes=True)

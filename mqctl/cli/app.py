@@ -230,7 +230,12 @@ def _root(
     ] = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", min=0.1, help="Seconds to wait for each answer (also after the noun)."),
+        typer.Option(
+            "--timeout",
+            min=0.1,
+            help="Seconds to wait for each answer; a read ends in all after 4 times it, at least 30 (also "
+            "after the noun).",
+        ),
     ] = None,
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""

@@ -78,5 +78,6 @@ def apply(
             offsets=offsets,
             dry_run=not execute,
             note=lambda text: stderr_console().print(f"note: {text}"),
-        )
+        ),
+        changes=True,
     )

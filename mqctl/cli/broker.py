@@ -281,7 +281,7 @@ def ha_transfer(
     transfer first waits (up to 15 s) until --to holds the leader's; else it is refused (exit 4)."""
     from mqctl.services.ha import transfer
 
-    online(lambda admin: transfer(admin, to, cluster, broker, force=force), timeout=20.0)
+    online(lambda admin: transfer(admin, to, cluster, broker, force=force), timeout=20.0, changes=True)
 
 
 @app.command("clean")
@@ -345,7 +345,7 @@ def wipe_write_perm(broker_name: BrokerNameArg) -> None:
     'mqctl broker config set brokerPermission=4'."""
     from mqctl.services.cluster import set_write_perm
 
-    online(lambda admin: set_write_perm(admin, broker_name, allow=False))
+    online(lambda admin: set_write_perm(admin, broker_name, allow=False), changes=True)
 
 
 @app.command("add-write-perm")
@@ -355,7 +355,7 @@ def add_write_perm(broker_name: BrokerNameArg) -> None:
     topics' permission in the routes to read and write."""
     from mqctl.services.cluster import set_write_perm
 
-    online(lambda admin: set_write_perm(admin, broker_name, allow=True))
+    online(lambda admin: set_write_perm(admin, broker_name, allow=True), changes=True)
 
 
 config_app = typer.Typer(
@@ -404,4 +404,6 @@ def config_set(
     from mqctl.services.broker_config import parse_assignments, set_
 
     changes = parse_assignments(settings)
-    online(lambda admin: set_(admin, cluster=cluster, broker=broker, changes=changes, force=force))
+    online(
+        lambda admin: set_(admin, cluster=cluster, broker=broker, changes=changes, force=force), changes=True
+    )

@@ -262,7 +262,7 @@ TimeoutOpt = Annotated[
         "--timeout",
         min=0.1,
         help="Seconds to wait for each answer (else $MQCTL_TIMEOUT, else the context's timeout, else 5 "
-        "for most commands).",
+        "for most commands); a read ends in all after 4 times it, at least 30.",
         callback=_global,
     ),
 ]
@@ -358,15 +358,21 @@ def cluster_target() -> Target:
     return resolve_target(namesrv_flag=flags().namesrv, context_flag=flags().context)
 
 
-def online(work: Callable[[Admin], Awaitable[Any]], *, timeout: float = 5.0) -> None:
-    """Run ``work`` against the resolved NameServers and render its result, once or every ``--watch`` s."""
-    from mqctl.admin.client import run_admin
+def online(work: Callable[[Admin], Awaitable[Any]], *, timeout: float = 5.0, changes: bool = False) -> None:
+    """Run ``work`` against the resolved NameServers and render its result, once or every ``--watch`` s.
+    A read (``changes`` false) has one deadline in all (each refresh its own), :func:`read_deadline` of
+    each answer's wait: past it the command exits 6 naming what had not answered. A command that changes
+    the cluster is never stopped between its writes: each answer has its wait, each failure is named."""
+    from mqctl.admin.client import read_deadline, run_admin
 
     where = cluster_target()
     seconds = request_timeout(timeout, where)
+    deadline = None if changes else read_deadline(seconds)
     shared = flags()
     render_every(
-        lambda: read_all(lambda: run_admin(where.namesrv, work, timeout=seconds)), shared.output, shared.watch
+        lambda: read_all(lambda: run_admin(where.namesrv, work, timeout=seconds, deadline=deadline)),
+        shared.output,
+        shared.watch,
     )
 
 

@@ -137,7 +137,8 @@ def create(
     online(
         lambda admin: _warned(
             upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists)
-        )
+        ),
+        changes=True,
     )
 
 
@@ -169,7 +170,8 @@ def update(
     online(
         lambda admin: _warned(
             upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists)
-        )
+        ),
+        changes=True,
     )
 
 
@@ -191,7 +193,8 @@ def delete(
     online(
         lambda admin: delete_group(
             admin, group, cluster=cluster, remove_offsets=remove_offsets, if_exists=if_exists
-        )
+        ),
+        changes=True,
     )
 
 

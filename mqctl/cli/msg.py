@@ -197,7 +197,7 @@ def send(
             )
         return result
 
-    online(sent)
+    online(sent, changes=True)
 
 
 @app.command("query")

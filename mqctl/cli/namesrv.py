@@ -212,7 +212,7 @@ def kv_set(
     """Set a value on every NameServer (they never share state)."""
     from mqctl.services.kv import put
 
-    online(lambda admin: put(admin, namespace, key, value))
+    online(lambda admin: put(admin, namespace, key, value), changes=True)
 
 
 @kv.command("delete")
@@ -227,6 +227,4 @@ def kv_delete(
     from mqctl.services.kv import delete
 
     confirm(f"Delete {namespace}/{key} from every NameServer?", yes=yes)
-    online(
-        lambda admin: delete(admin, namespace, key, if_exists=if_exists),
-    )
+    online(lambda admin: delete(admin, namespace, key, if_exists=if_exists), changes=True)

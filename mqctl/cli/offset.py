@@ -173,4 +173,5 @@ def reset(
             confirm=ask,
             create_group=create_group,
         ),
+        changes=True,
     )

@@ -123,6 +123,7 @@ def create(
         lambda admin: _warned(
             upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists)
         ),
+        changes=True,
     )
 
 
@@ -177,6 +178,7 @@ def update(
         lambda admin: _warned(
             upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists, confirm=ask)
         ),
+        changes=True,
     )
 
 
@@ -197,6 +199,7 @@ def delete(
 
     online(
         lambda admin: delete_topic(admin, topic, cluster=cluster, if_exists=if_exists, confirm=ask),
+        changes=True,
     )
 
 
@@ -293,6 +296,7 @@ def apply(
         stderr_console().print("plan only: nothing changed; add --execute to apply it")
     online(
         lambda admin: apply_file(admin, specs, cluster=cluster, broker=broker, dry_run=not execute),
+        changes=True,
     )
 
 

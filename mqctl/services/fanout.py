@@ -170,18 +170,23 @@ async def each_broker(
     failure recorded (see :func:`collecting`). No answer at all (and at least one address) raises
     NothingReadError; an error that is not about reaching or being refused by a broker is raised as is."""
     targets = list(dict.fromkeys(addrs))
+    # gather_limited's slots would be outside the count: waiting its turn counts as asked, so a command's
+    # deadline names it
+    gate = asyncio.Semaphore(fanout_width())
 
     async def asked(addr: str) -> T:
-        try:
-            return await call(addr)
-        except (RemotingError, MqctlError):
-            # its descriptor freed for the next: a silent broker's connection stayed open, pooled
-            conn = admin.client.open_connection(addr)
-            if conn is not None:
-                conn.close()
-            raise
+        with admin.waiting_for(addr):
+            async with gate:
+                try:
+                    return await call(addr)
+                except (RemotingError, MqctlError):
+                    # its descriptor freed for the next: a silent broker's connection stayed open, pooled
+                    conn = admin.client.open_connection(addr)
+                    if conn is not None:
+                        conn.close()
+                    raise
 
-    results = await gather_limited((asked(addr) for addr in targets), fanout_width(), return_exceptions=True)
+    results = await asyncio.gather(*(asked(addr) for addr in targets), return_exceptions=True)
     answers: dict[str, T] = {}
     failed: list[tuple[str, Exception]] = []
     for addr, result in zip(targets, results, strict=True):

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
+
+import pytest
 
 from daemon.broker.pop import ReceiptHandle
 from daemon.remoting.codes import RequestCode, ResponseCode
 from tests.support.broker import BrokerHandle
 from tests.support.pop import PopClient
+from tests.support.waiting import wait_until
 
 T = "PopAttackTopic"
 
@@ -54,3 +58,51 @@ async def test_a_negative_or_endless_invisible_time_is_refused(broker: BrokerHan
     for invisible in (-5, 2**62):
         assert (await c.change_invisible(T, got, invisible)).code == 29
     assert (await c.ack(T, got)).code == 0  # the lending is untouched
+
+
+async def test_a_held_pop_of_every_queue_parks_once_for_its_topic(broker: BrokerHandle) -> None:
+    """A pop of queue -1 waiting for messages parks once for the topic, as 5.x parks it (and once for the
+    group's retry topic), however many queues the topic has; a message on any queue still wakes it at once.
+    It parked a future, a timer and a callback on each queue: a held pop's cost and memory grew with the
+    topic's queue count (a thousand queues, a thousand of each, every held pop)."""
+    queues = 256
+    await broker.create_topic(T, queues)
+    hold = broker.broker.hold
+    c = PopClient(broker, "GHeld")
+    assert await c.pop(T) == []  # (the group's first pass: the queues' ends learnt)
+    waiting = asyncio.create_task(c.pop(T, poll_ms=20_000))
+    await wait_until(lambda: hold.parked > 0)
+    assert hold.parked <= 2, hold.parked  # (the topic; the retry topic, once the group has one)
+    assert (await broker.send(T, b"late", queue_id=queues - 7)).code == 0
+    (got,) = await asyncio.wait_for(waiting, 10)
+    assert (got.message.queue_id, got.message.body) == (queues - 7, b"late")
+    assert hold.parked == 0
+
+
+@pytest.mark.pure_python
+async def test_a_pop_reads_no_queue_it_read_to_the_end_with_nothing_since(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pop of queue -1 passes every queue of its topic: one it read to its end, with nothing put since,
+    is passed by its offsets alone, without a read of the store (each read of an empty queue cost more than
+    the rest of its pass); a queue that grew is read."""
+    queues = 64
+    await broker.create_topic(T, queues)
+    store = broker.broker.store
+    reads: list[tuple[str, int]] = []
+    real = store.get_messages
+
+    def counted(group: str, topic: str, queue_id: int, *args: object, **kw: object) -> object:
+        reads.append((topic, queue_id))
+        return real(group, topic, queue_id, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "get_messages", counted)
+    c = PopClient(broker, "GPass")
+    assert await c.pop(T) == []
+    assert len([r for r in reads if r[0] == T]) == queues  # the first pass reads each: its start is learnt
+    reads.clear()
+    assert await c.pop(T) == []
+    assert [r for r in reads if r[0] == T] == []
+    assert (await broker.send(T, b"new", queue_id=5)).code == 0
+    (got,) = await c.pop(T)
+    assert got.message.queue_id == 5 and [r for r in reads if r[0] == T] == [(T, 5)]

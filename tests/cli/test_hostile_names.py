@@ -6,7 +6,11 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
@@ -60,13 +64,10 @@ async def _register_many(namesrv: Namesrv, port: int, count: int) -> None:
         assert answer.code == 0, answer.remark
 
 
-def test_a_route_of_more_brokers_than_descriptors_asks_them_in_turns(
-    tmp_path: Path, cli_env: dict[str, str]
-) -> None:
-    """A NameServer naming 100 brokers, each silent, to a CLI under an open-file limit of 64: every one is
-    asked and times out, none is called down for a lack of descriptors, and the one error line names
-    twenty of them and counts the rest."""
-    count = 100
+@contextmanager
+def _silent_fleet(tmp_path: Path, count: int) -> Iterator[str]:
+    """A NameServer naming ``count`` brokers (many-0, many-1, ...), each accepted by the kernel and never
+    answered: its address."""
     silent = [socket.socket() for _ in range(count)]
     loop = LoopThread()
     controller = NamesrvController(namesrv_config(tmp_path))
@@ -80,7 +81,26 @@ def test_a_route_of_more_brokers_than_descriptors_asks_them_in_turns(
         client = loop.run(_client())
         namesrv = Namesrv(controller, client)
         loop.run(_register_many(namesrv, port, count))
-        argv = [sys.executable, "-m", "mqctl", "group", "list", "-n", namesrv.addr, "--timeout", "1"]
+        try:
+            yield namesrv.addr
+        finally:
+            loop.run(client.close())
+    finally:
+        loop.run(controller.stop())
+        loop.close()
+        for sock in silent:
+            sock.close()
+
+
+def test_a_route_of_more_brokers_than_descriptors_asks_them_in_turns(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A NameServer naming 100 brokers, each silent, to a CLI under an open-file limit of 64: every one is
+    asked and times out, none is called down for a lack of descriptors, and the one error line names
+    twenty of them and counts the rest."""
+    count = 100
+    with _silent_fleet(tmp_path, count) as namesrv:
+        argv = [sys.executable, "-m", "mqctl", "group", "list", "-n", namesrv, "--timeout", "1"]
         done = subprocess.run(
             ["sh", "-c", 'ulimit -n 64 && exec "$@"', "sh", *argv],
             capture_output=True,
@@ -89,17 +109,36 @@ def test_a_route_of_more_brokers_than_descriptors_asks_them_in_turns(
             timeout=600,
             check=False,
         )
-        loop.run(client.close())
-    finally:
-        loop.run(controller.stop())
-        loop.close()
-        for sock in silent:
-            sock.close()
     assert done.returncode == 14, done.stderr
     assert "Too many open files" not in done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("mqctl: error: no broker could be read: ")
     assert line.count(": timed out: ") == 20 and f"; and {count - 20} more" in line
+
+
+def test_a_read_of_a_silent_fleet_ends_at_the_commands_deadline(
+    tmp_path: Path, cli: RunCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of many brokers asked a bounded number at a time took a wait per turn (each answer has its
+    own --timeout): a fleet of silent brokers held it as long as it had turns. Its one deadline, 4 x
+    --timeout, ends it: exit 6, the brokers not answered named (twenty, the rest counted)."""
+    import mqctl.admin.client
+    import mqctl.services.fanout
+
+    count = 60
+    monkeypatch.setattr(mqctl.admin.client, "READ_DEADLINE_FLOOR", 0.0, raising=False)
+    monkeypatch.setattr(mqctl.services.fanout, "fanout_width", lambda: 4)  # 15 turns of 1 s each
+    with _silent_fleet(tmp_path, count) as namesrv:
+        done = cli("group", "list", "-n", namesrv, "--timeout", "1")
+    assert done.code == 6, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("mqctl: error: the command's deadline of 4s passed; no answer yet from many-"), (
+        line
+    )
+    assert line.count("(127.0.") == 20, line
+    late = int(line.split("; and ")[1].split(" more")[0])
+    assert 20 < 20 + late <= count  # (the turns done before the deadline answered: timed out)
+    assert "raise --timeout" in line
 
 
 async def _client() -> RemotingClient:

@@ -20,6 +20,7 @@ from google.protobuf import duration_pb2
 
 from daemon.broker.headers import PopMessageRequestHeader
 from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.safe_config import locked_keys
 from store.message import COMPRESSED_FLAG, COMPRESSION_LZ4
 from store.names import TIMER_TOPIC
 from store.record import MAX_INFLATED_BODY, decode_record
@@ -107,7 +108,8 @@ def test_a_whitelisted_peer_sends_unsigned_another_does_not(whitelisted: LocalCl
 def test_a_peer_borrowing_a_whitelisted_clients_id_is_not_whitelisted(whitelisted: LocalCluster) -> None:
     """The caller's own address decides, not the one its x-mq-client-id was first seen from."""
     beat = spb.HeartbeatRequest(client_type=pb.PRODUCER)
-    assert call(whitelisted, "Heartbeat", beat, "10.10.103.5", "victim@1").status.code == pb.OK
+    seen = call(whitelisted, "Heartbeat", beat, "10.10.103.5", "victim@1")  # (the id seen from there first)
+    assert seen.status.code == pb.UNRECOGNIZED_CLIENT_TYPE  # (no Settings sent)
     forged = call(whitelisted, "SendMessage", send_request("Guarded"), "10.9.8.7", "victim@1")
     assert forged.status.code == pb.UNAUTHORIZED, forged.status
     assert stored(whitelisted, "Guarded") == []
@@ -374,9 +376,43 @@ def test_invented_client_ids_do_not_grow_the_registry_without_bound(
     for i in range(120):
         client_id = f"invented-{i}" if i % 2 else f"{i}" + "x" * 4000
         answer = s.Heartbeat(beat, metadata=(("x-mq-client-id", client_id),), timeout=10)
-        assert answer.status.code == pb.OK  # served all the same
+        assert answer.status.code == pb.UNRECOGNIZED_CLIENT_TYPE  # answered all the same (no Settings)
     assert len(registry.clients) <= 50
     assert all(len(client.client_id) <= 256 for client in registry.clients.values())
+
+
+def test_a_heartbeat_without_settings_is_an_unrecognized_client(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """As the Proxy's `ClientActivity#heartbeat`: a client is known by the Settings of its Telemetry
+    stream; a Heartbeat before them, or after Settings of a type that neither produces nor consumes, is
+    answered UNRECOGNIZED_CLIENT_TYPE and registers nothing, whatever type the Heartbeat claims. Before,
+    each was answered OK, so a client whose Settings never arrived was told it was registered."""
+    cluster, s = stub
+    create_topic(cluster, "Beaten", 1)
+    beat = spb.HeartbeatRequest(client_type=pb.PRODUCER)
+    first = s.Heartbeat(beat, metadata=META, timeout=10)
+    assert (first.status.code, first.status.message) == (
+        pb.UNRECOGNIZED_CLIENT_TYPE,
+        "cannot find client settings for this client",
+    )
+    assert not cluster.broker.producers.groups.get("Beaten")
+    unspecified = pb.Settings(client_type=pb.CLIENT_TYPE_UNSPECIFIED)
+    other = (("x-mq-client-id", "unspecified@1"), ("x-mq-language", "PYTHON"))
+    replies = s.Telemetry(iter([spb.TelemetryCommand(settings=unspecified)]), metadata=other, timeout=10)
+    assert [r.status.code for r in replies] == [pb.OK]
+    typeless = s.Heartbeat(beat, metadata=other, timeout=10)
+    assert (typeless.status.code, typeless.status.message) == (
+        pb.UNRECOGNIZED_CLIENT_TYPE,
+        "CLIENT_TYPE_UNSPECIFIED",
+    )
+    settings = pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="Beaten")])
+    )
+    replies = s.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=META, timeout=10)
+    assert [r.status.code for r in replies] == [pb.OK]
+    assert s.Heartbeat(beat, metadata=META, timeout=10).status.code == pb.OK
+    assert cluster.broker.producers.groups.get("Beaten")
 
 
 def test_one_connection_holds_a_bounded_number_of_long_polls(
@@ -440,7 +476,7 @@ def test_calls_over_the_stream_cap_wait_in_the_client_and_are_all_served(
         answers = asyncio.run(bursts())
     failed = [a for a in answers if isinstance(a, Exception)]
     assert not failed, f"{len(failed)} of {len(answers)} failed, the first: {failed[0]}"
-    assert all(a.status.code == pb.OK for a in answers)
+    assert all(a.status.code == pb.UNRECOGNIZED_CLIENT_TYPE for a in answers)  # (no Settings sent)
 
 
 def test_joining_a_consumer_group_or_a_producer_topic_needs_the_accounts_permission(
@@ -655,6 +691,23 @@ def test_the_grpc_connection_cap_is_a_broker_key(tmp_path: Path, cli: RunCli) ->
     conf.write_text("grpcMaxConnections=0\n")  # grpc would refuse every connection
     refused = cli("broker", "start", "-c", str(conf), "--store", str(tmp_path / "s"), "--print-config")
     assert refused.code == 2 and "grpcMaxConnections is at least 1, not 0" in refused.stderr, refused.stderr
+
+
+def test_the_telemetry_stream_bound_is_a_broker_key_no_request_changes(tmp_path: Path, cli: RunCli) -> None:
+    """`grpcMaxTelemetryStreams` is read from broker.conf and shown by `--print-config` (16384 unset), below
+    1 the broker does not start, and UPDATE_BROKER_CONFIG refuses it as the other caps."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("grpcMaxTelemetryStreams=9\n")
+    shown = cli("broker", "start", "-c", str(conf), "--store", str(tmp_path / "s"), "--print-config")
+    assert shown.code == 0 and "grpcMaxTelemetryStreams=9\n" in shown.stdout, shown.stderr
+    default = cli("broker", "start", "--store", str(tmp_path / "s"), "--print-config")
+    assert "grpcMaxTelemetryStreams=16384\n" in default.stdout
+    conf.write_text("grpcMaxTelemetryStreams=0\n")  # every client's stream refused
+    refused = cli("broker", "start", "-c", str(conf), "--store", str(tmp_path / "s"), "--print-config")
+    assert refused.code == 2 and "grpcMaxTelemetryStreams is at least 1, not 0" in refused.stderr, (
+        refused.stderr
+    )
+    assert locked_keys({"grpcMaxTelemetryStreams": "1000000"}) == ["grpcMaxTelemetryStreams"]
 
 
 def _store_raw(cluster: LocalCluster, topic: str, body: bytes, sys_flag: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -29,7 +30,10 @@ from tests.support.grpc5 import (
     create_topic,
     endpoint,
     grpc_cluster,
+    message,
     pb,
+    producer,
+    spb,
 )
 from tests.support.netns import PeerNamespace, peer_namespace
 from tests.support.waiting import wait_for
@@ -221,3 +225,48 @@ def test_a_hosts_telemetry_streams_are_bounded(tmp_path: Path, monkeypatch: pyte
         counts = _scrape(cluster.broker.metrics_port)
     assert codes == [pb.TOO_MANY_REQUESTS] * (conns * per - bound)
     assert counts["telemetry_streams_host"] == conns * per - bound
+
+
+def test_telemetry_streams_of_all_hosts_together_are_bounded(tmp_path: Path) -> None:
+    """`grpcMaxTelemetryStreams` bounds the streams of every host together (many hosts, or one IPv6 peer
+    spread over many /64s, each within its own bound, held as many as their connections carried): one
+    more is answered TOO_MANY_REQUESTS naming the key and ended, counted in /metrics; an official
+    Producer refused its stream still starts and sends, and once streams close another is served."""
+    bound = 2
+    quiet = threading.Event()
+
+    def silent() -> Iterator[spb.TelemetryCommand]:
+        quiet.wait(60)
+        yield from ()
+
+    with grpc_cluster(tmp_path) as cluster, grpc.insecure_channel(endpoint(cluster)) as channel:
+        streams = cluster.broker.streams
+        cluster.broker.config.grpc_max_telemetry_streams = bound
+        create_topic(cluster, "Streamed", 1)
+        s = MessagingServiceStub(channel)
+        held = [
+            s.Telemetry(silent(), metadata=(("x-mq-client-id", f"held-{i}"),), timeout=60) for i in range(2)
+        ]
+        try:
+            wait_for(lambda: streams.waiting == bound, "the bound's streams open")
+            over = s.Telemetry(iter(()), metadata=(("x-mq-client-id", "one-more"),), timeout=30)
+            answers = [(r.status.code, r.status.message) for r in over]
+            assert answers == [
+                (pb.TOO_MANY_REQUESTS, f"{bound} Telemetry streams open (grpcMaxTelemetryStreams)")
+            ]
+            assert streams.refused_total == 1 and streams.refused_host == 0
+            with producer(cluster, ("Streamed",)) as p:
+                assert p.send(message("Streamed", b"sent without a stream")).message_id
+            refused = streams.refused_total
+            assert refused >= 2  # (the producer's stream, and again as its settings' write failed)
+            assert _scrape(cluster.broker.metrics_port)["telemetry_streams_total"] == refused
+        finally:
+            quiet.set()
+            for call in held:
+                call.cancel()
+        wait_for(lambda: streams.waiting == 0, "the held streams given back")
+        settings = pb.Settings(
+            client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="Streamed")])
+        )
+        served = s.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=META, timeout=30)
+        assert [r.status.code for r in served] == [pb.OK]
