@@ -6,7 +6,7 @@
 
 A fresh 3-member group is started as ``bench_dledger`` starts it; after a 1 s warm-up (outside the window),
 ``bench_broker_produce``'s senders run against the leader for ``--seconds``, and each member's user + system
-CPU (``/proc/PID/stat``) and its read and write syscalls (``syscr``/``syscw`` of ``/proc/PID/io``) are
+CPU (``/proc/PID/stat``; also printed apart, user and system, with its minor page faults) and its read and write syscalls (``syscr``/``syscw`` of ``/proc/PID/io``) are
 divided by the sends: a follower's reads per send are the pushes it took per send (one push a read), its
 writes its answers. So are each member's and the load generator's context switches (``/proc/PID/task/*/status``),
 voluntary and involuntary, of its event loop's thread and of all its threads: the loop's voluntary ones are
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the goal benchmarks' harness
-from bench_ali_ons import cpu_seconds
+from bench_ali_ons import TICK, cpu_seconds, stat_fields
 from bench_broker_produce import BenchResult, bench, free_port
 from bench_dledger import UP_ARGS, group_env
 from bench_ha import PIDS, broker
@@ -60,6 +60,12 @@ def members(data: Path, leader: str) -> list[int]:
         pid = int((store / "broker.pid").read_text().split()[0])
         found.append((addr.read_text().split()[0] != leader, pid))  # its first line
     return [pid for _, pid in sorted(found)]
+
+
+def usage(pid: int) -> tuple[float, float, int]:
+    """(user seconds, system seconds, minor page faults) of the process so far (``/proc/PID/stat``)."""
+    fields = stat_fields(pid)
+    return int(fields[11]) / TICK, int(fields[12]) / TICK, int(fields[7])
 
 
 def syscalls(pid: int) -> tuple[int, int]:
@@ -213,9 +219,11 @@ def sched_summary(data: Path, leader: int, names: dict[int, str]) -> None:
 
 async def measured(
     args: argparse.Namespace, addr: str, pids: list[int]
-) -> tuple[BenchResult, list[float], list[tuple[int, ...]]]:
+) -> tuple[BenchResult, list[float], list[tuple[int, ...]], list[tuple[float, ...]]]:
     """The round against `addr` after a warm-up: its result, each of `pids`' CPU seconds over it and the
-    load generator's (this process's) last, and each of `pids`' (read, write) syscalls."""
+    load generator's (this process's) last, each of `pids`' (read, write) syscalls (then everyone's context
+    switches and, with ``--syscalls``, the members' counted calls), and each of `pids`' (user seconds,
+    system seconds, minor faults)."""
     await bench(addr, 1.0, args.producers)  # warm-up
     proc = tracer(args, pids)
     counters = counter(args, pids)
@@ -224,11 +232,13 @@ async def measured(
     everyone = [*pids, os.getpid()]
     cpu0, sys0 = [cpu_seconds(p) for p in pids], [syscalls(p) for p in pids]
     sw0 = [switches(p) for p in everyone]
+    use0 = [usage(p) for p in pids]
     own0 = time.process_time()
     # (no warm-up of its own: every send the members' counters see is one the result counts)
     result = await bench(addr, args.seconds, args.producers, warm_up_seconds=0)
     own = time.process_time() - own0
     cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
+    used = [tuple(b - a for a, b in zip(u0, usage(p), strict=True)) for p, u0 in zip(pids, use0, strict=True)]
     calls = [
         tuple(b - a for a, b in zip(s0, syscalls(p), strict=True)) for p, s0 in zip(pids, sys0, strict=True)
     ]
@@ -242,12 +252,12 @@ async def measured(
     if proc is not None:
         proc.send_signal(2)
         proc.wait()
-    return result, [*cpu, own], calls
+    return result, [*cpu, own], calls, used
 
 
 async def group_round(
     args: argparse.Namespace, tmp: str
-) -> tuple[list[int], BenchResult, list[float], list[tuple[int, ...]]]:
+) -> tuple[list[int], BenchResult, list[float], list[tuple[int, ...]], list[tuple[float, ...]]]:
     ns_port = free_port()
     data = Path(tmp) / "group"
     async with mqctl_up(data, group_env(Path(tmp) / "cfg"), ns_port, *UP_ARGS):
@@ -263,9 +273,9 @@ def round_(args: argparse.Namespace) -> None:
         if args.single:  # (started outside the round's loop: `broker` runs one of its own to wait for it)
             with broker(f"{tmp}/single", free_port(), broker_role="ASYNC_MASTER") as addr:
                 pids = [PIDS[addr]]
-                result, cpu, calls = asyncio.run(measured(args, addr, pids))
+                result, cpu, calls, used = asyncio.run(measured(args, addr, pids))
         else:
-            pids, result, cpu, calls = asyncio.run(group_round(args, tmp))
+            pids, result, cpu, calls, used = asyncio.run(group_round(args, tmp))
     sends = max(1, result.messages)
     own = cpu.pop()
     per = " + ".join(f"{c / sends * 1e6:.1f}" for c in cpu)
@@ -286,6 +296,8 @@ def round_(args: argparse.Namespace) -> None:
         f"load generator: {sw}",
         flush=True,
     )
+    split = ", ".join(f"{u / sends * 1e6:.1f}/{st / sends * 1e6:.1f} ({f / sends:.2f})" for u, st, f in used)
+    print(f"  user/system µs per send (minor faults per send), members: {split}", flush=True)
     for pid, counts in zip(pids, calls[2 * members_ + 1 :], strict=False):
         per = ", ".join(f"{name} {n / sends:.3f}" for name, n in zip(SYSCALLS, counts, strict=True) if n)
         print(f"  {pid} loop thread's system calls per send: {per}", flush=True)

@@ -79,6 +79,9 @@ MAX_PENDING_PUSHES = 1000
 #: At most this many entries, or bytes (past the first entry), in one push to a follower.
 MAX_BATCH_ENTRIES = 256
 MAX_BATCH_BYTES = 1024 * 1024
+#: While every follower still has a push in flight, the sends of one pass of the event loop wait for those of
+#: the next poll before they are pushed (`Node.hold_push`), up to this many entries not yet pushed to one.
+PUSH_WINDOW = 32
 #: How many pushed entries the leader keeps ready for followers that have not acknowledged them yet.
 WIRE_CACHE_ENTRIES = 4096
 #: How often a leader with nothing to push tells followers the commit index (``doCommit``).
@@ -838,6 +841,27 @@ class Node:
             held = held or p.water_mark >= index
         if held:
             self._advance_commit()
+
+    def hold_push(self, seen: int) -> bool:
+        """(leader) Whether the entries appended since the log's last index was ``seen`` may wait for the
+        sends the event loop's next poll brings (a poll that does not sleep: the push is queued to run after
+        it) before they are pushed, so that one push carries both: only while that poll may bring more (this
+        pass appended some), every follower taking appends still has a push in flight (each would read this
+        one only after answering that one, which is what the quorum waits for anyway), and none of them has
+        `PUSH_WINDOW` entries not yet pushed to it. A lone send finds a follower idle and is pushed at once;
+        a follower that answers ends the wait at the next pass; one that never answers has its pushes sent
+        again from what it acknowledged, as without the wait (a window is pushed whatever they hold)."""
+        last = self.log.last_index
+        if last <= seen or not self.is_leader:
+            return False
+        taking = False
+        for p in self.pushes.values():
+            if p.state is not _APPEND:
+                continue
+            if not p.inflight or last - p.write_index + 1 >= PUSH_WINDOW:
+                return False
+            taking = True
+        return taking
 
     def _get(self, index: int) -> Entry | None:
         try:

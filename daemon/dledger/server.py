@@ -195,6 +195,8 @@ class DLedgerServer:
         self._inflight: set[asyncio.Task[None]] = set()
         self._committed = raft_log.committed_index
         self._push_soon = False
+        #: (leader) the log's last index when the push queued last looked whether to wait for another poll
+        self._push_seen = -1
         self._dispatching = False
         #: the last dispatch raised (a full disk): retried every heartbeat until one succeeds
         self._dispatch_failing = False
@@ -562,17 +564,26 @@ class DLedgerServer:
             return
         node.track(index, now_ms(), done)
         if not self._push_soon:
-            # push at once, not at the next tick, but after the other requests this loop iteration read:
-            # the sends that arrived together go to each follower in one push
+            # pushed after the other requests this loop iteration read: the sends that arrived together go
+            # to each follower in one push (and, while every follower is busy, those of the next polls too)
             self._push_soon = True
+            self._push_seen = index - 1
             asyncio.get_running_loop().call_soon(self._push_now)
 
     def _push_now(self) -> None:
-        self._push_soon = False
         if self._stopped:
+            self._push_soon = False
             return
+        node = self.node
+        if node.hold_push(self._push_seen):
+            # queued again: it runs after the loop's next poll, which does not sleep (its ready queue is not
+            # empty), and the sends that poll brings go in the same push (`Node.hold_push`)
+            self._push_seen = node.log.last_index
+            asyncio.get_running_loop().call_soon(self._push_now)
+            return
+        self._push_soon = False
         try:
-            self._send(self.node.tick(now_ms()))
+            self._send(node.tick(now_ms()))
             self._effects()
         except Exception:
             log.exception("DLedger push failed")

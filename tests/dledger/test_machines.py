@@ -927,3 +927,83 @@ def test_a_leader_has_its_lease_from_its_first_acknowledged_heartbeats_and_not_w
     leader.to_candidate(leader.m.term)
     leader.to_leader(leader.m.term)  # a leader anew: no round of heartbeats acknowledged yet
     assert leader.is_leader and not leader.lease_fresh(c.now)
+
+
+def a_loaded_leader(entries: int, *, busy: tuple[str, ...] = ("n1", "n2")) -> Node:
+    """`a_leader` whose followers both took every entry so far by appends, those in `busy` with a push of
+    the last one still in flight."""
+    node = a_leader(entries)
+    for peer in ("n1", "n2"):
+        p = node.pushes[peer]
+        node._to_append(p, entries - 1)
+        if peer in busy:
+            p.inflight[entries - 1] = 0
+    return node
+
+
+def appends(outs: list[Out], peer: str) -> list[tuple[int, int]]:
+    """(first index, count) of each APPEND push to `peer` among `outs`."""
+    return [
+        (o.request.first_entry_index, o.request.count)
+        for o in outs
+        if o.peer == peer and isinstance(o.request, PushEntryRequest) and o.request.type is PushType.APPEND
+    ]
+
+
+def test_a_lone_send_is_pushed_at_once() -> None:
+    """No push in flight: the entry a send appended is pushed in the pass that appended it, whatever the
+    loop's next poll may bring."""
+    node = a_loaded_leader(3, busy=())
+    node.log.append_leader(b"lone", 1)
+    assert not node.hold_push(2)
+    outs = node.tick(0)
+    assert appends(outs, "n1") == appends(outs, "n2") == [(3, 1)]
+
+
+def test_a_round_of_sends_waits_for_the_next_poll_only_while_every_follower_is_busy() -> None:
+    """Under load (each follower still has a push in flight, so it reads the next one after answering that
+    one) the sends of a pass wait one zero-timeout poll for the sends it brings, as long as each poll
+    brings some; pushed once a poll brings none, or as soon as one follower is idle (it would take them
+    now: the quorum needs only it)."""
+    node = a_loaded_leader(3)
+    node.log.append_leader(b"a", 1)
+    assert node.hold_push(2)  # (this pass appended 3)
+    assert not node.hold_push(3)  # the next poll brought nothing: pushed
+    node.log.append_leader(b"b", 1)
+    assert node.hold_push(3)
+    node.pushes["n2"].inflight.clear()  # n2 answered: idle
+    assert not node.hold_push(3)
+    assert not a_loaded_leader(3, busy=("n1",)).hold_push(1)
+
+
+def test_a_full_window_is_pushed_at_once() -> None:
+    """However busy the followers, a follower with `PUSH_WINDOW` entries not yet pushed to it is pushed at
+    once (in one push, up to the batch's limits)."""
+    from daemon.dledger.machines import PUSH_WINDOW
+
+    node = a_loaded_leader(1)
+    for i in range(PUSH_WINDOW - 1):
+        node.log.append_leader(b"w%d" % i, 1)
+        assert node.hold_push(node.log.last_index - 1)
+    node.log.append_leader(b"full", 1)
+    assert not node.hold_push(node.log.last_index - 1)
+    assert appends(node.tick(0), "n1") == [(1, PUSH_WINDOW)]
+
+
+def test_a_held_round_of_a_cut_off_leader_still_times_out_as_before() -> None:
+    """Followers that never answer keep their pushes in flight, so a round waits for polls that bring more
+    sends (never for a timer): its waits still fail at their own deadline, and the pushes are sent again
+    from what the followers acknowledged once they time out."""
+    node = a_loaded_leader(2)
+    node.log.append_leader(b"unanswered", 1)
+    node.track(2, 0)
+    assert node.hold_push(1)
+    node.tick(10)  # (the held round goes out with the next pass that pushes)
+    node.tick(node.t.max_wait_ack_time_ms - 1)
+    assert node.failed == []
+    node.tick(node.t.max_wait_ack_time_ms)
+    assert node.failed == [
+        ((2, node.t.max_wait_ack_time_ms, None), DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT)
+    ]
+    again = node.tick(node.t.max_wait_ack_time_ms + node.t.max_push_time_out_ms)
+    assert appends(again, "n1") == [(2, 1)]
