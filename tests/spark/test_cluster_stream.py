@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from mqctl.spark.cluster import QueueRange, read_spec
 from mqctl.spark.stream import FROM, ClusterStreamReader, pack, rate_limit, starts_of
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.cluster_data import Sent, create_topics, send_known, sha
-from tests.support.spark_stream import Sink, start
+from tests.support.spark_stream import Sink, log_tail, start
 
 TRIGGER = 1.0  # seconds between micro-batches, as the issue asks; arrival is checked in batches, not seconds
 
@@ -157,10 +157,11 @@ def batches(checkpoint: Path, log: str) -> set[int]:
     return {int(p.name) for p in d.iterdir() if p.name.isdigit()} if d.is_dir() else set()
 
 
-def wait_for(predicate: Any, timeout: float, what: str) -> float:
+def wait_for(predicate: Any, timeout: float, what: str, why: Callable[[], str] = str) -> float:
+    """Seconds until ``predicate()``; fails after ``timeout`` with ``why()`` (the driver's state and log)."""
     started = time.monotonic()
     while not predicate():
-        assert time.monotonic() - started < timeout, f"not in {timeout} s: {what}"
+        assert time.monotonic() - started < timeout, f"not in {timeout} s: {what}; {why()}"
         time.sleep(0.02)
     return time.monotonic() - started
 
@@ -197,12 +198,18 @@ def test_exactly_once_into_parquet_across_a_driver_sigkill(one_broker: LocalClus
     with Sender(local, topics) as sender:
         driver = start(*args, **options)
         try:
-            wait_for(lambda: len(batches(checkpoint, "commits")) >= 2, 300, "two committed batches")
+            wait_for(
+                lambda: len(batches(checkpoint, "commits")) >= 2,
+                300,
+                "two committed batches",
+                lambda: log_tail(checkpoint, driver),
+            )
             # SIGKILL while a batch is planned (its offsets written) and not committed
             mid = wait_for(
                 lambda: batches(checkpoint, "offsets") - batches(checkpoint, "commits"),
                 15,
                 "a batch in flight",
+                lambda: log_tail(checkpoint, driver),
             )
             kill(driver)
             in_flight = batches(checkpoint, "offsets") - batches(checkpoint, "commits")
@@ -210,7 +217,10 @@ def test_exactly_once_into_parquet_across_a_driver_sigkill(one_broker: LocalClus
             topics.append("StreamB")  # a new topic the pattern matches, while the driver is down
             driver = start(*args, **options)
             wait_for(
-                lambda: bool(batches(checkpoint, "commits") & in_flight), 240, "the replayed batch committed"
+                lambda: bool(batches(checkpoint, "commits") & in_flight),
+                240,
+                "the replayed batch committed",
+                lambda: log_tail(checkpoint, driver),
             )
         except BaseException:
             kill(driver)

@@ -27,6 +27,7 @@ from tests.support.bounded import GRACE
 from tests.support.cli import RunCli
 from tests.support.cluster_data import Sent, create_topics, send_known
 from tests.support.ports import free_port
+from tests.support.spark import home_without_python_lib
 
 
 @pytest.fixture
@@ -68,24 +69,6 @@ def _why_not() -> str | None:
     )
 
 
-def _home_without_python_lib(home: Path, work: Path) -> Path:
-    """pyspark's directory as the server's SPARK_HOME, but for its ``python/`` (``python/lib/pyspark.zip``).
-
-    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's path, and Python
-    keeps no compiled bytecode for a zip: each worker compiles the pyspark modules it imports, several
-    times the CPU of importing the same installed package. A streaming source's worker
-    (``PythonStreamingSourceRunner``) is started on its own and has a fixed 10 s, which no setting
-    changes, to connect back; beside the suite's other workers on a small host, the zip's imports
-    alone outlasted it. Without the zip the workers import the installed pyspark (the same version).
-    """
-    overlay = work / "spark-home"
-    overlay.mkdir()
-    for entry in home.iterdir():
-        if entry.name != "python":
-            (overlay / entry.name).symlink_to(entry)
-    return overlay
-
-
 def _session_cpu(session: int) -> float:
     """User and system CPU seconds of the processes of a session, with their waited-for children's."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -113,7 +96,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     env = {
         **os.environ,
-        "SPARK_HOME": str(_home_without_python_lib(home, work)),
+        "SPARK_HOME": str(home_without_python_lib(home, work)),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),

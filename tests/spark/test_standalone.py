@@ -92,13 +92,26 @@ def standalone(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             subprocess.run([*daemon, "stop", cls, "1"], env=env, capture_output=True, timeout=60)
 
 
+#: A liveness bound for the export, its driver's and executor's JVMs started on a host that may be running
+#: the suite's other Spark tests beside it (half of it ran out on a loaded host with another test's
+#: streaming query running); pytest-timeout's bound is above it and the cluster's start, so a late
+#: export's own output is shown.
+EXPORT_S = 600
+
+
+@pytest.mark.timeout(EXPORT_S + 300)
 def test_export_with_bodies_on_a_standalone_cluster(
     cli: RunCli, standalone: tuple[str, Path], store_a: Path, manifest: dict[str, Any], tmp_path: Path
 ) -> None:
     url, work = standalone
     out = tmp_path / "out"
     args = ["--store", str(store_a), "--out", str(out), "--with-body", "--master", url, "--partitions", "6"]
-    result = cli("spark-export", *args, "-o", "json", timeout=300)
+    try:
+        result = cli("spark-export", *args, "-o", "json", timeout=EXPORT_S)
+    except subprocess.TimeoutExpired as late:  # say where the export was, not only that it was late
+        stderr = late.stderr.decode(errors="replace") if isinstance(late.stderr, bytes) else late.stderr
+        executors = "\n".join(p.read_text(errors="replace")[-1500:] for p in work.glob("work/app-*/*/stderr"))
+        pytest.fail(f"spark-export outlived {EXPORT_S} s:\n{(stderr or '')[-3000:]}\nexecutors:\n{executors}")
     assert result.code == 0, result.stderr
     summary = result.json()
     assert (summary["rows"], summary["files"], summary["splits"], summary["format"]) == (

@@ -5,7 +5,27 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+
+def home_without_python_lib(home: Path, work: Path) -> Path:
+    """pyspark's directory as a SPARK_HOME, but for its ``python/`` (``python/lib/pyspark.zip``), made in
+    ``work`` once and reused.
+
+    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's path, and Python
+    keeps no compiled bytecode for a zip: each worker compiles the pyspark modules it imports, several
+    times the CPU of importing the same installed package. A streaming source's worker
+    (``PythonStreamingSourceRunner``) is started on its own and has a fixed 10 s, which no setting
+    changes, to connect back; beside the suite's other workers on a small host, the zip's imports
+    alone outlasted it. Without the zip the workers import the installed pyspark (the same version).
+    """
+    overlay = work / "spark-home"
+    overlay.mkdir(exist_ok=True)
+    for entry in home.iterdir():
+        if entry.name != "python" and not (overlay / entry.name).is_symlink():
+            (overlay / entry.name).symlink_to(entry)
+    return overlay
 
 
 class SparkKeeper:

@@ -8,6 +8,7 @@ what a file sink committed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,15 @@ def start(
     namesrv: str, pattern: str, checkpoint: Path, out: Path, trigger_s: float, **options: str
 ) -> subprocess.Popen[bytes]:
     """The driver in a session of its own: ``os.killpg`` of its pid reaches the JVM and workers too. Its
-    output, each batch's progress (durations in ms) among it, is appended to ``checkpoint``.log."""
+    output and its JVM's, each batch's progress (durations in ms) among it, is appended to
+    ``checkpoint``.log (:func:`log_tail`). Its Python workers import the installed pyspark, not
+    ``pyspark.zip`` (:func:`tests.support.spark.home_without_python_lib`): the query's source worker has
+    a fixed 10 s to connect back, which compiling the zip's modules outlasted on a busy host."""
+    import pyspark
+
+    from tests.support.spark import home_without_python_lib
+
+    home = home_without_python_lib(Path(pyspark.__file__).parent, checkpoint.parent)
     args = [
         sys.executable,
         "-m",
@@ -33,7 +42,23 @@ def start(
     ]
     args += [f"{k}={v}" for k, v in options.items()]
     with open(f"{checkpoint}.log", "ab") as log:
-        return subprocess.Popen(args, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            args,
+            start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "SPARK_HOME": str(home)},
+        )
+
+
+def log_tail(checkpoint: Path, driver: subprocess.Popen[bytes], size: int = 3000) -> str:
+    """Whether the driver still runs, and the end of its log: what a failed wait shows."""
+    state = "running" if driver.poll() is None else f"exited {driver.returncode}"
+    try:
+        text = Path(f"{checkpoint}.log").read_bytes()[-size:].decode(errors="replace")
+    except OSError as e:
+        text = f"(no log: {e})"
+    return f"the driver {state}; its log ends:\n{text}"
 
 
 class Sink:
@@ -57,7 +82,8 @@ def main(argv: list[str]) -> None:
     from mqctl.spark.session import spark_session
 
     namesrv, pattern, checkpoint, out, trigger = argv[:5]
-    with spark_session("local[2]", app_name="mqctl-stream-test") as spark:
+    # debug: the JVM writes to this process's stderr, the test's log of the driver, not mqctl's own file
+    with spark_session("local[2]", app_name="mqctl-stream-test", debug=True) as spark:
         reader = (
             spark.readStream.format("rocketmq").option("namesrv", namesrv).option("topicPattern", pattern)
         )
