@@ -27,6 +27,16 @@ def parse_entries(
     make: Callable[..., Any],
     /,
 ) -> int: ...
+def dispatch_entries(
+    buf: bytes | bytearray | memoryview,
+    off: int,
+    end: int,
+    expect: int,
+    limit: int,
+    units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
+    indexed: list[tuple[str, str | None, str | None, int, int]] | None,
+    /,
+) -> tuple[int, int, int, int]: ...
 def pack_header(
     buf: bytes | bytearray | memoryview,
     at: int,
