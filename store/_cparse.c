@@ -442,6 +442,19 @@ static PyObject *decoded_or_none(const unsigned char *p, Py_ssize_t len) {
  * as before. Returns where it stopped, the pos the next entry must have, how many records it took and the
  * last one's store timestamp. */
 #define SCHEDULE_TOPIC "SCHEDULE_TOPIC_XXXX"
+#define SEEN_QUEUES 16
+
+/* A new tuple of n 64-bit ints (NULL with an exception set). */
+static PyObject *ints_tuple(int n, int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t v[4] = {a, b, c, d};
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t != NULL && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong((long long)v[i]);
+        if (x == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
 static int field(PyObject *arg, int bits, long long *out);
 static PyObject *dispatch_entries(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) {
@@ -464,7 +477,9 @@ static PyObject *dispatch_entries(PyObject *module, PyObject *const *args, Py_ss
     if (end > view.len) end = view.len;
     Py_ssize_t count = 0;
     int64_t last_ts = 0;
-    int failed = 0;
+    int failed = 0, seen = 0;
+    PyObject *seen_topic[SEEN_QUEUES], *seen_run[SEEN_QUEUES];
+    int32_t seen_qid[SEEN_QUEUES];
     while (off >= 0 && off < end) {
         if (end - off < ENTRY_BODY_OFFSET) break;
         int32_t size = i32(b + off + 4);
@@ -485,32 +500,42 @@ static PyObject *dispatch_entries(PyObject *module, PyObject *const *args, Py_ss
         int64_t code = d.tags == NULL ? 0 : tags_hash(d.tags, d.tags_len, &failed);
         if (failed) break;
         PyObject *topic = topic_str(topic_p, r.topic_len);
-        PyObject *qid = topic ? PyLong_FromLong(r.queue_id) : NULL;
-        PyObject *key = qid ? PyTuple_Pack(2, topic, qid) : NULL;
-        PyObject *unit = key ? Py_BuildValue("(LiLL)", (long long)r.offset, (int)r.total, (long long)code,
-                                             (long long)r.queue_offset)
-                             : NULL;
-        PyObject *run = unit ? PyDict_GetItemWithError(units, key) : NULL; /* (borrowed) */
-        if (unit != NULL && run == NULL && !PyErr_Occurred()) {
-            PyObject *fresh = PyList_New(0);
-            if (fresh != NULL && PyDict_SetItem(units, key, fresh) == 0) run = fresh;
-            Py_XDECREF(fresh); /* (the dict holds it) */
+        PyObject *unit = topic ? ints_tuple(4, r.offset, (int64_t)r.total, code, r.queue_offset) : NULL;
+        /* the queue's list: one of those this call used already (no key made, no lookup), else the dict's */
+        PyObject *run = NULL; /* (borrowed) */
+        for (int q = 0; unit != NULL && q < seen; q++)
+            if (seen_topic[q] == topic && seen_qid[q] == r.queue_id) run = seen_run[q];
+        if (unit != NULL && run == NULL) {
+            PyObject *qid = PyLong_FromLong(r.queue_id);
+            PyObject *key = qid ? PyTuple_Pack(2, topic, qid) : NULL;
+            run = key ? PyDict_GetItemWithError(units, key) : NULL;
+            if (key != NULL && run == NULL && !PyErr_Occurred()) {
+                PyObject *fresh = PyList_New(0);
+                if (fresh != NULL && PyDict_SetItem(units, key, fresh) == 0) run = fresh;
+                Py_XDECREF(fresh); /* (the dict holds it) */
+            }
+            if (run != NULL && seen < SEEN_QUEUES) { /* (the dict keeps the list alive; the topic held) */
+                seen_topic[seen] = Py_NewRef(topic), seen_qid[seen] = r.queue_id, seen_run[seen] = run;
+                seen++;
+            }
+            Py_XDECREF(qid);
+            Py_XDECREF(key);
         }
         failed = run == NULL || PyList_Append(run, unit) < 0;
         if (!failed && indexed != NULL && (d.uniq != NULL || d.keys != NULL)) {
             PyObject *uniq = decoded_or_none(d.uniq, d.uniq_len);
             PyObject *keys = uniq ? decoded_or_none(d.keys, d.keys_len) : NULL;
-            PyObject *entry = keys ? Py_BuildValue("(OOOLL)", topic, uniq, keys, (long long)r.offset,
-                                                   (long long)r.store_timestamp)
-                                   : NULL;
+            PyObject *at = keys ? ints_tuple(2, r.offset, r.store_timestamp, 0, 0) : NULL;
+            PyObject *entry = at ? PyTuple_Pack(5, topic, uniq, keys, PyTuple_GET_ITEM(at, 0),
+                                                PyTuple_GET_ITEM(at, 1))
+                                 : NULL;
+            Py_XDECREF(at);
             failed = entry == NULL || PyList_Append(indexed, entry) < 0;
             Py_XDECREF(uniq);
             Py_XDECREF(keys);
             Py_XDECREF(entry);
         }
         Py_XDECREF(topic);
-        Py_XDECREF(qid);
-        Py_XDECREF(key);
         Py_XDECREF(unit);
         if (failed) break;
         expect = pos + size;
@@ -519,8 +544,9 @@ static PyObject *dispatch_entries(PyObject *module, PyObject *const *args, Py_ss
         count++;
     }
     PyBuffer_Release(&view);
+    for (int q = 0; q < seen; q++) Py_DECREF(seen_topic[q]);
     if (failed) return NULL;
-    return Py_BuildValue("(nLnL)", off, (long long)expect, count, (long long)last_ts);
+    return ints_tuple(4, off, expect, count, last_ts);
 }
 
 /* A binary push's run of DLedger entries, for store/dledger_log.py's _append_raw_run: how far from `off`
@@ -694,6 +720,14 @@ static PyObject *pack_header(PyObject *module, PyObject *const *args, Py_ssize_t
 static PyObject *pack_index(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     static const int layout[5] = {32, 64, 32, 64, 64};
     return packed("pack_index", args, nargs, layout, 5);
+}
+
+/* pack_unit(buf, at, commit_log_offset, size, tags_code): one ConsumeQueue unit (">qiq") at at: a queue's
+ * lone unit of a dispatch (a single broker's put, a DLedger commit of a few sends over several queues),
+ * without struct's slow path for big-endian 64-bit fields. */
+static PyObject *pack_unit(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    static const int layout[3] = {64, 32, 64};
+    return packed("pack_unit", args, nargs, layout, 3);
 }
 
 #define INDEX_ENTRY 20
@@ -904,6 +938,7 @@ static PyMethodDef methods[] = {
     {"pack_index", (PyCFunction)(void (*)(void))pack_index, METH_FASTCALL, "A DLedger index record."},
     {"index_entry", (PyCFunction)(void (*)(void))index_entry, METH_FASTCALL,
      "An IndexFile entry and its hash slot, unless the slot points at or past it."},
+    {"pack_unit", (PyCFunction)(void (*)(void))pack_unit, METH_FASTCALL, "A ConsumeQueue unit."},
     {"pack_units", (PyCFunction)(void (*)(void))pack_units, METH_FASTCALL,
      "A run of ConsumeQueue units packed into a buffer."},
     {"split_numbers", (PyCFunction)(void (*)(void))split_numbers, METH_FASTCALL,

@@ -55,6 +55,9 @@ def pack_index(
 def index_entry(
     mm: mmap, entry_at: int, slot_at: int, key_hash: int, phy_offset: int, time_diff: int, n: int, /
 ) -> int | None: ...
+def pack_unit(
+    buf: bytes | bytearray | memoryview | mmap, at: int, phys: int, size: int, tags: int, /
+) -> None: ...
 def pack_units(
     buf: bytes | bytearray | memoryview | mmap,
     at: int,

@@ -747,8 +747,11 @@ class DefaultMessageStore:
         touched: set[tuple[str, int]],
     ) -> None:
         """Each queue's units of a dispatch (in one copy), then the index entries."""
+        cqs = self._cqs
         for key, run in units.items():
-            cq = self._find_cq(*key)
+            cq = cqs.get(key)  # (the key as it is: no tuple made, no call by star-arguments)
+            if cq is None:
+                cq = self._find_cq(key[0], key[1])
             if len(run) == 1:  # (a leader's commit of a few sends over several queues: most often one each)
                 unit = run[0]
                 cq.put_unit(unit[0], unit[1], unit[2], unit[3])
