@@ -65,6 +65,29 @@ def _runs(root: Path, file_size: int, per: int) -> list[bytes]:
     return runs
 
 
+def _record(msg: Message, pos: int, queue_offset: int, stored: int, props: bytes | None = None) -> bytes:
+    """``msg``'s record as a leader writes it into the entry at ``pos`` (``props``: these bytes instead)."""
+    return record.encode_record(
+        msg,
+        queue_offset=queue_offset,
+        physical_offset=pos + dl.BODY_OFFSET,
+        store_timestamp=stored,
+        store_host=("127.0.0.1", 10911),
+        properties=props,
+    )
+
+
+def _leader_run(root: Path, msgs: list[Message]) -> tuple[DLedgerLog, bytes]:
+    """A leader's log of ``msgs`` (the i-th at queue offset i, stored at i) and its entries as one push."""
+    log_ = DLedgerLog(str(root / "dledger-n0"), data_file_size=1 << 20, index_file_size=1 << 16)
+    for i, msg in enumerate(msgs):
+        pos = log_.leader_pos(dl.BODY_OFFSET + 600)  # (room enough; the record's own size is what counts)
+        log_.append_leader_placed(_record(msg, pos, i, i), 1, pos)
+    got = log_.raw_entries(0, len(msgs), 1 << 20)
+    assert got is not None
+    return log_, got[1]
+
+
 def _messages(count: int, rnd: random.Random, others: bool) -> list[Message]:
     """Records of two topics over three queues, tags in and beyond ASCII, keys; with ``others`` also a few
     of the kinds the C walk leaves to Python."""
@@ -144,20 +167,6 @@ def test_the_c_walk_takes_the_common_records_and_stops_at_the_others(tmp_path: P
     """Which records the walk takes itself: none, commit: yes; prepared, rolled back, the delay topic, an
     IPv6 host: it stops there (the Python dispatch takes them); and never past the commit or an entry other
     than the one expected."""
-    log_ = DLedgerLog(str(tmp_path / "dledger-n0"), data_file_size=1 << 20, index_file_size=1 << 16)
-
-    def append(topic: str, sys_flag: int, born: tuple[str, int]) -> None:
-        pos = log_.leader_pos(dl.BODY_OFFSET + 200)  # (room enough; the record's own size is what counts)
-        msg = Message(topic, b"body", queue_id=1, properties={"TAGS": "t"}, sys_flag=sys_flag, born_host=born)
-        rec = record.encode_record(
-            msg,
-            queue_offset=5,
-            physical_offset=pos + dl.BODY_OFFSET,
-            store_timestamp=1,
-            store_host=("127.0.0.1", 1),
-        )
-        log_.append_leader_placed(rec, 1, pos)
-
     kinds = [
         ("D", TRANSACTION_NOT_TYPE, ("10.0.0.2", 1), True),
         ("D", TRANSACTION_COMMIT_TYPE, ("10.0.0.2", 1), True),
@@ -166,11 +175,13 @@ def test_the_c_walk_takes_the_common_records_and_stops_at_the_others(tmp_path: P
         (SCHEDULE_TOPIC, TRANSACTION_NOT_TYPE, ("10.0.0.2", 1), False),
         ("D", TRANSACTION_NOT_TYPE, ("fe80::1", 1), False),
     ]
-    for topic, flag, born, _ in kinds:
-        append(topic, flag, born)
-    got = log_.raw_entries(0, len(kinds), 1 << 20)
-    assert got is not None
-    raw = got[1]
+    log_, raw = _leader_run(
+        tmp_path,
+        [
+            Message(t, b"body", queue_id=1, properties={"TAGS": "t"}, sys_flag=f, born_host=h)
+            for t, f, h, _ in kinds
+        ],
+    )
     off = 0
     for i, (topic, _flag, _born, taken) in enumerate(kinds):
         size = dl.entry_size_at(raw, off)
@@ -218,14 +229,7 @@ def test_a_record_is_dispatched_as_dispatch_rules_dispatch_it(
     msg = Message(
         topic, b"body", queue_id=2, born_timestamp=1_700_000_000_000, sys_flag=tran, born_host=("10.0.0.2", 1)
     )
-    rec = record.encode_record(
-        msg,
-        queue_offset=77,
-        physical_offset=pos + dl.BODY_OFFSET,
-        store_timestamp=1_700_000_000_123,
-        store_host=("127.0.0.1", 10911),
-        properties=props,
-    )
+    rec = _record(msg, pos, 77, 1_700_000_000_123, props)
     header = bytearray(dl.BODY_OFFSET)
     dl.pack_header(header, dl.CURRENT_MAGIC, dl.BODY_OFFSET + len(rec), 9, 1, pos, len(rec), 0, 0)
     raw = bytes(header) + rec
@@ -250,21 +254,11 @@ def test_a_damaged_run_is_taken_no_further_than_the_python_parse_takes_it(tmp_pa
     """Runs damaged at random: the walk takes a prefix of what ``parse_entries`` (held to the Python parse by
     test_cparse) takes, record for record the same units."""
     rnd = random.Random(3838)
-    log_ = DLedgerLog(str(tmp_path / "dledger-n0"), data_file_size=1 << 20, index_file_size=1 << 16)
-    for i in range(30):
-        pos = log_.leader_pos(dl.BODY_OFFSET + 600)
-        msg = Message("D", bytes([i]) * rnd.randint(0, 300), queue_id=i % 2, properties={"TAGS": f"t{i % 3}"})
-        rec = record.encode_record(
-            msg,
-            queue_offset=i // 2,
-            physical_offset=pos + dl.BODY_OFFSET,
-            store_timestamp=i,
-            store_host=("127.0.0.1", 1),
-        )
-        log_.append_leader_placed(rec, 1, pos)
-    got = log_.raw_entries(0, 30, 1 << 20)
-    assert got is not None
-    raw = got[1]
+    msgs = [
+        Message("D", bytes([i]) * rnd.randint(0, 300), queue_id=i % 2, properties={"TAGS": f"t{i % 3}"})
+        for i in range(30)
+    ]
+    log_, raw = _leader_run(tmp_path, msgs)
     for _ in range(600):
         buf = bytearray(raw[: rnd.randrange(len(raw) + 1)] if rnd.random() < 0.2 else raw)
         for _ in range(rnd.randint(1, 3)):
@@ -302,22 +296,11 @@ def test_bad_arguments_are_refused() -> None:
 def test_no_path_keeps_a_reference_or_a_buffer(tmp_path: Path) -> None:
     """Each way out (taken with keys and non-ASCII tags, declined, the errors), thousands of times: nothing
     stays allocated but what the call handed over (each call's dict and list new and dropped)."""
-    log_ = DLedgerLog(str(tmp_path / "dledger-n0"), data_file_size=1 << 20, index_file_size=1 << 16)
-    for i, tags in enumerate(TAGS):
-        pos = log_.leader_pos(dl.BODY_OFFSET + 600)
-        props = {"TAGS": tags, "KEYS": "a b", "UNIQ_KEY": f"U{i}"}
-        msg = Message("D", b"body", queue_id=i % 2, properties=props)
-        rec = record.encode_record(
-            msg,
-            queue_offset=i,
-            physical_offset=pos + dl.BODY_OFFSET,
-            store_timestamp=i,
-            store_host=("127.0.0.1", 1),
-        )
-        log_.append_leader_placed(rec, 1, pos)
-    got = log_.raw_entries(0, len(TAGS), 1 << 20)
-    assert got is not None
-    raw = got[1]
+    msgs = [
+        Message("D", b"body", queue_id=i % 2, properties={"TAGS": tags, "KEYS": "a b", "UNIQ_KEY": f"U{i}"})
+        for i, tags in enumerate(TAGS)
+    ]
+    log_, raw = _leader_run(tmp_path, msgs)
     log_.close()
     calls: list[Callable[[], object]] = [
         lambda: c.dispatch_entries(bytearray(raw), 0, len(raw), 0, 1 << 40, {}, []),
