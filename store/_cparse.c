@@ -243,11 +243,11 @@ static int v4_layout(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos, Py_
     return 1;
 }
 
-/* The fields of the all-IPv4 record at b[pos:limit], as v4_info returns them: a new tuple, Py_None (a new
- * reference) when the record is not taken here, NULL with an exception set on failure. */
-static PyObject *v4_parse(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos, Py_ssize_t limit) {
-    struct v4 r;
-    if (!v4_layout(b, len, pos, limit, &r)) return Py_NewRef(Py_None);
+/* The fields of the all-IPv4 record v4_layout read into *rp, as v4_info returns them: a new tuple, NULL
+ * with an exception set on failure; v4_parse: the record at b[pos:limit] so, Py_None (a new reference)
+ * when it is not taken here. */
+static PyObject *v4_tuple(const unsigned char *b, const struct v4 *rp) {
+    struct v4 r = *rp;
     PyObject *topic = topic_str(b + r.topic_pos, r.topic_len);
     if (topic == NULL) return NULL;
     PyObject *props = properties(b + r.props_pos, r.props_len);
@@ -277,6 +277,11 @@ static PyObject *v4_parse(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos
     return result;
 }
 
+static PyObject *v4_parse(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos, Py_ssize_t limit) {
+    struct v4 r;
+    return v4_layout(b, len, pos, limit, &r) ? v4_tuple(b, &r) : Py_NewRef(Py_None);
+}
+
 /* v4_info(buf, pos, limit) -> (commit_log_offset, size, topic, queue_id, queue_offset, sys_flag,
  * store_timestamp, prepared_transaction_offset, properties) | None
  *
@@ -297,6 +302,28 @@ static PyObject *v4_info(PyObject *module, PyObject *const *args, Py_ssize_t nar
 
 #define ENTRY_BODY_OFFSET 48
 #define ENTRY_POS_OFFSET 24
+
+/* The DLedger entry at b[off:end] whose record dispatch may take: its header whole, its size within what is
+ * left, its record all-IPv4 (as v4_layout reads it, into *r), filling the entry and naming its own offset
+ * (the entry's pos + the body offset). 1 with *size and *pos set, else 0. */
+static int entry_record(const unsigned char *b, Py_ssize_t len, Py_ssize_t off, Py_ssize_t end, int32_t *size,
+                        int64_t *pos, struct v4 *r) {
+    if (off < 0 || end - off < ENTRY_BODY_OFFSET) return 0;
+    *size = i32(b + off + 4);
+    *pos = i64(b + off + ENTRY_POS_OFFSET);
+    if (*size < ENTRY_BODY_OFFSET || *size > end - off) return 0;
+    if (*pos < 0 || *pos > INT64_MAX - *size) return 0;
+    if (!v4_layout(b, len, off + ENTRY_BODY_OFFSET, off + *size, r)) return 0;
+    return r->total == *size - ENTRY_BODY_OFFSET && r->offset == *pos + ENTRY_BODY_OFFSET;
+}
+
+/* buf's bytes for a walk of buf[off:end], *end clipped to their length: 0 with an exception set when it
+ * has none. */
+static int run_view(PyObject *buf, Py_buffer *view, Py_ssize_t *end) {
+    if (PyObject_GetBuffer(buf, view, PyBUF_SIMPLE) < 0) return 0;
+    if (*end > view->len) *end = view->len;
+    return 1;
+}
 
 /* parse_entries(buf, off, end, room, parsed, make) -> off
  *
@@ -321,29 +348,17 @@ static PyObject *parse_entries(PyObject *module, PyObject *const *args, Py_ssize
         return NULL;
     }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (!run_view(args[0], &view, &end)) return NULL;
     const unsigned char *b = view.buf;
-    if (end > view.len) end = view.len;
     int failed = 0;
-    while (off >= 0 && off < end && room > 0) {
-        if (end - off < ENTRY_BODY_OFFSET) break;
-        int32_t size = i32(b + off + 4);
-        int64_t pos = i64(b + off + ENTRY_POS_OFFSET);
-        if (size < ENTRY_BODY_OFFSET || size > end - off) break;
-        if (pos < 0 || pos > INT64_MAX - ENTRY_BODY_OFFSET) break;
-        PyObject *fields = v4_parse(b, view.len, off + ENTRY_BODY_OFFSET, off + size);
+    while (off < end && room > 0) {
+        int32_t size;
+        int64_t pos;
+        struct v4 r;
+        if (!entry_record(b, view.len, off, end, &size, &pos, &r)) break;
+        PyObject *fields = v4_tuple(b, &r);
         if (fields == NULL) {
             failed = 1;
-            break;
-        }
-        if (fields == Py_None) {
-            Py_DECREF(fields);
-            break;
-        }
-        /* (the record's total and offset, as v4_parse read them) */
-        if (i32(b + off + ENTRY_BODY_OFFSET) != size - ENTRY_BODY_OFFSET ||
-            i64(b + off + ENTRY_BODY_OFFSET + 28) != pos + ENTRY_BODY_OFFSET) {
-            Py_DECREF(fields);
             break;
         }
         PyObject *info = PyObject_Vectorcall(make, &PyTuple_GET_ITEM(fields, 0), 9, NULL);
@@ -472,23 +487,19 @@ static PyObject *dispatch_entries(PyObject *module, PyObject *const *args, Py_ss
         return NULL;
     }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (!run_view(args[0], &view, &end)) return NULL;
     const unsigned char *b = view.buf;
-    if (end > view.len) end = view.len;
     Py_ssize_t count = 0;
     int64_t last_ts = 0;
     int failed = 0, seen = 0;
     PyObject *seen_topic[SEEN_QUEUES], *seen_run[SEEN_QUEUES];
     int32_t seen_qid[SEEN_QUEUES];
-    while (off >= 0 && off < end) {
-        if (end - off < ENTRY_BODY_OFFSET) break;
-        int32_t size = i32(b + off + 4);
-        int64_t pos = i64(b + off + ENTRY_POS_OFFSET);
-        if (size < ENTRY_BODY_OFFSET || size > end - off) break;
-        if (pos != expect || pos >= limit || pos > INT64_MAX - size) break;
+    while (off < end) {
+        int32_t size;
+        int64_t pos;
         struct v4 r;
-        if (!v4_layout(b, view.len, off + ENTRY_BODY_OFFSET, off + size, &r)) break;
-        if (r.total != size - ENTRY_BODY_OFFSET || r.offset != pos + ENTRY_BODY_OFFSET) break;
+        if (!entry_record(b, view.len, off, end, &size, &pos, &r)) break;
+        if (pos != expect || pos >= limit) break;
         int tran = r.sys_flag & 0xC;
         if (tran != 0x0 && tran != 0x8) break; /* (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE) */
         const unsigned char *topic_p = b + r.topic_pos;
