@@ -16,7 +16,7 @@ read, the peer gate, the append, the commit, the answer written), the loop turns
 scheduled, its tick every ``--tick`` pushes, and the dispatch (CPU of the thread, per entry). ``--leader``: the leader's side instead, a Raft driver's store putting BATCH messages, then committing and
 dispatching them (what its puts parsed is dispatched without parsing the records back).
 
-    python benchmarks/bench_dledger_follower.py [--pushes N] [--batch N] [--rounds N] [--keys] [--leader]
+    python benchmarks/bench_dledger_follower.py [--pushes N] [--batch N] [--rounds N] [--keys|--plain] [--leader]
         [--wire json|binary] [--append-only] [--server [--tick N]]
 """
 
@@ -43,6 +43,9 @@ from store.dledger_commitlog import DLedgerCommitLog
 from store.native import describe_build
 from tests.support.transport import RecordingTransport
 
+#: whether the records carry a UNIQ_KEY (``--plain``: none, as ``mqctl bench produce``'s)
+UNIQ = [True]
+
 #: ``--server``'s group: the follower n1, pushed by n0 (the gate admits both from loopback)
 PEERS = {"n0": "127.0.0.1:1", "n1": "127.0.0.1:2", "n2": "127.0.0.1:3"}
 
@@ -60,7 +63,7 @@ def leader_entries(root: str, count: int, body: int, keys: bool, batch: int) -> 
     store, cl = dledger_store(root, "n0")
     store.open()
     store.start()
-    msgs = make_messages(count, body, keys=keys, queues=8)
+    msgs = make_messages(count, body, keys=keys, queues=8, uniq=UNIQ[0])
     for i in range(0, count, batch):
         for m in msgs[i : i + batch]:
             assert store.put_message(m).ok
@@ -177,7 +180,7 @@ def leader_round(root: str, count: int, body: int, keys: bool, batch: int) -> fl
     cl.auto_commit = False
     store.open()
     store.start()
-    msgs = make_messages(count, body, keys=keys, queues=8)
+    msgs = make_messages(count, body, keys=keys, queues=8, uniq=UNIQ[0])
     dlog = cl.dlog
     cpu0 = time.thread_time()
     for i in range(0, count, batch):
@@ -198,6 +201,7 @@ def main() -> None:
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--keys", action="store_true", help="also one KEYS value (a second index entry)")
+    ap.add_argument("--plain", action="store_true", help="no UNIQ_KEY either (mqctl bench produce's records)")
     ap.add_argument("--leader", action="store_true", help="the leader's put + commit + dispatch instead")
     ap.add_argument(
         "--wire", choices=("entries", "json", "binary"), default="entries", help="what a push hands over"
@@ -206,6 +210,7 @@ def main() -> None:
     ap.add_argument("--server", action="store_true", help="the follower's whole path, through its server")
     ap.add_argument("--tick", type=int, default=8, help="--server: pushes between two of its ticks")
     args = ap.parse_args()
+    UNIQ[0] = not args.plain
     count = args.pushes * args.batch
     with tempfile.TemporaryDirectory() as tmp:
         if args.leader:

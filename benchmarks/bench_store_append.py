@@ -21,13 +21,23 @@ from store import DefaultMessageStore, Message, StoreConfig
 
 
 def make_messages(
-    count: int, body_size: int, *, keys: bool, start: int = 0, topic: str = "BenchTopic", queues: int = 8
+    count: int,
+    body_size: int,
+    *,
+    keys: bool,
+    start: int = 0,
+    topic: str = "BenchTopic",
+    queues: int = 8,
+    uniq: bool = True,
 ) -> list[Message]:
-    """Producer-like messages numbered from ``start``; the UNIQ_KEY has the Java client's 32-hex-digit shape."""
+    """Producer-like messages numbered from ``start``; the UNIQ_KEY has the Java client's 32-hex-digit shape
+    (``uniq=False``: none, as ``mqctl bench produce`` sends them)."""
     body = os.urandom(body_size // 2 + 1).hex().encode()[:body_size]
     out = []
     for i in range(start, start + count):
-        props = {"TAGS": f"Tag{i % 4}", "UNIQ_KEY": f"0A0000029C406D06D69C{i:012X}"}
+        props = {"TAGS": f"Tag{i % 4}"}
+        if uniq:
+            props["UNIQ_KEY"] = f"0A0000029C406D06D69C{i:012X}"
         if keys:
             props["KEYS"] = f"order-{i}"
         out.append(

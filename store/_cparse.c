@@ -13,6 +13,9 @@
  * scan_run: how far a binary push's run of DLedger entries passes the checks of store/dledger_log.py's
  * _append_raw_run, and their index records (below).
  *
+ * dispatch_entries: a follower's committed entries of such a run straight to their ConsumeQueue units (and
+ * the index keys' properties), with no record object made (below).
+ *
  * Built by scripts/build_native.py beside the mypyc modules (zlib's headers needed); without it the Python
  * does the same. tests/store/test_cparse.py holds each to the Python it stands for, on damaged input too.
  */
@@ -193,36 +196,61 @@ static PyObject *topic_str(const unsigned char *p, Py_ssize_t len) {
     return str;
 }
 
-/* The fields of the all-IPv4 record at b[pos:limit], as v4_info returns them: a new tuple, Py_None (a new
- * reference) when the record is not taken here, NULL with an exception set on failure.
+/* Where the fields of an all-IPv4 record at b[pos:limit] lie, as record.py's _layout finds them: 1 with
+ * *r filled, 0 when the record is not taken here (the caller's Python parse judges it).
  *
  * Every bound is checked as a length against what is left (never as a sum that could wrap round). */
-static PyObject *v4_parse(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos, Py_ssize_t limit) {
-    if (pos < 0 || pos > limit || limit > len || limit - pos < V4_HEAD) return Py_NewRef(Py_None);
+struct v4 {
+    int32_t total, sys_flag, queue_id;
+    int64_t offset, queue_offset, store_timestamp, prepared;
+    Py_ssize_t topic_pos, topic_len, props_pos, props_len;
+};
+
+static int v4_layout(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos, Py_ssize_t limit, struct v4 *r) {
+    if (pos < 0 || pos > limit || limit > len || limit - pos < V4_HEAD) return 0;
     int32_t total = i32(b + pos), magic = i32(b + pos + 4), sys_flag = i32(b + pos + 36);
-    if (magic != MAGIC_V1 && magic != MAGIC_V2) return Py_NewRef(Py_None);
-    if (total <= 0 || total > limit - pos) return Py_NewRef(Py_None);
-    if (sys_flag & HOST_V6_FLAGS) return Py_NewRef(Py_None);
+    if (magic != MAGIC_V1 && magic != MAGIC_V2) return 0;
+    if (total <= 0 || total > limit - pos) return 0;
+    if (sys_flag & HOST_V6_FLAGS) return 0;
     Py_ssize_t end = pos + total;
-    if (total < V4_HEAD) return Py_NewRef(Py_None);
+    if (total < V4_HEAD) return 0;
     int32_t body_len = i32(b + pos + 84);
     Py_ssize_t body_pos = pos + V4_HEAD;
-    if (body_len < 0 || body_len > end - body_pos - 1) return Py_NewRef(Py_None);
+    if (body_len < 0 || body_len > end - body_pos - 1) return 0;
     Py_ssize_t tp = body_pos + body_len, topic_pos, topic_len;
     if (magic == MAGIC_V1) {
         topic_len = (signed char)b[tp];
         topic_pos = tp + 1;
     } else {
-        if (end - tp < 2) return Py_NewRef(Py_None);
+        if (end - tp < 2) return 0;
         topic_len = i16(b + tp);
         topic_pos = tp + 2;
     }
-    if (topic_len < 0 || topic_len > end - topic_pos - 2) return Py_NewRef(Py_None);
+    if (topic_len < 0 || topic_len > end - topic_pos - 2) return 0;
     Py_ssize_t props_len = i16(b + topic_pos + topic_len), props_pos = topic_pos + topic_len + 2;
-    if (props_len < 0 || props_len != end - props_pos) return Py_NewRef(Py_None);
-    PyObject *topic = topic_str(b + topic_pos, topic_len);
+    if (props_len < 0 || props_len != end - props_pos) return 0;
+    r->total = total;
+    r->sys_flag = sys_flag;
+    r->queue_id = i32(b + pos + 12);
+    r->offset = i64(b + pos + 28);
+    r->queue_offset = i64(b + pos + 20);
+    r->store_timestamp = i64(b + pos + 56);
+    r->prepared = i64(b + pos + 76);
+    r->topic_pos = topic_pos;
+    r->topic_len = topic_len;
+    r->props_pos = props_pos;
+    r->props_len = props_len;
+    return 1;
+}
+
+/* The fields of the all-IPv4 record v4_layout read into *rp, as v4_info returns them: a new tuple, NULL
+ * with an exception set on failure; v4_parse: the record at b[pos:limit] so, Py_None (a new reference)
+ * when it is not taken here. */
+static PyObject *v4_tuple(const unsigned char *b, const struct v4 *rp) {
+    struct v4 r = *rp;
+    PyObject *topic = topic_str(b + r.topic_pos, r.topic_len);
     if (topic == NULL) return NULL;
-    PyObject *props = properties(b + props_pos, props_len);
+    PyObject *props = properties(b + r.props_pos, r.props_len);
     if (props == NULL) {
         Py_DECREF(topic);
         return NULL;
@@ -235,8 +263,8 @@ static PyObject *v4_parse(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos
     }
     PyTuple_SET_ITEM(result, 2, topic);
     PyTuple_SET_ITEM(result, 8, props);
-    int64_t ints[9] = {i64(b + pos + 28), total, 0, i32(b + pos + 12), i64(b + pos + 20), sys_flag,
-                       i64(b + pos + 56), i64(b + pos + 76), 0};
+    int64_t ints[9] = {r.offset, r.total, 0, r.queue_id, r.queue_offset, r.sys_flag, r.store_timestamp,
+                       r.prepared, 0};
     for (int i = 0; i < 8; i++) {
         if (i == 2) continue;
         PyObject *n = PyLong_FromLongLong((long long)ints[i]);
@@ -247,6 +275,11 @@ static PyObject *v4_parse(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos
         PyTuple_SET_ITEM(result, i, n);
     }
     return result;
+}
+
+static PyObject *v4_parse(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos, Py_ssize_t limit) {
+    struct v4 r;
+    return v4_layout(b, len, pos, limit, &r) ? v4_tuple(b, &r) : Py_NewRef(Py_None);
 }
 
 /* v4_info(buf, pos, limit) -> (commit_log_offset, size, topic, queue_id, queue_offset, sys_flag,
@@ -269,6 +302,28 @@ static PyObject *v4_info(PyObject *module, PyObject *const *args, Py_ssize_t nar
 
 #define ENTRY_BODY_OFFSET 48
 #define ENTRY_POS_OFFSET 24
+
+/* The DLedger entry at b[off:end] whose record dispatch may take: its header whole, its size within what is
+ * left, its record all-IPv4 (as v4_layout reads it, into *r), filling the entry and naming its own offset
+ * (the entry's pos + the body offset). 1 with *size and *pos set, else 0. */
+static int entry_record(const unsigned char *b, Py_ssize_t len, Py_ssize_t off, Py_ssize_t end, int32_t *size,
+                        int64_t *pos, struct v4 *r) {
+    if (off < 0 || end - off < ENTRY_BODY_OFFSET) return 0;
+    *size = i32(b + off + 4);
+    *pos = i64(b + off + ENTRY_POS_OFFSET);
+    if (*size < ENTRY_BODY_OFFSET || *size > end - off) return 0;
+    if (*pos < 0 || *pos > INT64_MAX - *size) return 0;
+    if (!v4_layout(b, len, off + ENTRY_BODY_OFFSET, off + *size, r)) return 0;
+    return r->total == *size - ENTRY_BODY_OFFSET && r->offset == *pos + ENTRY_BODY_OFFSET;
+}
+
+/* buf's bytes for a walk of buf[off:end], *end clipped to their length: 0 with an exception set when it
+ * has none. */
+static int run_view(PyObject *buf, Py_buffer *view, Py_ssize_t *end) {
+    if (PyObject_GetBuffer(buf, view, PyBUF_SIMPLE) < 0) return 0;
+    if (*end > view->len) *end = view->len;
+    return 1;
+}
 
 /* parse_entries(buf, off, end, room, parsed, make) -> off
  *
@@ -293,29 +348,17 @@ static PyObject *parse_entries(PyObject *module, PyObject *const *args, Py_ssize
         return NULL;
     }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (!run_view(args[0], &view, &end)) return NULL;
     const unsigned char *b = view.buf;
-    if (end > view.len) end = view.len;
     int failed = 0;
-    while (off >= 0 && off < end && room > 0) {
-        if (end - off < ENTRY_BODY_OFFSET) break;
-        int32_t size = i32(b + off + 4);
-        int64_t pos = i64(b + off + ENTRY_POS_OFFSET);
-        if (size < ENTRY_BODY_OFFSET || size > end - off) break;
-        if (pos < 0 || pos > INT64_MAX - ENTRY_BODY_OFFSET) break;
-        PyObject *fields = v4_parse(b, view.len, off + ENTRY_BODY_OFFSET, off + size);
+    while (off < end && room > 0) {
+        int32_t size;
+        int64_t pos;
+        struct v4 r;
+        if (!entry_record(b, view.len, off, end, &size, &pos, &r)) break;
+        PyObject *fields = v4_tuple(b, &r);
         if (fields == NULL) {
             failed = 1;
-            break;
-        }
-        if (fields == Py_None) {
-            Py_DECREF(fields);
-            break;
-        }
-        /* (the record's total and offset, as v4_parse read them) */
-        if (i32(b + off + ENTRY_BODY_OFFSET) != size - ENTRY_BODY_OFFSET ||
-            i64(b + off + ENTRY_BODY_OFFSET + 28) != pos + ENTRY_BODY_OFFSET) {
-            Py_DECREF(fields);
             break;
         }
         PyObject *info = PyObject_Vectorcall(make, &PyTuple_GET_ITEM(fields, 0), 9, NULL);
@@ -331,6 +374,190 @@ static PyObject *parse_entries(PyObject *module, PyObject *const *args, Py_ssize
     }
     PyBuffer_Release(&view);
     return failed ? NULL : PyLong_FromSsize_t(off);
+}
+
+/* The last value of each property dispatch reads (TAGS, UNIQ_KEY, KEYS) among the properties' bytes, as
+ * properties() keeps pairs (a later name wins); NULL when absent. Names compare as bytes: these names are
+ * ASCII, and no other bytes decode to them. */
+struct dispatched_props {
+    const unsigned char *tags, *uniq, *keys;
+    Py_ssize_t tags_len, uniq_len, keys_len;
+};
+
+static void dispatch_props(const unsigned char *p, Py_ssize_t len, struct dispatched_props *d) {
+    d->tags = d->uniq = d->keys = NULL;
+    d->tags_len = d->uniq_len = d->keys_len = 0;
+    const unsigned char *end = p + len;
+    while (p < end) {
+        const unsigned char *seg_end = memchr(p, 0x02, (size_t)(end - p));
+        if (seg_end == NULL) seg_end = end;
+        const unsigned char *sep = memchr(p, 0x01, (size_t)(seg_end - p));
+        if (sep != NULL && sep > p && sep + 1 < seg_end) {
+            Py_ssize_t n = sep - p, vlen = seg_end - sep - 1;
+            if (n == 4 && memcmp(p, "TAGS", 4) == 0)
+                d->tags = sep + 1, d->tags_len = vlen;
+            else if (n == 8 && memcmp(p, "UNIQ_KEY", 8) == 0)
+                d->uniq = sep + 1, d->uniq_len = vlen;
+            else if (n == 4 && memcmp(p, "KEYS", 4) == 0)
+                d->keys = sep + 1, d->keys_len = vlen;
+        }
+        if (seg_end == end) break;
+        p = seg_end + 1;
+    }
+}
+
+/* Java's String.hashCode of the TAGS value's bytes decoded as decode_properties decodes them (UTF-8,
+ * "replace"), over UTF-16 code units, sign-extended: store/javahash.py's tags_code. 0 with *failed set
+ * when the decode failed (an exception set). */
+static int64_t tags_hash(const unsigned char *p, Py_ssize_t len, int *failed) {
+    uint32_t h = 0;
+    Py_ssize_t i = 0;
+    while (i < len && p[i] < 0x80) h = h * 31 + p[i++];
+    if (i < len) {
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)p, len, "replace");
+        if (s == NULL) {
+            *failed = 1;
+            return 0;
+        }
+        h = 0;
+        int kind = PyUnicode_KIND(s);
+        const void *data = PyUnicode_DATA(s);
+        for (Py_ssize_t k = 0, n = PyUnicode_GET_LENGTH(s); k < n; k++) {
+            Py_UCS4 ch = PyUnicode_READ(kind, data, k);
+            if (ch > 0xFFFF) {
+                h = h * 31 + (0xD800 + ((ch - 0x10000) >> 10));
+                h = h * 31 + (0xDC00 + ((ch - 0x10000) & 0x3FF));
+            } else {
+                h = h * 31 + ch;
+            }
+        }
+        Py_DECREF(s);
+    }
+    return (int64_t)(int32_t)h;
+}
+
+static PyObject *decoded_or_none(const unsigned char *p, Py_ssize_t len) {
+    return p == NULL ? Py_NewRef(Py_None) : PyUnicode_DecodeUTF8((const char *)p, len, "replace");
+}
+
+/* dispatch_entries(buf, off, end, expect, limit, units, indexed) -> (off, expect, count, store_timestamp)
+ *
+ * For store/dledger_commitlog.py's pushed_units: a follower's dispatch of the committed entries of a binary
+ * push's run buf[off:end] straight to their ConsumeQueue units, with no record object: each entry taken as
+ * parse_entries takes it (its record parsed as v4_info parses it, filling its entry and naming its offset),
+ * and only while it is the one the dispatch expects next (its pos `expect`, then the end of the one
+ * before) and committed (its pos below `limit`). Each record's unit (commit log offset, size, tags code,
+ * queue offset) is appended to units[(topic, queue_id)] (a list, made when missing), as engine.py's
+ * _dispatch_records groups them; with `indexed` a list (index enabled), a record with a UNIQ_KEY or KEYS
+ * property appends (topic, uniq or None, keys or None, commit log offset, store timestamp) to it.
+ *
+ * Only what dispatch_rules treats as the common case is taken here: a record of a transaction state other
+ * than none or commit (no unit, or no keys), or of the delay topic (its tags code is a delivery time), stops
+ * the walk, as anything parse_entries would not take does: the caller's Python dispatches from that entry
+ * as before. Returns where it stopped, the pos the next entry must have, how many records it took and the
+ * last one's store timestamp. */
+#define SCHEDULE_TOPIC "SCHEDULE_TOPIC_XXXX"
+#define SEEN_QUEUES 16
+
+/* A new tuple of n 64-bit ints (NULL with an exception set). */
+static PyObject *ints_tuple(int n, int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t v[4] = {a, b, c, d};
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t != NULL && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong((long long)v[i]);
+        if (x == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+static int field(PyObject *arg, int bits, long long *out);
+static PyObject *dispatch_entries(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "dispatch_entries(buf, off, end, expect, limit, units, indexed) takes 7 arguments");
+        return NULL;
+    }
+    Py_ssize_t off = PyNumber_AsSsize_t(args[1], NULL), end = PyNumber_AsSsize_t(args[2], NULL);
+    if ((off == -1 || end == -1) && PyErr_Occurred()) return NULL;
+    long long expect, limit;
+    if (!field(args[3], 64, &expect) || !field(args[4], 64, &limit)) return NULL;
+    PyObject *units = args[5], *indexed = args[6] == Py_None ? NULL : args[6];
+    if (!PyDict_CheckExact(units) || (indexed != NULL && !PyList_CheckExact(indexed))) {
+        PyErr_SetString(PyExc_TypeError, "dispatch_entries: units must be a dict, indexed a list or None");
+        return NULL;
+    }
+    Py_buffer view;
+    if (!run_view(args[0], &view, &end)) return NULL;
+    const unsigned char *b = view.buf;
+    Py_ssize_t count = 0;
+    int64_t last_ts = 0;
+    int failed = 0, seen = 0;
+    PyObject *seen_topic[SEEN_QUEUES], *seen_run[SEEN_QUEUES];
+    int32_t seen_qid[SEEN_QUEUES];
+    while (off < end) {
+        int32_t size;
+        int64_t pos;
+        struct v4 r;
+        if (!entry_record(b, view.len, off, end, &size, &pos, &r)) break;
+        if (pos != expect || pos >= limit) break;
+        int tran = r.sys_flag & 0xC;
+        if (tran != 0x0 && tran != 0x8) break; /* (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE) */
+        const unsigned char *topic_p = b + r.topic_pos;
+        if (r.topic_len == (Py_ssize_t)sizeof SCHEDULE_TOPIC - 1 &&
+            memcmp(topic_p, SCHEDULE_TOPIC, sizeof SCHEDULE_TOPIC - 1) == 0)
+            break;
+        struct dispatched_props d;
+        dispatch_props(b + r.props_pos, r.props_len, &d);
+        int64_t code = d.tags == NULL ? 0 : tags_hash(d.tags, d.tags_len, &failed);
+        if (failed) break;
+        PyObject *topic = topic_str(topic_p, r.topic_len);
+        PyObject *unit = topic ? ints_tuple(4, r.offset, (int64_t)r.total, code, r.queue_offset) : NULL;
+        /* the queue's list: one of those this call used already (no key made, no lookup), else the dict's */
+        PyObject *run = NULL; /* (borrowed) */
+        for (int q = 0; unit != NULL && q < seen; q++)
+            if (seen_topic[q] == topic && seen_qid[q] == r.queue_id) run = seen_run[q];
+        if (unit != NULL && run == NULL) {
+            PyObject *qid = PyLong_FromLong(r.queue_id);
+            PyObject *key = qid ? PyTuple_Pack(2, topic, qid) : NULL;
+            run = key ? PyDict_GetItemWithError(units, key) : NULL;
+            if (key != NULL && run == NULL && !PyErr_Occurred()) {
+                PyObject *fresh = PyList_New(0);
+                if (fresh != NULL && PyDict_SetItem(units, key, fresh) == 0) run = fresh;
+                Py_XDECREF(fresh); /* (the dict holds it) */
+            }
+            if (run != NULL && seen < SEEN_QUEUES) { /* (the dict keeps the list alive; the topic held) */
+                seen_topic[seen] = Py_NewRef(topic), seen_qid[seen] = r.queue_id, seen_run[seen] = run;
+                seen++;
+            }
+            Py_XDECREF(qid);
+            Py_XDECREF(key);
+        }
+        failed = run == NULL || PyList_Append(run, unit) < 0;
+        if (!failed && indexed != NULL && (d.uniq != NULL || d.keys != NULL)) {
+            PyObject *uniq = decoded_or_none(d.uniq, d.uniq_len);
+            PyObject *keys = uniq ? decoded_or_none(d.keys, d.keys_len) : NULL;
+            PyObject *at = keys ? ints_tuple(2, r.offset, r.store_timestamp, 0, 0) : NULL;
+            PyObject *entry = at ? PyTuple_Pack(5, topic, uniq, keys, PyTuple_GET_ITEM(at, 0),
+                                                PyTuple_GET_ITEM(at, 1))
+                                 : NULL;
+            Py_XDECREF(at);
+            failed = entry == NULL || PyList_Append(indexed, entry) < 0;
+            Py_XDECREF(uniq);
+            Py_XDECREF(keys);
+            Py_XDECREF(entry);
+        }
+        Py_XDECREF(topic);
+        Py_XDECREF(unit);
+        if (failed) break;
+        expect = pos + size;
+        last_ts = r.store_timestamp;
+        off += size;
+        count++;
+    }
+    PyBuffer_Release(&view);
+    for (int q = 0; q < seen; q++) Py_DECREF(seen_topic[q]);
+    if (failed) return NULL;
+    return ints_tuple(4, off, expect, count, last_ts);
 }
 
 /* A binary push's run of DLedger entries, for store/dledger_log.py's _append_raw_run: how far from `off`
@@ -504,6 +731,14 @@ static PyObject *pack_header(PyObject *module, PyObject *const *args, Py_ssize_t
 static PyObject *pack_index(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     static const int layout[5] = {32, 64, 32, 64, 64};
     return packed("pack_index", args, nargs, layout, 5);
+}
+
+/* pack_unit(buf, at, commit_log_offset, size, tags_code): one ConsumeQueue unit (">qiq") at at: a queue's
+ * lone unit of a dispatch (a single broker's put, a DLedger commit of a few sends over several queues),
+ * without struct's slow path for big-endian 64-bit fields. */
+static PyObject *pack_unit(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    static const int layout[3] = {64, 32, 64};
+    return packed("pack_unit", args, nargs, layout, 3);
 }
 
 #define INDEX_ENTRY 20
@@ -708,10 +943,13 @@ static PyMethodDef methods[] = {
      "What dispatch needs from an all-IPv4 record, or None."},
     {"parse_entries", (PyCFunction)(void (*)(void))parse_entries, METH_FASTCALL,
      "The records of a pushed run of entries, parsed into a dict as far as they are taken."},
+    {"dispatch_entries", (PyCFunction)(void (*)(void))dispatch_entries, METH_FASTCALL,
+     "A pushed run's committed records, straight to their ConsumeQueue units, as far as they are taken."},
     {"pack_header", (PyCFunction)(void (*)(void))pack_header, METH_FASTCALL, "A DLedger entry's header."},
     {"pack_index", (PyCFunction)(void (*)(void))pack_index, METH_FASTCALL, "A DLedger index record."},
     {"index_entry", (PyCFunction)(void (*)(void))index_entry, METH_FASTCALL,
      "An IndexFile entry and its hash slot, unless the slot points at or past it."},
+    {"pack_unit", (PyCFunction)(void (*)(void))pack_unit, METH_FASTCALL, "A ConsumeQueue unit."},
     {"pack_units", (PyCFunction)(void (*)(void))pack_units, METH_FASTCALL,
      "A run of ConsumeQueue units packed into a buffer."},
     {"split_numbers", (PyCFunction)(void (*)(void))split_numbers, METH_FASTCALL,

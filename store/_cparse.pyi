@@ -27,6 +27,16 @@ def parse_entries(
     make: Callable[..., Any],
     /,
 ) -> int: ...
+def dispatch_entries(
+    buf: bytes | bytearray | memoryview,
+    off: int,
+    end: int,
+    expect: int,
+    limit: int,
+    units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
+    indexed: list[tuple[str, str | None, str | None, int, int]] | None,
+    /,
+) -> tuple[int, int, int, int]: ...
 def pack_header(
     buf: bytes | bytearray | memoryview,
     at: int,
@@ -45,6 +55,9 @@ def pack_index(
 def index_entry(
     mm: mmap, entry_at: int, slot_at: int, key_hash: int, phy_offset: int, time_diff: int, n: int, /
 ) -> int | None: ...
+def pack_unit(
+    buf: bytes | bytearray | memoryview | mmap, at: int, phys: int, size: int, tags: int, /
+) -> None: ...
 def pack_units(
     buf: bytes | bytearray | memoryview | mmap,
     at: int,

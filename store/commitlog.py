@@ -428,6 +428,18 @@ class CommitLog:
         they end: dispatch takes them without walking the files (a DLedger leader's); here none."""
         return [], offset
 
+    def pushed_units(
+        self,
+        offset: int,
+        end: int,
+        units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
+        indexed: list[tuple[str, str | None, str | None, int, int]] | None,
+    ) -> tuple[int, int, int]:
+        """The records from ``offset`` (starting below ``end``) dispatched straight into ``units`` and
+        ``indexed`` without a record object, as far as that is done (a DLedger follower's pushed runs):
+        how many, where they end and the last one's store timestamp; here none."""
+        return 0, offset, 0
+
     def walk(self, offset: int, end: int) -> RecordWalk:
         """Records from ``offset`` to ``end`` as dispatch reads them: no CRC check, a record that does not
         parse ends the walk, logged at ERROR (see :class:`RecordWalk`)."""

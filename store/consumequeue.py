@@ -30,12 +30,16 @@ except ImportError:
 #: ``pack_units(buf, at, units, start, count)`` (store/_cparse.c): a run of units packed straight into a
 #: queue's mapped file; None without the compiled build (a bytearray packed by struct, then copied in).
 _c_pack_units: Callable[[mmap.mmap, int, list[tuple[int, int, int, int]], int, int], None] | None
+#: ``pack_unit(buf, at, phys, size, tags)``: one unit so; None without the compiled build (struct's pack_into)
+_c_pack_unit: Callable[[mmap.mmap, int, int, int, int], None] | None
 try:
     from store import _cparse
 
     _c_pack_units = _cparse.pack_units
+    _c_pack_unit = getattr(_cparse, "pack_unit", None)  # (a build older than this source: None)
 except ImportError:
     _c_pack_units = None
+    _c_pack_unit = None
 
 CQ_STORE_UNIT_SIZE: Final = 20
 #: Blocks reserved at a time in a ConsumeQueue file (3,276 units): the file is 6 MB, and reserving it
@@ -353,7 +357,10 @@ class ConsumeQueue:
         pos = mf.wrote_position
         if pos + CQ_STORE_UNIT_SIZE > mf.prepared_position:  # never store into an unallocated page
             mf.prepare(pos + CQ_STORE_UNIT_SIZE, populate=False)
-        UNIT.pack_into(mf.mm, pos, phys_offset, size, tags_code)
+        if _c_pack_unit is not None:
+            _c_pack_unit(mf.mm, pos, phys_offset, size, tags_code)
+        else:
+            UNIT.pack_into(mf.mm, pos, phys_offset, size, tags_code)
         mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
         self.max_physic_offset = phys_offset + size
 

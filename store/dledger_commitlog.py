@@ -44,12 +44,30 @@ log = logging.getLogger(__name__)
 #: MessageDecoder#PHY_POS_POSITION: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG (4 each), QUEUEOFFSET (8).
 PHY_POS_POSITION = 28
 _c_parse_entries: Callable[[memoryview, int, int, int, dict[int, RecordInfo], type[RecordInfo]], int] | None
+#: (buf, off, end, expect, limit, units, indexed) -> (off, expect, count, store timestamp): see _cparse.c
+_c_dispatch_entries: (
+    Callable[
+        [
+            memoryview,
+            int,
+            int,
+            int,
+            int,
+            dict[tuple[str, int], list[tuple[int, int, int, int]]],
+            list[tuple[str, str | None, str | None, int, int]] | None,
+        ],
+        tuple[int, int, int, int],
+    ]
+    | None
+)
 try:  # the compiled build's parse of a pushed run's records (_cparse.c); the loop of _parse_pushed without it
     from store import _cparse
 
     _c_parse_entries = _cparse.parse_entries
+    _c_dispatch_entries = getattr(_cparse, "dispatch_entries", None)  # (a build older than this source: None)
 except ImportError:
     _c_parse_entries = None
+    _c_dispatch_entries = None
 
 #: How many records a leader appended and has not dispatched yet it keeps parsed (past that, dispatch parses).
 PARSED_MAX = 65536
@@ -307,6 +325,45 @@ class DLedgerCommitLog(CommitLog):
             out.append(info)
             offset = info.commit_log_offset + info.size
         return out, offset
+
+    def pushed_units(
+        self,
+        offset: int,
+        end: int,
+        units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
+        indexed: list[tuple[str, str | None, str | None, int, int]] | None,
+    ) -> tuple[int, int, int]:
+        """(a follower) The committed entries from position ``offset`` (each starting below ``end``) that
+        binary pushes brought, dispatched by one C walk a run (``_cparse.dispatch_entries``) from the pushes'
+        own bytes: no :class:`RecordInfo`, no properties map a record. Only while the first run starts at
+        ``offset`` with nothing parsed there and nothing set aside; a record the walk does not take (a
+        transaction's prepared or rolled-back state, the delay topic, an IPv6 host, a damaged one) ends it:
+        the rest of the runs are then parsed as before (:meth:`parsed_run`). The run the walk ends in keeps
+        what it did not take."""
+        if (
+            _c_dispatch_entries is None
+            or not self.pushed
+            or self.set_aside
+            or (self.parsed and offset + BODY_OFFSET in self.parsed)
+        ):
+            return 0, offset, 0
+        count, timestamp = 0, 0
+        with self.dlog.lock:
+            runs = self.pushed
+            taken = 0  # the runs walked to their end
+            while taken < len(runs) and offset < end:
+                run, start, stop = runs[taken]
+                off, offset, n, last = _c_dispatch_entries(run, start, stop, offset, end, units, indexed)
+                if n:
+                    count += n
+                    timestamp = last
+                self._pushed_bytes -= off - start
+                if off < stop:
+                    runs[taken] = (run, off, stop)
+                    break
+                taken += 1
+            del runs[:taken]
+        return count, offset, timestamp
 
     def walk(self, offset: int, end: int) -> RecordWalk:
         """Dispatch walks no further than the committed end, taking what a leader's puts parsed already."""

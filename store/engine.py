@@ -71,7 +71,7 @@ from store.errors import (
 )
 from store.ha import DISPATCH_CHUNK, Buffer
 from store.heal import Healer
-from store.indexfile import IndexFile, IndexService, has_index_keys, index_keys
+from store.indexfile import IndexFile, IndexService, has_index_keys, index_keys, record_keys
 from store.mapped_file import sync_filesystem
 from store.message import (
     TRANSACTION_COMMIT_TYPE,
@@ -737,8 +737,21 @@ class DefaultMessageStore:
                 logics_ts = info.store_timestamp
             if keys:
                 indexed.append((keys, info.commit_log_offset, info.store_timestamp))
+        self._write_units(units, indexed, logics_ts, touched)
+
+    def _write_units(
+        self,
+        units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
+        indexed: list[tuple[list[str], int, int]],
+        logics_ts: int,
+        touched: set[tuple[str, int]],
+    ) -> None:
+        """Each queue's units of a dispatch (in one copy), then the index entries."""
+        cqs = self._cqs
         for key, run in units.items():
-            cq = self._find_cq(*key)
+            cq = cqs.get(key)  # (the key as it is: no tuple made, no call by star-arguments)
+            if cq is None:
+                cq = self._find_cq(key[0], key[1])
             if len(run) == 1:  # (a leader's commit of a few sends over several queues: most often one each)
                 unit = run[0]
                 cq.put_unit(unit[0], unit[1], unit[2], unit[3])
@@ -796,6 +809,16 @@ class DefaultMessageStore:
             while self.reput_from_offset < cl.max_offset:
                 start = self.reput_from_offset
                 end = min(cl.max_offset, start + DISPATCH_CHUNK)
+                units: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+                keyed: list[tuple[str, str | None, str | None, int, int]] = []
+                # (a follower's pushed runs: units straight from the pushes' bytes)
+                taken, offset, ts = cl.pushed_units(start, end, units, keyed if self._index_enabled else None)
+                if taken:
+                    indexed = [(record_keys(t, u, k), o, stamp) for t, u, k, o, stamp in keyed]
+                    self._write_units(units, indexed, ts, touched)  # (raising: the cursor stays, as below)
+                    self.reput_from_offset = offset
+                    n += taken
+                    continue
                 infos, offset = cl.parsed_run(start, end)  # (a leader's own records: no walk)
                 if not infos:
                     walk = cl.walk(start, end)

@@ -50,9 +50,12 @@ ENTRIES_CHUNK = 1024
 def index_keys(topic: str, properties: dict[str, str]) -> list[str]:
     """The index keys of a record (docs/store-format.md §index-keys-and-hash): ``topic#UNIQ_KEY`` first, then
     ``topic#key`` per KEYS entry."""
-    uniq = properties.get(PROPERTY_UNIQ_KEY)
+    return record_keys(topic, properties.get(PROPERTY_UNIQ_KEY), properties.get(PROPERTY_KEYS))
+
+
+def record_keys(topic: str, uniq: str | None, keys_prop: str | None) -> list[str]:
+    """:func:`index_keys` of a record whose ``UNIQ_KEY`` and ``KEYS`` properties are these."""
     keys = [f"{topic}#{uniq}"] if uniq else []
-    keys_prop = properties.get(PROPERTY_KEYS)
     if keys_prop:
         keys.extend(f"{topic}#{k}" for k in keys_prop.split(KEY_SEPARATOR) if k)
     return keys

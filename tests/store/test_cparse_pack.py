@@ -89,6 +89,20 @@ def test_an_index_record_is_packed_as_the_struct_packs_it(
     )
 
 
+@FUZZ
+@given(i64s(), i32s(), i64s(), st.sampled_from([0, 1, 20, 40, 41, -1, -20]))
+def test_a_consumequeue_unit_is_packed_as_the_struct_packs_it(
+    phys: int, size: int, tags: int, at: int
+) -> None:
+    """put_unit's unit: what ``UNIT.pack_into`` writes, or an error with nothing written."""
+    same_pack(
+        lambda b: c.pack_unit(b, at, phys, size, tags),
+        lambda b: UNIT.pack_into(b, at, phys, size, tags),
+        60,
+        at,
+    )
+
+
 def test_the_packers_of_a_log_write_the_structs_bytes() -> None:
     """store.dledger's pack_header and pack_index (C with the build) against encode_entry and
     encode_index of the same entry."""
