@@ -139,7 +139,7 @@ def _report(work: Callable[[Admin], Awaitable[BenchResult]]) -> None:
         results.append(await work(admin))
         return results[-1]
 
-    online(run, timeout=30.0)
+    online(run, timeout=30.0, changes=True)  # (a workload, not a read: it runs its --count/--duration)
     if results and results[-1].first_failure:  # some sends refused (all refused: the error instead)
         from mqctl.output import printable, stderr_console
 

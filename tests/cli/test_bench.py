@@ -95,6 +95,30 @@ def test_topics_it_creates_get_the_asked_queue_count(cli: RunCli, daemons: Local
     ] == [10] * 4
 
 
+def test_a_run_outlasts_a_reads_deadline(
+    cli: RunCli, daemons: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bench run is a workload (its sends change the cluster), not a read: a --duration past a read's
+    deadline (4 x --timeout here, its floor lowered) runs to its end, where a read would exit 6."""
+    import mqctl.admin.client
+
+    monkeypatch.setattr(mqctl.admin.client, "READ_DEADLINE_FLOOR", 0.0, raising=False)
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    produced = cli(
+        "bench", "produce", "-t", "Outlast", "--threads", "1", "--size", "16", "--duration", "5",
+        "--timeout", "1", "-o", "json", env=env,
+    )  # fmt: skip
+    assert produced.code == 0, produced.stderr
+    result = produced.json()
+    assert result["messages"] > 0 and result["failures"] == 0
+    consumed = cli(
+        "bench", "consume", "-t", "Outlast", "-g", "OutlastG", "--idle", "5", "--timeout", "1", "-o", "json",
+        env=env,
+    )  # fmt: skip
+    assert consumed.code == 0, consumed.stderr
+    assert consumed.json()["messages"] == result["messages"]
+
+
 def test_count_records_walks_total_sizes() -> None:
     from store.record import encode_blank
 
