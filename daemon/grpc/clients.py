@@ -151,6 +151,13 @@ class ClientRegistry:
         client.last_seen = time.monotonic()
         return client
 
+    def known(self, client_id: str, address: tuple[str, int]) -> GrpcClient | None:
+        """The client `client_id` calling from `address` if this registry holds it, else None: unlike
+        :meth:`get`, asking adds nothing."""
+        if not client_id or len(client_id) > MAX_CLIENT_ID:
+            client_id = f"{address[0]}:{address[1]}"
+        return self.clients.get(client_key(client_id, address[0]))
+
     def forget(self, client: GrpcClient) -> None:
         if self.clients.pop(client.key, None) is not None:
             self._on_forget(client)

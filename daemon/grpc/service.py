@@ -532,8 +532,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def NotifyClientTermination(
         self, request: spb.NotifyClientTerminationRequest, context: Any
     ) -> spb.NotifyClientTerminationResponse:
-        client, _ = self._client(context)
+        """As the Proxy's `ClientActivity#notifyClientTermination`: a client is known by the Settings its
+        Telemetry stream brought; one without them (unknown here) is answered UNRECOGNIZED_CLIENT_TYPE
+        and nothing is added or removed, one of a type that neither produces nor consumes is forgotten
+        and answered the same with its type."""
+        meta = {m.key: m.value for m in context.invocation_metadata() or () if not m.key.startswith(":")}
+        client = self.clients.known(meta.get("x-mq-client-id", ""), parse_peer(context.peer()))
+        if client is None or client.settings is None:
+            return spb.NotifyClientTerminationResponse(
+                status=status(pb.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+            )
         self.clients.forget(client)
+        kind = client.settings.client_type
+        if kind != pb.PRODUCER and kind not in CONSUME_TYPES:
+            name = pb.ClientType.Name(kind)  # type: ignore[arg-type]
+            return spb.NotifyClientTerminationResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE, name))
         return spb.NotifyClientTerminationResponse(status=status())
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any) -> None:

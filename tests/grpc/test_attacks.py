@@ -415,6 +415,41 @@ def test_a_heartbeat_without_settings_is_an_unrecognized_client(
     assert cluster.broker.producers.groups.get("Beaten")
 
 
+def test_a_termination_of_an_unknown_client_is_unrecognized_and_touches_nothing(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """As the Proxy's `ClientActivity#notifyClientTermination`: a client without Settings is answered
+    UNRECOGNIZED_CLIENT_TYPE, and the call neither adds it to the registry nor forgets what another RPC
+    left there. Before, it was answered OK (and a never-seen id was registered to be removed)."""
+    cluster, s = stub
+    assert cluster.broker.grpc is not None and cluster.broker.grpc.service is not None
+    registry = cluster.broker.grpc.service.clients
+    create_topic(cluster, "Ended", 1)
+    stranger = (("x-mq-client-id", "stranger@1"), ("x-mq-language", "PYTHON"))
+    before = set(registry.clients)
+    bye = s.NotifyClientTermination(spb.NotifyClientTerminationRequest(), metadata=stranger, timeout=10)
+    assert (bye.status.code, bye.status.message) == (
+        pb.UNRECOGNIZED_CLIENT_TYPE,
+        "cannot find client settings for this client",
+    )
+    assert set(registry.clients) == before
+    s.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="Ended")), metadata=stranger, timeout=10)
+    routed = set(registry.clients)
+    bye = s.NotifyClientTermination(spb.NotifyClientTerminationRequest(), metadata=stranger, timeout=10)
+    assert bye.status.code == pb.UNRECOGNIZED_CLIENT_TYPE
+    assert set(registry.clients) == routed
+    settings = pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="Ended")])
+    )
+    replies = s.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=META, timeout=10)
+    assert [r.status.code for r in replies] == [pb.OK]
+    assert s.Heartbeat(spb.HeartbeatRequest(), metadata=META, timeout=10).status.code == pb.OK
+    assert cluster.broker.producers.groups.get("Ended")
+    bye = s.NotifyClientTermination(spb.NotifyClientTerminationRequest(), metadata=META, timeout=10)
+    assert bye.status.code == pb.OK
+    assert not cluster.broker.producers.groups.get("Ended")
+
+
 def test_one_connection_holds_a_bounded_number_of_long_polls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
