@@ -21,6 +21,8 @@ from store import (
     MAX_GROUP_LENGTH,
     MAX_TOPIC_LENGTH,
     RETRY_GROUP_TOPIC_PREFIX,
+    SYS_GROUP_PREFIX,
+    SYSTEM_GROUPS,
     legal_name,
     reserved_group_prefix,
 )
@@ -139,6 +141,29 @@ def check_new_group(value: str) -> str:
     return value
 
 
+#: 4.9.8's consumers refuse it as their group (``MixAll.DEFAULT_CONSUMER_GROUP``): a client's placeholder.
+DEFAULT_CONSUMER_GROUP = "DEFAULT_CONSUMER"
+
+
+def created_group_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a group to create: :func:`new_group_problem`, and not a broker's own
+    group nor of its ``CID_RMQ_SYS_`` prefix (5.x's ``GrpcValidator``: "cannot use system consumer group"),
+    nor 4.9.8's client placeholder ``DEFAULT_CONSUMER``. Such a group can still be updated and deleted."""
+    problem = new_group_problem(name)
+    if problem is None and (name in SYSTEM_GROUPS or name.startswith(SYS_GROUP_PREFIX)):
+        problem = f"group {name!r} is a system consumer group (a broker's own): choose another name"
+    if problem is None and name == DEFAULT_CONSUMER_GROUP:
+        problem = f"group {name!r} is RocketMQ clients' placeholder, which their consumers refuse: choose another name"
+    return problem
+
+
+def check_created_group(value: str) -> str:
+    problem = created_group_problem(value)
+    if problem is not None:
+        raise typer.BadParameter(problem)
+    return value
+
+
 TopicOpt = Annotated[
     str,
     typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic, callback=check_topic),
@@ -153,6 +178,16 @@ NewGroupOpt = Annotated[
     str,
     typer.Option(
         "--group", "-g", help="Consumer group name.", autocompletion=complete_group, callback=check_new_group
+    ),
+]
+CreatedGroupOpt = Annotated[
+    str,
+    typer.Option(
+        "--group",
+        "-g",
+        help="Consumer group name (not a system group's).",
+        autocompletion=complete_group,
+        callback=check_created_group,
     ),
 ]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster name.")]

@@ -10,6 +10,7 @@ import typer
 from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
+    CreatedGroupOpt,
     GroupOpt,
     NewGroupOpt,
     YesOpt,
@@ -112,7 +113,7 @@ async def _warned(write: Awaitable[Any]) -> Any:
 @app.command("create")
 @cluster_options()
 def create(
-    group: NewGroupOpt,
+    group: CreatedGroupOpt,
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     retry_queues: RetryQueuesOpt = None,

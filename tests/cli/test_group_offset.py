@@ -134,6 +134,20 @@ def test_a_group_named_as_a_groups_own_topic_is_refused(mq: RunCli, loaded: Loca
     assert mq("group", "delete", "-g", name, "--if-exists", "--yes").code == 0
 
 
+@pytest.mark.parametrize(
+    "name", ["TOOLS_CONSUMER", "CID_RMQ_SYS_TRANS", "CID_RMQ_SYS_Mine", "DEFAULT_CONSUMER"]
+)
+def test_a_system_group_is_not_created(mq: RunCli, loaded: LocalCluster, name: str) -> None:
+    """A broker's own groups and their CID_RMQ_SYS_ prefix (5.x's "cannot use system consumer group") and
+    4.9.8's DEFAULT_CONSUMER placeholder are refused by 'group create' as a bad argument (exit 2), one
+    line, before any broker is asked; before, each was created (or "updated" over the broker's own)."""
+    before = loaded.broker.groups.table.get(name)
+    result = mq("group", "create", "-g", name, "--max-retries", "3")
+    assert result.code == UsageError.exit_code, result.stderr
+    assert name in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert loaded.broker.groups.table.get(name) == before
+
+
 def test_group_list_progress_sums_each_groups_lag(mq: RunCli) -> None:
     """mqadmin consumerProgress without -g (every group's clients, TPS and lag): group list named the
     groups and their brokers only, so finding the lagging one took a command per group."""
