@@ -57,7 +57,8 @@ none).
 A view whose data is older than two refresh intervals is marked STALE.
 Oldest unconsumed (≤) is an upper bound: the age of the last consumed
 message on the group's furthest-behind queue (on a queue it never
-consumed: the queue's oldest message).
+consumed: the queue's oldest message); "never consumed": no broker
+holds an offset of the group, so its lag is unknown.
 
 Press Esc or ? to close."""
 

@@ -171,10 +171,16 @@ TOPIC_COLUMNS = ("Topic", "Queues", "Put TPS", "Messages", "Bytes")
 
 
 def group_cells(g: GroupRow) -> tuple[str, ...]:
-    oldest = NONE if g.oldest_age is None else "≤" + age(g.oldest_age)
+    if g.oldest_age is not None:
+        oldest = "≤" + age(g.oldest_age)
+    else:
+        oldest = NEVER_CONSUMED if g.never_consumed else NONE
     return (g.name, count(g.lag), count(g.consumers), rate(g.consume_tps), oldest)
 
 
+#: The oldest unconsumed cell of a group no master holds an offset of: no age to show, and not "-"
+#: (nothing waiting), which it is not.
+NEVER_CONSUMED = "never consumed"
 GROUP_COLUMNS = ("Group", "Lag", "Consumers", "Consume TPS", "Oldest unconsumed")
 
 

@@ -320,6 +320,7 @@ class LiveSource:
         tps = dict.fromkeys(names, 0.0)
         oldest: dict[str, float | None] = dict.fromkeys(names)
         clients: dict[str, set[str]] = {g: set() for g in names}
+        offsets_held: set[str] = set()  # groups with an offset (a queue in its consume stats) on some master
         unread: dict[tuple[str, str, int], list[str]] = {}  # queues with no consumed message left
         for (addr, group), (stats, conns) in zip(asks, answers, strict=True):
             if conns is not None:
@@ -327,6 +328,8 @@ class LiveSource:
             if stats is None:
                 continue
             tps[group] += stats.consume_tps
+            if stats.offset_table:
+                offsets_held.add(group)
             for mq, wrapper in stats.offset_table.items():
                 behind = max(wrapper.broker_offset - wrapper.consumer_offset, 0)
                 lag[group] += behind
@@ -345,7 +348,10 @@ class LiveSource:
                     continue
                 for group in unread[key]:
                     oldest[group] = max(now - at, oldest[group] or 0.0)
-        return tuple(GroupRow(g, lag[g], len(clients[g]), tps[g], oldest[g]) for g in names)
+        return tuple(
+            GroupRow(g, lag[g], len(clients[g]), tps[g], oldest[g], never_consumed=g not in offsets_held)
+            for g in names
+        )
 
     async def _earliest_time(self, key: tuple[str, str, int], now: float) -> float | None:
         """The store time (s) of a queue's oldest message, asked once a minute at most (GET_EARLIEST_MSG_

@@ -80,6 +80,7 @@ def _group(g: GroupRow) -> dict[str, Any]:
         "consumers": g.consumers,
         "consume_tps": g.consume_tps,
         "oldest_age_ms": _ms(g.oldest_age),
+        "never_consumed": g.never_consumed,
     }
 
 

@@ -60,6 +60,8 @@ def test_select_filters_by_name_and_sorts_with_name_tiebreak() -> None:
 
 def test_group_cells_mark_oldest_as_upper_bound() -> None:
     assert fmt.group_cells(GroupRow("g", 1200, 2, 3.5, 65.0)) == ("g", "1,200", "2", "3.5/s", "≤1m05s")
+    assert fmt.group_cells(GroupRow("g", 0, 0, 0.0, None))[4] == "-"  # nothing waiting
+    assert fmt.group_cells(GroupRow("g", 0, 0, 0.0, None, never_consumed=True))[4] == "never consumed"
 
 
 def test_store_rows_say_what_a_clean_deletes() -> None:

@@ -292,7 +292,7 @@ async def test_a_group_that_never_consumed_shows_its_oldest_unconsumed_message(c
     source = LiveSource([cluster.namesrv_addr], clock=clock)
     try:
         async with Admin([cluster.namesrv_addr]) as admin:
-            for group in ("never", "reading"):
+            for group in ("never", "reading", "idle"):
                 await admin.create_group(cluster.broker_addr, SubscriptionGroupConfig(group))
             await admin.commit_offset(cluster.broker_addr, "never", "orders", 0, 0)  # subscribed, unread
             await admin.commit_offset(cluster.broker_addr, "reading", "orders", 0, 1)
@@ -300,6 +300,9 @@ async def test_a_group_that_never_consumed_shows_its_oldest_unconsumed_message(c
         assert groups["never"].lag == 3 and groups["never"].oldest_age == 3600.0
         assert groups["reading"].lag == 2 and groups["reading"].oldest_age == 3600.0  # its last read one
         assert group_cells(groups["never"])[4] == "≤1h00m"
+        # no offset anywhere (created, never committed, no consumer): not '-' (nothing waiting)
+        assert groups["idle"].never_consumed and not groups["never"].never_consumed
+        assert (groups["idle"].oldest_age, group_cells(groups["idle"])[4]) == (None, "never consumed")
 
         asked = len(source._earliest)
         clock.set(stored_ms + 3_610_000)  # a refresh within the minute asks nothing more
