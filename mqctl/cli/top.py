@@ -49,11 +49,11 @@ def top(
         import time
 
         from mqctl.output import render
-        from mqctl.top.once import document, table, take
+        from mqctl.top.once import csv_rows, document, table, take
 
         snap = asyncio.run(take(lambda: LiveSource(target.namesrv, timeout=timeout), screen, interval))
         output = flags().output
-        frame = table if output == "table" else document
+        frame = {"table": table, "csv": csv_rows}.get(output, document)
         render(frame(snap, screen, time.time()), output)
         return
     if flags().output != "table" and output_given():  # ($MQCTL_OUTPUT alone: a default for scripts)

@@ -2,7 +2,7 @@
 
 The table form has the screen's own cells (the same functions draw them); JSON, YAML and CSV carry
 the raw figures under the glossary's names (rates per second, sizes in bytes, ages in ms, the time
-of the frame as ``taken_at``/``taken_at_ms``).
+of the frame as ``taken_at``/``taken_at_ms``); CSV as one table, a row per item of the screen.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mqctl import units
-from mqctl.output import shown_time
+from mqctl.output import Rows, shown_time
 from mqctl.top import format as fmt
 from mqctl.top.model import BrokerView, GroupRow, Snapshot, StoreView, TopicRow, TopSource
 
@@ -112,6 +112,20 @@ def _store(s: StoreView, now: float) -> dict[str, Any]:
     }
 
 
+_STORE_FIELDS = _store(StoreView("", 0, 0, 0, None, None), 0.0)
+#: A store's columns then its files' (``-o csv``: a row per file).
+_FILE_CSV_COLUMNS = (
+    "file",
+    "written_bytes",
+    "first_write_age_ms",
+    "last_write_age_ms",
+    "active",
+    "reason",
+    "unconsumed",
+)
+_STORE_CSV_COLUMNS = (*(k for k in _STORE_FIELDS if k != "files"), *_FILE_CSV_COLUMNS)
+
+
 def _cells(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[dict[str, str]] | str:
     """The rows as a table of the screen's columns; ``none`` in the summary when there are none."""
     return [dict(zip(columns, row, strict=True)) for row in rows] or "none"
@@ -144,6 +158,38 @@ def document(snap: Snapshot, screen: str, now: float) -> dict[str, Any]:
     if snap.errors:
         doc["errors"] = list(snap.errors)
     return doc
+
+
+#: The columns of each screen's CSV rows after ``taken_at``/``taken_at_ms`` (an empty frame's header too).
+_CSV_COLUMNS = {
+    "overview": tuple(_broker(BrokerView("", "", 0, "")).keys()),
+    "topics": tuple(_topic(TopicRow("", 0, 0)).keys()),
+    "groups": tuple(_group(GroupRow("", 0, 0, 0.0)).keys()),
+}
+
+
+def csv_rows(snap: Snapshot, screen: str, now: float) -> Rows:
+    """The frame as one table (``-o csv``): a row per item of ``screen`` (broker, topic, group, or
+    CommitLog file with its store's figures beside it), each led by the frame's time; no cell holds a
+    list or a record, so a spreadsheet opens it as it is. The NameServers and totals are JSON's and YAML's."""
+    doc = document(snap, screen, now)
+    stamp = {"taken_at": doc["taken_at"], "taken_at_ms": doc["taken_at_ms"]}
+    if screen == "store":
+        columns = [*stamp, *_STORE_CSV_COLUMNS]
+        rows = [
+            stamp | {k: v for k, v in store.items() if k != "files"} | file | {"unconsumed": _per_group(file)}
+            for store in doc["stores"]
+            for file in store["files"] or [dict.fromkeys(_FILE_CSV_COLUMNS)]
+        ]
+        return Rows(rows, columns=columns)
+    key = {"overview": "brokers", "topics": "topics", "groups": "groups"}[screen]
+    return Rows([stamp | row for row in doc[key]], columns=[*stamp, *_CSV_COLUMNS[screen]])
+
+
+def _per_group(file: dict[str, Any]) -> str | None:
+    """A file's unconsumed messages per group as one cell: ``G1=5, G2=3``."""
+    unconsumed = file.get("unconsumed")
+    return ", ".join(f"{g}={n}" for g, n in unconsumed.items()) if unconsumed else None
 
 
 def _name(row: TopicRow | GroupRow) -> str:

@@ -62,3 +62,34 @@ def test_once_against_no_nameserver_is_a_connect_error(cli: RunCli) -> None:
 def test_output_format_without_once_is_refused(cli: RunCli) -> None:
     result = cli("top", "-o", "json", "-n", "127.0.0.1:1")
     assert result.code == UsageError.exit_code and "--once" in result.stderr, result
+
+
+@pytest.mark.parametrize("screen", ["overview", "topics", "groups", "store"])
+def test_once_csv_is_one_table_without_json_in_its_cells(
+    cli: RunCli, daemons: LocalCluster, screen: str
+) -> None:
+    """``-o csv`` wrote the frame's record as key,value lines with the brokers, topics or files as JSON
+    in one cell each: a spreadsheet opened two columns of JSON. Now a row per item, led by the frame's
+    time, one column per figure."""
+    import csv
+    import io
+
+    ns = ("-n", daemons.namesrv_addr)
+    assert cli("topic", "create", "-t", "CsvTopic", "--if-not-exists", *ns).code == 0
+    assert cli("group", "create", "-g", "CsvGroup", "--if-not-exists", *ns).code == 0
+    assert cli("msg", "send", "-t", "CsvTopic", "one", *ns).code == 0
+    result = cli("top", "--once", "--screen", screen, "--interval", "0.2", "-o", "csv", *ns)
+    assert result.code == 0, result
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert rows and all(row["taken_at_ms"].isdigit() for row in rows)
+    assert not any(cell.startswith(("[", "{")) for row in rows for cell in row.values()), result.stdout
+    first = next(iter(rows[0]))
+    assert first == "taken_at"
+    if screen == "overview":
+        assert [(r["broker_name"], r["addr"]) for r in rows] == [("broker-a", daemons.broker_addr)]
+    elif screen == "topics":
+        assert [int(r["messages"]) > 0 for r in rows if r["topic"] == "CsvTopic"] == [True]
+    elif screen == "groups":
+        assert [r["never_consumed"] for r in rows if r["group"] == "CsvGroup"] == ["yes"]
+    elif screen == "store":
+        assert all(r["broker_name"] == "broker-a" and r["file"] for r in rows)
