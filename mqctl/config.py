@@ -223,13 +223,37 @@ def resolve_timeout(default: float, *, flag: float | None, target: Target | None
     return Timeout(default, "default")
 
 
-def _seconds(text: str, where: str) -> float:
+@dataclass(frozen=True)
+class Deadline:
+    """A read command's deadline in all (seconds; None: none), and where that figure came from."""
+
+    seconds: float | None
+    source: str
+
+
+def resolve_deadline(timeout: float, *, flag: float | None) -> Deadline:
+    """``--deadline``, then ``$MQCTL_DEADLINE``, then the default for ``timeout`` seconds a answer
+    (:func:`mqctl.admin.client.read_deadline`); 0 from either is no deadline."""
+    if flag is not None:
+        return Deadline(flag or None, "--deadline")
+    env = os.environ.get("MQCTL_DEADLINE")
+    if env:
+        return Deadline(_seconds(env, "$MQCTL_DEADLINE", least=0.0) or None, "$MQCTL_DEADLINE")
+    from mqctl.admin.client import READ_DEADLINE_ANSWERS, READ_DEADLINE_FLOOR, read_deadline
+
+    return Deadline(
+        read_deadline(timeout),
+        f"default: {READ_DEADLINE_ANSWERS} x the timeout, at least {READ_DEADLINE_FLOOR:g}",
+    )
+
+
+def _seconds(text: str, where: str, *, least: float = 0.1) -> float:
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value >= 0.1:  # also refuses nan
-        raise UsageError(f"{where} {text!r}: expected seconds, at least 0.1")
+    if not value >= least or value == float("inf"):  # also refuses nan
+        raise UsageError(f"{where} {text!r}: expected seconds, at least {least:g}")
     return value
 
 
@@ -248,11 +272,14 @@ def effective_settings(
     namesrv_flag: str | None = None,
     context_flag: str | None = None,
     timeout_flag: float | None = None,
+    deadline_flag: float | None = None,
 ) -> dict[str, object]:
     """Where an online command connects and how long it waits, and why (``mqctl context current``;
-    ``mqctl [-n NS] [--context C] [--timeout S] --print-config`` with the root's flags)."""
+    ``mqctl [-n NS] [--context C] [--timeout S] [--deadline S] --print-config`` with the root's flags);
+    a read's ``deadline`` None is none."""
     target = resolve_target(namesrv_flag=namesrv_flag, context_flag=context_flag)
     timeout = resolve_timeout(default_timeout, flag=timeout_flag, target=target)
+    deadline = resolve_deadline(timeout.seconds, flag=deadline_flag)
     from mqctl import tls
 
     chosen = tls.current()
@@ -261,6 +288,8 @@ def effective_settings(
         "source": target.source,
         "timeout": timeout.seconds,
         "timeout_source": timeout.source,
+        "deadline": deadline.seconds,
+        "deadline_source": deadline.source,
         "tls": chosen[0].as_json() or True if chosen else False,
         "tls_source": chosen[1] if chosen else "default",
     }

@@ -26,6 +26,10 @@ ENVIRONMENT = (
     ("MQCTL_OUTPUT", "Default output format for -o: table, json, yaml or csv."),
     ("MQCTL_TIMEOUT", "Seconds to wait for each answer; --timeout beats it, it beats the context's."),
     (
+        "MQCTL_DEADLINE",
+        "Seconds a read may take in all (default 4 x the timeout, at least 30); 0: none; --deadline beats it.",
+    ),
+    (
         "MQCTL_ACCESS_KEY",
         "ACL access key, with MQCTL_SECRET_KEY_FILE or MQCTL_SECRET_KEY: signs every request unless "
         "--access-key is given; beats the context's credentials.",

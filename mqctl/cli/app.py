@@ -28,6 +28,7 @@ VALUED_OPTIONS = frozenset(
         "--output",
         "-o",
         "--timeout",
+        "--deadline",
         "--access-key",
         "--secret-key",
         "--secret-key-file",
@@ -104,9 +105,13 @@ def _version(value: bool) -> None:
 
 
 def _print_config(
-    namesrv: str | None, context: str | None, timeout: float | None, output: str | None
+    namesrv: str | None,
+    context: str | None,
+    timeout: float | None,
+    deadline: float | None,
+    output: str | None,
 ) -> None:
-    """``--print-config``, after every root flag is read: ``-n``, ``--context``, ``--timeout``,
+    """``--print-config``, after every root flag is read: ``-n``, ``--context``, ``--timeout``, ``--deadline``,
     ``--tls``/``--ca`` and ``-o`` change the answer (an eager option printed the current context's whatever
     they said)."""
     from mqctl.config import ContextFile, effective_settings
@@ -116,7 +121,9 @@ def _print_config(
     fmt = output or os.environ.get("MQCTL_OUTPUT") or "table"
     if fmt not in FORMATS:
         raise UsageError(f"$MQCTL_OUTPUT {fmt!r}: choose one of {', '.join(FORMATS)}")
-    settings = effective_settings(namesrv_flag=namesrv, context_flag=context, timeout_flag=timeout)
+    settings = effective_settings(
+        namesrv_flag=namesrv, context_flag=context, timeout_flag=timeout, deadline_flag=deadline
+    )
     render({**settings, "contexts_file": str(ContextFile.path())}, fmt)
     raise typer.Exit()
 
@@ -137,7 +144,7 @@ def _root(
         typer.Option(
             "--print-config",
             help="Print where online commands connect and how long they wait (and why), then exit; "
-            "-n, --context, --timeout, --tls/--ca and -o count.",
+            "-n, --context, --timeout, --deadline, --tls/--ca and -o count.",
         ),
     ] = False,
     debug: Annotated[
@@ -233,8 +240,16 @@ def _root(
         typer.Option(
             "--timeout",
             min=0.1,
-            help="Seconds to wait for each answer; a read ends in all after 4 times it, at least 30 (also "
-            "after the noun).",
+            help="Seconds to wait for each answer; a read ends in all after --deadline (also after the noun).",
+        ),
+    ] = None,
+    deadline: Annotated[
+        float | None,
+        typer.Option(
+            "--deadline",
+            min=0,
+            help="Seconds a read may take in all (else $MQCTL_DEADLINE, else 4 times --timeout, at least 30); "
+            "past it exit 6; 0: none (also after the noun).",
         ),
     ] = None,
 ) -> None:
@@ -255,7 +270,7 @@ def _root(
     if sched_slice_micros:
         _loop_slice(sched_slice_micros)
     if print_config:
-        _print_config(namesrv, context, timeout, output)
+        _print_config(namesrv, context, timeout, deadline, output)
     if ctx.invoked_subcommand is None:  # the root runs without a command only for --print-config
         raise click.UsageError("Missing command.", ctx=ctx)
 

@@ -302,6 +302,17 @@ TimeoutOpt = Annotated[
     ),
 ]
 
+DeadlineOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--deadline",
+        min=0,
+        help="Seconds a read may take in all (else $MQCTL_DEADLINE, else 4 times --timeout, at least 30); "
+        "past it exit 6 naming what had not answered; 0: none.",
+        callback=_global,
+    ),
+]
+
 
 @dataclass(frozen=True)
 class ClusterFlags:
@@ -311,6 +322,7 @@ class ClusterFlags:
     context: str | None = None
     output: str = "table"
     timeout: float | None = None
+    deadline: float | None = None
     watch: float | None = None
 
 
@@ -320,6 +332,7 @@ _SHARED: dict[str, tuple[Any, Any]] = {
     "context": (ContextOpt, None),
     "output": (OutputOpt, "table"),
     "timeout": (TimeoutOpt, None),
+    "deadline": (DeadlineOpt, None),
     "watch": (WatchOpt, None),
 }
 # Set for the length of one command, so an in-process run never sees another's flags.
@@ -345,10 +358,10 @@ def output_given() -> bool:
 
 
 def cluster_options(*, output: bool = True, watch: bool = False) -> Callable[[F], F]:
-    """Give an online command ``--namesrv/-n``, ``--context``, ``-o/--output``, ``--timeout`` (and with
-    ``watch`` ``--watch``), declared here once: the command does not list them; :func:`online`,
+    """Give an online command ``--namesrv/-n``, ``--context``, ``-o/--output``, ``--timeout``,
+    ``--deadline`` (and with ``watch`` ``--watch``), declared here once: the command does not list them; :func:`online`,
     :func:`cluster_target` and :func:`flags` read what they said. Without ``output`` (``top``) no ``-o``."""
-    names = ["namesrv", "context", *(["output"] * output), "timeout", *(["watch"] * watch)]
+    names = ["namesrv", "context", *(["output"] * output), "timeout", "deadline", *(["watch"] * watch)]
 
     def decorate(func: F) -> F:
         signature = inspect.signature(func, eval_str=True)
@@ -386,6 +399,18 @@ def request_timeout(default: float, target: Target | None = None) -> float:
     return timeout.seconds
 
 
+def command_deadline(timeout: float) -> float | None:
+    """A read's deadline in all (None: none): ``--deadline``, ``$MQCTL_DEADLINE``, else the default for
+    ``timeout`` seconds a answer."""
+    from mqctl.config import resolve_deadline
+    from mqctl.output import note
+
+    deadline = resolve_deadline(timeout, flag=flags().deadline)
+    shown = "none" if deadline.seconds is None else f"{deadline.seconds:g}s"
+    note(f"deadline {shown} in all (from {deadline.source})")
+    return deadline.seconds
+
+
 def cluster_target() -> Target:
     """Where this online command connects (``--namesrv``, ``--context``, env, current context)."""
     from mqctl.config import resolve_target
@@ -395,14 +420,14 @@ def cluster_target() -> Target:
 
 def online(work: Callable[[Admin], Awaitable[Any]], *, timeout: float = 5.0, changes: bool = False) -> None:
     """Run ``work`` against the resolved NameServers and render its result, once or every ``--watch`` s.
-    A read (``changes`` false) has one deadline in all (each refresh its own), :func:`read_deadline` of
-    each answer's wait: past it the command exits 6 naming what had not answered. A command that changes
+    A read (``changes`` false) has one deadline in all (each refresh its own), :func:`command_deadline`:
+    past it the command exits 6 naming what had not answered. A command that changes
     the cluster is never stopped between its writes: each answer has its wait, each failure is named."""
-    from mqctl.admin.client import read_deadline, run_admin
+    from mqctl.admin.client import run_admin
 
     where = cluster_target()
     seconds = request_timeout(timeout, where)
-    deadline = None if changes else read_deadline(seconds)
+    deadline = None if changes else command_deadline(seconds)
     shared = flags()
     render_every(
         lambda: read_all(lambda: run_admin(where.namesrv, work, timeout=seconds, deadline=deadline)),

@@ -11,6 +11,7 @@ from mqctl.cli.common import (
     check_topic,
     cluster_options,
     cluster_target,
+    command_deadline,
     flags,
     output_given,
     read_all,
@@ -81,13 +82,13 @@ def trace(
         def work(admin: Any) -> Any:
             return trace_key(admin, wanted, trace_topic=trace_topic, topic=topic)
 
-    from mqctl.admin.client import read_deadline, run_admin
+    from mqctl.admin.client import run_admin
     from mqctl.interrupts import whole_output
     from mqctl.output import render, stdout_console
 
     target = cluster_target()
     seconds = request_timeout(5.0, target)
-    deadline = read_deadline(seconds)
+    deadline = command_deadline(seconds)
     result = read_all(lambda: run_admin(target.namesrv, work, timeout=seconds, deadline=deadline))
     timelines = result if isinstance(result, list) else [result]
     if tree:

@@ -35,6 +35,8 @@ def test_add_use_ls_rm_roundtrip(cli: RunCli) -> None:
         "source": "context prod",
         "timeout": 5.0,
         "timeout_source": "default",
+        "deadline": 30.0,
+        "deadline_source": "default: 4 x the timeout, at least 30",
         "tls": False,
         "tls_source": "default",
     }
