@@ -23,7 +23,7 @@ ENVIRONMENT = (
         "RocketMQ's own NameServer list; used when no flag, context flag or MQCTL_NAMESRV is given.",
     ),
     ("MQCTL_NAMESRV", "NameServer list HOST:PORT[;HOST:PORT]; beats NAMESRV_ADDR and the current context."),
-    ("MQCTL_OUTPUT", "Default output format for -o: table, json, yaml or csv."),
+    ("MQCTL_OUTPUT", "Default output format for -o: table, wide, json, yaml or csv."),
     ("MQCTL_TIMEOUT", "Seconds to wait for each answer; --timeout beats it, it beats the context's."),
     (
         "MQCTL_DEADLINE",

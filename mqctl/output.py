@@ -37,9 +37,10 @@ from mqctl.interrupts import whole_output
 if TYPE_CHECKING:  # rich loads when something is rendered, not when the CLI is built
     from rich.console import Console
 
-FORMATS = ("table", "json", "yaml", "csv")
+#: ``wide``: a table of every column; ``table`` leaves out the ones a result does not show by default.
+FORMATS = ("table", "wide", "json", "yaml", "csv")
 
-_state: dict[str, bool] = {"no_color": False, "verbose": False, "utc": False, "raw": False}
+_state: dict[str, bool] = {"no_color": False, "verbose": False, "utc": False, "raw": False, "wide": False}
 
 # Every C0 control but newline, DEL, C1, and the bidi overrides and isolates that reorder what is shown.
 _CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -117,6 +118,16 @@ def configure(*, no_color: bool, verbose: bool = False, utc: bool = False) -> No
     _state["verbose"] = verbose
     _state["utc"] = utc
     _state["raw"] = False
+    _state["wide"] = False
+
+
+def table_format(fmt: str) -> str:
+    """``-o``'s value as commands see it: ``wide`` is a ``table`` of every column (kubectl's ``-o wide``),
+    remembered here, so that a command telling tables from documents needs to know one table."""
+    if fmt == "wide":
+        _state["wide"] = True
+        return "table"
+    return fmt
 
 
 def note(text: str) -> None:
@@ -155,16 +166,20 @@ class Rows(list[Any]):
     """A list of rows that knows its columns, so that an empty one still has a CSV header row (and a
     table its column names)."""
 
-    def __init__(self, items: Any = (), *, columns: Sequence[str]) -> None:
+    def __init__(
+        self, items: Any = (), *, columns: Sequence[str], narrow: Sequence[str] | None = None
+    ) -> None:
         super().__init__(items)
         self.columns = list(columns)
+        #: The columns a table shows by default, those empty in every row left out (``-o wide``: all).
+        self.narrow = list(narrow) if narrow is not None else None
 
     @classmethod
-    def of(cls, row_type: type, items: Any = ()) -> Rows:
+    def of(cls, row_type: type, items: Any = (), *, narrow: Sequence[str] | None = None) -> Rows:
         """Rows of a dataclass or ``TypedDict`` ``row_type``: its fields (or keys, in order) are the columns."""
         if dataclasses.is_dataclass(row_type):
-            return cls(items, columns=[f.name for f in dataclasses.fields(row_type)])
-        return cls(items, columns=list(row_type.__annotations__))
+            return cls(items, columns=[f.name for f in dataclasses.fields(row_type)], narrow=narrow)
+        return cls(items, columns=list(row_type.__annotations__), narrow=narrow)
 
 
 def plain(value: Any) -> Any:
@@ -507,11 +522,20 @@ def _render(data: Any, result: Any, fmt: str, stream: TextIO, *, title: str | No
         writer.writerow(columns)
         terminal = _is_terminal(stream)
         writer.writerows([_csv_cell(row.get(c), terminal=terminal) for c in columns] for row in rows)
-    elif fmt == "table":
+    elif fmt in ("table", "wide"):
         known = result.columns if isinstance(result, Rows) else ()
+        if isinstance(result, Rows) and result.narrow is not None and fmt == "table" and not _state["wide"]:
+            data, known = _narrowed(data, result.narrow)
         _print_tables(_tables(data, title, known), stream, terminal=tty)
     else:
         raise ValueError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _narrowed(rows: list[dict[str, Any]], narrow: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """``rows`` with the ``narrow`` columns only, less those no row has a value in (an empty result: all
+    of them, its header)."""
+    shown = [c for c in narrow if any(row.get(c) not in (None, "", []) for row in rows)] or narrow
+    return [{c: row.get(c) for c in shown} for row in rows], shown
 
 
 class RowStream:

@@ -665,6 +665,9 @@ class HASlave:
         self.master_addr = config.ha_master_address
         self.master_records = master_records
         self.connected = False
+        #: This end of the connection to the master (HOST:PORT), as the master lists it among its slaves;
+        #: None while not connected.
+        self.local_addr: str | None = None
         self.last_read_ms = 0
         self.reconnects = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -741,6 +744,8 @@ class HASlave:
                 continue
             log.info("HA connected to master %s, reporting offset %d", addr, self.store.max_phy_offset)
             self.connected = True
+            local = writer.get_extra_info("sockname")
+            self.local_addr = f"{local[0]}:{local[1]}" if local else None
             try:
                 await self._session(reader, writer)
             except ReplicaRecordError as exc:
@@ -750,6 +755,7 @@ class HASlave:
                 log.warning("HA connection to master %s lost: %s", addr, exc)
             finally:
                 self.connected = False
+                self.local_addr = None
                 self.reconnects += 1
                 writer.close()
                 with contextlib.suppress(Exception):
@@ -880,6 +886,7 @@ HA_RUNTIME_KEYS = frozenset(
         "haSlaves",
         "haMasterAddress",
         "haMasterConnected",
+        "haClientAddress",
         "haMasterLastReadTimestamp",
         "haDivergedRecords",
         "haDivergedQuarantine",
@@ -894,8 +901,9 @@ def ha_runtime_info(
 ) -> dict[str, str]:
     """mqctl's additions to GET_BROKER_RUNTIME_INFO: the role and the replication state.
 
-    A master lists its slaves as ``addr/ackedOffset/lagSeconds`` joined by ``;``; a slave shows its master's HA
-    address and whether it is connected. Offsets are CommitLog offsets; lag is the reader's sum. A store
+    A master lists its slaves as ``addr/ackedOffset/lagSeconds`` joined by ``;`` (``addr``: the slave's end of
+    its HA connection); a slave shows its master's HA address, whether it is connected and its own end of
+    that connection (``haClientAddress``), by which a reader of both finds which registered slave is which. Offsets are CommitLog offsets; lag is the reader's sum. A store
     holding ``quarantines`` (data recovery or replication set aside, until the operator removes it) says
     how many and the records in them; of a divergent tail set aside, how many records and the newest one.
     """
@@ -915,6 +923,8 @@ def ha_runtime_info(
     if slave is not None:
         info["haMasterAddress"] = slave.master_addr
         info["haMasterConnected"] = "true" if slave.connected else "false"
+        if slave.local_addr:
+            info["haClientAddress"] = slave.local_addr
         info["haMasterLastReadTimestamp"] = str(slave.last_read_ms)
     return info
 

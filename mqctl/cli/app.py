@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 #: ``mqctl -o json topic list``: what the root's -o takes (mqctl.output.FORMATS; importing it here
 #: would load the output layer for every ``--help``; a test keeps the two equal).
-FORMATS = ("table", "json", "yaml", "csv")
+FORMATS = ("table", "wide", "json", "yaml", "csv")
 #: The root's options that take a value: the word after one is not the noun.
 VALUED_OPTIONS = frozenset(
     {
@@ -231,7 +231,7 @@ def _root(
         typer.Option(
             "--output",
             "-o",
-            help="Output format: table, json, yaml, csv (also after the noun).",
+            help="Output format: table, wide (a table of every column), json, yaml, csv (also after the noun).",
             click_type=click.Choice(FORMATS),
         ),
     ] = None,

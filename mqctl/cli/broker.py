@@ -256,8 +256,9 @@ def ha_status(
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
 ) -> None:
-    """Each broker's role and replication: a master's slaves and acked offset, a slave's master and
-    offset, and the lag behind the group's master in bytes."""
+    """Each broker's role and replication: a master's slaves and a slave's master by the broker address
+    they registered, and the lag behind the group's master in bytes and seconds. -o wide adds the
+    offsets, the HA connections' addresses and the DLedger fields; JSON and YAML hold every field."""
     from mqctl.services.ha import ha_status as status_of
 
     online(lambda admin: status_of(admin, cluster, broker))

@@ -46,6 +46,14 @@ def _global(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
+def _global_output(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """``-o`` as :func:`_global` reads it, ``wide`` passed on as ``table`` (:func:`mqctl.output.table_format`)."""
+    from mqctl.output import table_format
+
+    value = _global(ctx, param, value)
+    return table_format(value) if isinstance(value, str) else value
+
+
 class ExistingPath(click.Path):
     """``click.Path(exists=True)`` whose missing path is a ``NotFoundError`` (exit 3), as a missing file is
     wherever else mqctl reads one: click's own check would make it a usage error (2)."""
@@ -67,10 +75,10 @@ OutputOpt = Annotated[
     typer.Option(
         "--output",
         "-o",
-        help=f"Output format: {', '.join(FORMATS)}.",
+        help=f"Output format: {', '.join(FORMATS)} (wide: a table of every column).",
         envvar="MQCTL_OUTPUT",
         click_type=click.Choice(FORMATS),
-        callback=_global,
+        callback=_global_output,
     ),
 ]
 NamesrvOpt = Annotated[

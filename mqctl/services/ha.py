@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
+from mqctl.output import Rows
 from mqctl.services.cluster import BrokerRow, brokers
 
 
@@ -21,7 +22,12 @@ class HAStatus:
     addr: str
     role: str | None = None
     connected: bool | None = None
+    #: A master's slaves and a slave's master by broker address as registered (``ADDR (id N)``), else by
+    #: the HA connection's address; DLedger mode: the members (``n1 match 812 lag 0``) or the leader.
     peers: str | None = None
+    #: Master/slave: the HA connections' addresses behind ``peers`` (a master's: each slave's end, a
+    #: source port; a slave's: its master's HA port), in the same order.
+    peer_ha_addrs: str | None = None
     commitlog_max_offset: int | None = None
     acked_offset: int | None = None
     lag_bytes: int | None = None
@@ -42,6 +48,27 @@ class HAStatus:
     #: DLedger mode, on the leader: the group's size (itself and every peer it replicates to).
     members: int | None = None
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        #: A slave's end of its HA connection (``haClientAddress``), to match its master's list; not shown.
+        self._ha_client: str | None = None
+
+
+#: The columns a table shows by default (kubectl's, mqadmin's: what tells whether replication is well);
+#: the rest with ``-o wide``, and all of them in JSON and YAML.
+NARROW = (
+    "broker_name",
+    "broker_id",
+    "addr",
+    "role",
+    "raft_role",
+    "connected",
+    "peers",
+    "lag_bytes",
+    "lag_seconds",
+    "diverged_records",
+    "error",
+)
 
 
 def _int(text: str | None) -> int | None:
@@ -87,19 +114,22 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         out.connected = bool(table.get("dledgerLeaderId"))
     elif "haMasterAddress" in table:  # a slave
         out.connected = table.get("haMasterConnected") == "true"
-        out.peers = table.get("haMasterAddress") or None
+        out.peer_ha_addrs = table.get("haMasterAddress") or None
+        out.peers = out.peer_ha_addrs  # its master's broker address once the group is read (_name_peers)
         out.acked_offset = out.commitlog_max_offset
+        out._ha_client = table.get("haClientAddress") or None
     elif "haSlaveCount" in table:
         slaves = [s.split("/") for s in table.get("haSlaves", "").split(";") if s]
         out.connected = bool(slaves)
-        out.peers = ", ".join(s[0] for s in slaves) or None
+        out.peer_ha_addrs = ", ".join(s[0] for s in slaves) or None
+        out.peers = out.peer_ha_addrs
         out.acked_offset = _int(table.get("haPush2SlaveMaxOffset")) if slaves else None
         lags = [float(s[2]) for s in slaves if len(s) > 2]
         out.lag_seconds = max(lags) if lags else None
     return out
 
 
-async def ha_status(admin: Admin, cluster: str | None = None, broker: str | None = None) -> list[HAStatus]:
+async def ha_status(admin: Admin, cluster: str | None = None, broker: str | None = None) -> Rows:
     """Every broker of the cluster (or the group of ``broker``, an address), master first in each group."""
     rows = await brokers(admin, cluster)
     if broker is not None:
@@ -111,7 +141,34 @@ async def ha_status(admin: Admin, cluster: str | None = None, broker: str | None
         end = master_end.get(s.broker_name)
         if end is not None and s.acked_offset is not None:
             s.lag_bytes = max(0, end - s.acked_offset)
-    return states
+    _name_peers(states)
+    return Rows.of(HAStatus, states, narrow=NARROW)
+
+
+def _registered(state: HAStatus) -> str:
+    return f"{state.addr} (id {state.broker_id})"
+
+
+def _name_peers(states: list[HAStatus]) -> None:
+    """Name a master's slaves, and a slave's master, by the broker address each registered (what every
+    other command takes), not by the HA connection's: a master sees a slave's source port. A slave's
+    ``haClientAddress`` is its end of that connection; else (a RocketMQ slave, an address rewritten on
+    the way) the one slave of the group on the connection's host. One not found keeps the HA address."""
+    for master in states:
+        if master.broker_id != 0 or master.member is not None or master.error is not None:
+            continue
+        slaves = [s for s in states if s.broker_name == master.broker_name and s.broker_id != 0]
+        for slave in slaves:
+            if slave.member is None and slave.peer_ha_addrs is not None:
+                slave.peers = _registered(master)
+        named = []
+        for ha_addr in master.peer_ha_addrs.split(", ") if master.peer_ha_addrs else ():
+            found = [s for s in slaves if s._ha_client == ha_addr]
+            if not found:
+                host = ha_addr.rpartition(":")[0]
+                found = [s for s in slaves if s._ha_client is None and s.addr.rpartition(":")[0] == host]
+            named.append(_registered(found[0]) if len(found) == 1 else f"HA client {ha_addr}")
+        master.peers = ", ".join(named) or None
 
 
 @dataclass

@@ -726,8 +726,19 @@ async def test_up_with_a_slave_and_ha_status(tmp_path: Path, cli_env: dict[str, 
         await wait_until(connected)
         rows = await asyncio.to_thread(up.mq, "broker", "ha", "status")
         assert [r["role"] for r in rows] == ["ASYNC_MASTER", "SLAVE"]
-        assert rows[1]["peers"] == f"127.0.0.1:{broker_port + 1}"  # the master's HA port
+        # each names the other by its broker address; the HA connection's addresses beside (a master saw
+        # its slave's source port, and listed that as its peer)
+        assert [r["peers"] for r in rows] == [f"{slave_addr} (id 1)", f"127.0.0.1:{broker_port} (id 0)"]
+        assert rows[1]["peer_ha_addrs"] == f"127.0.0.1:{broker_port + 1}"  # the master's HA port
+        ha_client = rows[0]["peer_ha_addrs"]
+        assert ha_client.startswith("127.0.0.1:") and ha_client not in (slave_addr, rows[0]["addr"])
         assert rows[0]["lag_seconds"] == 0.0 and rows[1]["lag_bytes"] == 0
+        # the table fits a terminal (it was about 300 columns): what tells whether replication is well
+        table = await asyncio.to_thread(up.text, "broker", "ha", "status")
+        assert max(map(len, table.splitlines())) <= 120, table
+        assert "PEERS" in table and f"{slave_addr} (id 1)" in table and "COMMITLOG" not in table
+        wide = await asyncio.to_thread(up.text, "-o", "wide", "broker", "ha", "status")
+        assert "COMMITLOG MAX OFFSET" in wide and "PEER HA ADDRS" in wide and ha_client in wide
         status = await asyncio.to_thread(up.mq, "cluster", "status")
         assert [s["ha_lag_bytes"] for s in status] == [None, 0]
     assert up.code == 0

@@ -79,7 +79,7 @@ def test_single_record_renders_as_key_value() -> None:
 def test_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown output format"):
         rendered(ROWS, "xml")
-    assert set(FORMATS) == {"table", "json", "yaml", "csv"}
+    assert set(FORMATS) == {"table", "wide", "json", "yaml", "csv"}
 
 
 def test_table_cells_are_data_not_markup() -> None:

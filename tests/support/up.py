@@ -51,6 +51,19 @@ class Up:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
+    def text(self, *args: str) -> str:
+        """Run `mqctl ARGS` against this NameServer as given (its table, off a terminal); it must exit 0."""
+        done = subprocess.run(
+            [sys.executable, "-m", "mqctl", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_WITHIN,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
 
 @asynccontextmanager
 async def mqctl_up(data: Path | None, cli_env: dict[str, str], ns_port: int, *args: str) -> AsyncIterator[Up]:
