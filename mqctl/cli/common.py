@@ -142,11 +142,19 @@ def new_group_problem(name: str) -> str | None:
     return problem
 
 
-def check_new_group(value: str) -> str:
-    problem = new_group_problem(value)
-    if problem is not None:
-        raise typer.BadParameter(problem)
-    return value
+def _refusing(problem_of: Callable[[str], str | None]) -> Callable[[str], str]:
+    """An option callback refusing a value ``problem_of`` finds a problem with, as a bad parameter."""
+
+    def check(value: str) -> str:
+        problem = problem_of(value)
+        if problem is not None:
+            raise typer.BadParameter(problem)
+        return value
+
+    return check
+
+
+check_new_group = _refusing(new_group_problem)
 
 
 #: 4.9.8's consumers refuse it as their group (``MixAll.DEFAULT_CONSUMER_GROUP``): a client's placeholder.
@@ -165,11 +173,7 @@ def created_group_problem(name: str) -> str | None:
     return problem
 
 
-def check_created_group(value: str) -> str:
-    problem = created_group_problem(value)
-    if problem is not None:
-        raise typer.BadParameter(problem)
-    return value
+check_created_group = _refusing(created_group_problem)
 
 
 TopicOpt = Annotated[
