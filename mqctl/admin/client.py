@@ -470,6 +470,6 @@ def _late(admin: Admin, deadline: float) -> Exception:
     return RequestTimeoutError(
         f"the command's deadline of {deadline:g}s passed{said}",
         hint=f"--timeout is each answer's wait; a read's deadline is --deadline, else {READ_DEADLINE_ANSWERS} "
-        f"times --timeout, at least {READ_DEADLINE_FLOOR:g}s: raise either (--deadline 0: none) or narrow "
-        "the read",
+        f"times --timeout, at least {READ_DEADLINE_FLOOR:g}s: raise --timeout or --deadline (0: none), or "
+        "narrow the read",
     )
