@@ -321,11 +321,13 @@ class LiveSource:
         oldest: dict[str, float | None] = dict.fromkeys(names)
         clients: dict[str, set[str]] = {g: set() for g in names}
         offsets_held: set[str] = set()  # groups with an offset (a queue in its consume stats) on some master
+        unanswered: set[str] = set()  # groups some master did not give its consume stats for
         unread: dict[tuple[str, str, int], list[str]] = {}  # queues with no consumed message left
         for (addr, group), (stats, conns) in zip(asks, answers, strict=True):
             if conns is not None:
                 clients[group].update(c.client_id for c in conns.connection_set)
             if stats is None:
+                unanswered.add(group)
                 continue
             tps[group] += stats.consume_tps
             if stats.offset_table:
@@ -349,7 +351,14 @@ class LiveSource:
                 for group in unread[key]:
                     oldest[group] = max(now - at, oldest[group] or 0.0)
         return tuple(
-            GroupRow(g, lag[g], len(clients[g]), tps[g], oldest[g], never_consumed=g not in offsets_held)
+            GroupRow(
+                g,
+                lag[g],
+                len(clients[g]),
+                tps[g],
+                oldest[g],
+                never_consumed=g not in offsets_held and g not in unanswered,
+            )
             for g in names
         )
 

@@ -110,7 +110,8 @@ class GroupRow:
     """One consumer group over all masters; ``oldest_age`` (seconds) is an upper bound: the age of the
     last consumed message on the queue furthest behind (ConsumeStats' lastTimestamp), or on a queue with
     no consumed message left (never consumed) the age of its oldest stored message. ``never_consumed``: no
-    master holds an offset of the group for any queue (no consumer ever committed one, none is online):
+    master holds an offset of the group for any queue (no consumer ever committed one, none is online),
+    each having answered so:
     its lag cannot be counted, and a consumer that starts reads as its consumeFromWhere says."""
 
     name: str
