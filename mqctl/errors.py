@@ -224,7 +224,7 @@ def _unsigned_hint(remark: str) -> str | None:
         signed = True
     if signed:
         return None
-    return "mqctl signed nothing: --access-key AK --secret-key-file FILE, or a context's (context add --access-key)"
+    return "mqctl signed nothing: give --access-key AK --secret-key-file FILE, or a context that has them"
 
 
 def reported(text: str) -> MqctlError:
