@@ -253,9 +253,11 @@ def effective_settings(
     ``mqctl [-n NS] [--context C] [--timeout S] --print-config`` with the root's flags)."""
     target = resolve_target(namesrv_flag=namesrv_flag, context_flag=context_flag)
     timeout = resolve_timeout(default_timeout, flag=timeout_flag, target=target)
-    from mqctl import tls
+    from mqctl import auth, tls
 
     chosen = tls.current()
+    # which account signs (never its secret): an ACL refusal is otherwise a guess at which key was used
+    signer = auth.current()
     return {
         "namesrv": ";".join(target.namesrv),
         "source": target.source,
@@ -263,6 +265,8 @@ def effective_settings(
         "timeout_source": timeout.source,
         "tls": chosen[0].as_json() or True if chosen else False,
         "tls_source": chosen[1] if chosen else "default",
+        "access_key": signer.access_key if signer else None,
+        "access_key_source": signer.source if signer else "none",
     }
 
 
