@@ -187,7 +187,11 @@ def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_
     assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == [4, 10]
 
     saved = tmp_path / "plan.json"
-    mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-earliest", "--export", str(saved))
+    exported = mq(
+        "offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-earliest", "--export", str(saved), "-o", "json"
+    )
+    # the next step is that very file, not another plan made at --execute's moment
+    assert f"--from-file {saved} --execute" in exported.json()["applied"]
     doc = json.loads(saved.read_text())
     assert (doc["kind"], doc["group"], doc["topic"]) == ("offset-reset", GROUP, TOPIC)
     assert doc["cluster"] == loaded.broker.config.broker_cluster_name and doc["created"].endswith("Z")
