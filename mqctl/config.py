@@ -280,9 +280,11 @@ def effective_settings(
     target = resolve_target(namesrv_flag=namesrv_flag, context_flag=context_flag)
     timeout = resolve_timeout(default_timeout, flag=timeout_flag, target=target)
     deadline = resolve_deadline(timeout.seconds, flag=deadline_flag)
-    from mqctl import tls
+    from mqctl import auth, tls
 
     chosen = tls.current()
+    # which account signs (never its secret): an ACL refusal is otherwise a guess at which key was used
+    signer = auth.current()
     return {
         "namesrv": ";".join(target.namesrv),
         "source": target.source,
@@ -292,6 +294,8 @@ def effective_settings(
         "deadline_source": deadline.source,
         "tls": chosen[0].as_json() or True if chosen else False,
         "tls_source": chosen[1] if chosen else "default",
+        "access_key": signer.access_key if signer else None,
+        "access_key_source": signer.source if signer else "none",
     }
 
 

@@ -205,9 +205,26 @@ def from_response_code(code: int, remark: str | None, *, action: str) -> MqctlEr
         cls = RESPONSE_CODE_CLASSES.get(ResponseCode(code), BrokerError)
     except ValueError:  # a code RocketMQ 4.9.8 does not define (a newer or foreign server)
         cls = BrokerError
+    hint = _unsigned_hint(first_line)
     if issubclass(cls, BrokerError):
-        return cls(message, code=code, remark=remark)
-    return cls(message)
+        return cls(message, code=code, remark=remark, hint=hint)
+    return cls(message, hint=hint)
+
+
+def _unsigned_hint(remark: str) -> str | None:
+    """An ACL refusal of a request mqctl did not sign named the missing AccessKey, not how to give one
+    (ours answers NO_PERMISSION "carries no AccessKey"; 4.9.8 SYSTEM_ERROR "No accessKey is configured")."""
+    if "accesskey" not in remark.lower():
+        return None
+    from mqctl import auth
+
+    try:
+        signed = auth.current() is not None
+    except MqctlError:  # credentials given wrongly: this error is about the refusal
+        signed = True
+    if signed:
+        return None
+    return "mqctl signed nothing: give --access-key AK --secret-key-file FILE, or a context that has them"
 
 
 def reported(text: str) -> MqctlError:

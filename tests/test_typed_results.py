@@ -106,7 +106,17 @@ def _rows_that_copy_a_class() -> list[tuple[str, list[str], list[str]]]:
 
     return [
         ("FailureRow", keys(fanout.FailureRow), names(fanout.BrokerFailure)),
-        ("GroupConfigFields", keys(groups.GroupConfigFields), names(SubscriptionGroupConfig)),
+        # group show names the settings as the flags and files do (GROUP_FIELDS), every field of the config
+        (
+            "GroupConfigFields",
+            keys(groups.GroupConfigFields),
+            ["group", *groups.GROUP_FIELDS, "orderly", "extra"],
+        ),
+        (
+            "GROUP_FIELDS",
+            sorted(["group_name", *groups.GROUP_FIELDS.values(), "extra"]),
+            sorted(names(SubscriptionGroupConfig)),
+        ),
         (
             "CommitLogFile",
             keys(store_inspect.CommitLogFile),

@@ -203,8 +203,29 @@ CreatedGroupOpt = Annotated[
     ),
 ]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster name.")]
+
+
+def check_broker_addr(value: str | None) -> str | None:
+    """A broker name given where an address is wanted failed as "cannot talk to broker-a ... is it
+    running?" (exit 5): a typo is a usage error, said before anything connects."""
+    from daemon.remoting.client import parse_addr
+
+    if value is None:
+        return None
+    try:
+        parse_addr(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not HOST:PORT; a broker's address is in 'mqctl cluster list' (ADDR)"
+        ) from None
+    return value
+
+
 BrokerAddrOpt = Annotated[
-    str | None, typer.Option("--broker", "-b", help="Broker address HOST:PORT (beats --cluster).")
+    str | None,
+    typer.Option(
+        "--broker", "-b", help="Broker address HOST:PORT (beats --cluster).", callback=check_broker_addr
+    ),
 ]
 #: A queue's broker where no --cluster applies (msg send, msg show): by address or by broker name.
 QueueBrokerOpt = Annotated[

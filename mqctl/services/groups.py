@@ -21,6 +21,21 @@ from mqctl.services.topics import BrokerChange, apply_to_tables, not_kept, targe
 from mqctl.units import when
 from store import CONSUME_MESSAGE_ORDERLY, SYSTEM_GROUPS, SubscriptionGroupConfig
 
+#: A group's settings as mqctl names them everywhere (the flags, ``group show``, the changes of create, update
+#: and apply, metadata files) -> the ``SubscriptionGroupConfig`` field (RocketMQ's Java name). ``group show``
+#: and the changes spoke the Java names, so an apply plan said ``retry_max_times`` for its file's
+#: ``max_retries``. ``GroupSpec`` has the same attribute names.
+GROUP_FIELDS = {
+    "retry_queues": "retry_queue_nums",
+    "max_retries": "retry_max_times",
+    "broadcast": "consume_broadcast_enable",
+    "consume_from_min": "consume_from_min_enable",
+    "enabled": "consume_enable",
+    "broker_id": "broker_id",
+    "slow_broker_id": "which_broker_when_consume_slowly",
+    "notify_ids_changed": "notify_consumer_ids_changed_enable",
+}
+
 
 @dataclass(frozen=True)
 class GroupSpec:
@@ -42,16 +57,7 @@ class GroupSpec:
         base = current or SubscriptionGroupConfig(self.name)
         if self.orderly is not None and (self.orderly or CONSUME_MESSAGE_ORDERLY in base.extra):
             base = dataclasses.replace(base, extra={**base.extra, CONSUME_MESSAGE_ORDERLY: self.orderly})
-        pairs: dict[str, Any] = {
-            "retry_queue_nums": self.retry_queues,
-            "retry_max_times": self.max_retries,
-            "consume_broadcast_enable": self.broadcast,
-            "consume_from_min_enable": self.consume_from_min,
-            "consume_enable": self.enabled,
-            "broker_id": self.broker_id,
-            "which_broker_when_consume_slowly": self.slow_broker_id,
-            "notify_consumer_ids_changed_enable": self.notify_ids_changed,
-        }
+        pairs = {field: getattr(self, name) for name, field in GROUP_FIELDS.items()}
         return dataclasses.replace(base, **{k: v for k, v in pairs.items() if v is not None})
 
 
@@ -127,17 +133,19 @@ class GroupConnections(TypedDict):
 
 
 class GroupConfigFields(TypedDict):
-    """A subscription group's config: the fields of ``SubscriptionGroupConfig``, in its order."""
+    """A subscription group's config, named as :data:`GROUP_FIELDS` (the flags and metadata files) name it;
+    ``extra`` holds the 5.x properties (``consumeMessageOrderly``, which is ``orderly`` too)."""
 
-    group_name: str
-    consume_enable: bool
-    consume_from_min_enable: bool
-    consume_broadcast_enable: bool
-    retry_queue_nums: int
-    retry_max_times: int
+    group: str
+    retry_queues: int
+    max_retries: int
+    broadcast: bool
+    consume_from_min: bool
+    enabled: bool
     broker_id: int
-    which_broker_when_consume_slowly: int
-    notify_consumer_ids_changed_enable: bool
+    slow_broker_id: int
+    notify_ids_changed: bool
+    orderly: bool
     extra: dict[str, Any]
 
 
@@ -161,15 +169,16 @@ class GroupShow(GroupConfigFields):
 def config_fields(config: SubscriptionGroupConfig) -> GroupConfigFields:
     """The config as ``group show`` prints it (a copy: the record does not share the config's ``extra``)."""
     return {
-        "group_name": config.group_name,
-        "consume_enable": config.consume_enable,
-        "consume_from_min_enable": config.consume_from_min_enable,
-        "consume_broadcast_enable": config.consume_broadcast_enable,
-        "retry_queue_nums": config.retry_queue_nums,
-        "retry_max_times": config.retry_max_times,
+        "group": config.group_name,
+        "retry_queues": config.retry_queue_nums,
+        "max_retries": config.retry_max_times,
+        "broadcast": config.consume_broadcast_enable,
+        "consume_from_min": config.consume_from_min_enable,
+        "enabled": config.consume_enable,
         "broker_id": config.broker_id,
-        "which_broker_when_consume_slowly": config.which_broker_when_consume_slowly,
-        "notify_consumer_ids_changed_enable": config.notify_consumer_ids_changed_enable,
+        "slow_broker_id": config.which_broker_when_consume_slowly,
+        "notify_ids_changed": config.notify_consumer_ids_changed_enable,
+        "orderly": config.orderly,
         "extra": copy.deepcopy(config.extra),
     }
 
@@ -230,11 +239,13 @@ async def upsert(
 
 
 def config_diff(old: SubscriptionGroupConfig | None, new: SubscriptionGroupConfig) -> dict[str, list[Any]]:
-    """Changed fields as ``[old, new]`` (every field for a new group, but an empty ``extra``)."""
+    """Changed settings as ``[old, new]``, named as :data:`GROUP_FIELDS` (every one for a new group, and
+    ``extra`` when it changed or, for a new group, is not empty)."""
+    named = {**GROUP_FIELDS, "extra": "extra"}
     return {
-        f.name: [getattr(old, f.name) if old else None, getattr(new, f.name)]
-        for f in dataclasses.fields(new)
-        if (getattr(old, f.name) != getattr(new, f.name) if old else getattr(new, f.name) != {})
+        name: [getattr(old, field) if old else None, getattr(new, field)]
+        for name, field in named.items()
+        if (getattr(old, field) != getattr(new, field) if old else getattr(new, field) != {})
     }
 
 

@@ -218,6 +218,21 @@ async def _wait_for_copies(admin: Admin, leader: BrokerRow, to: str, cluster: st
         await asyncio.sleep(0.5)
 
 
+def _refusal_hint(code: int, to: str, addr: str) -> str | None:
+    """What a refused transfer's DLedger code means for the operator: NETWORK_ERROR and TIMEOUT are the
+    leader not reaching ``to`` (a member down, as after a kill), which the code's name alone did not say."""
+    from daemon.dledger.protocol import DLedgerResponseCode
+
+    if code in (DLedgerResponseCode.NETWORK_ERROR, DLedgerResponseCode.TIMEOUT):
+        return (
+            f"the leader could not reach {to} (DLedger port {addr}): is it running? "
+            "'mqctl broker ha status' shows each member"
+        )
+    if code == DLedgerResponseCode.FALL_BEHIND_TOO_MUCH:
+        return f"{to} is too far behind the leader's log: try again once 'mqctl broker ha status' shows it caught up"
+    return None
+
+
 async def transfer(
     admin: Admin, to: str, cluster: str | None = None, broker: str | None = None, *, force: bool = False
 ) -> TransferResult:
@@ -269,5 +284,9 @@ async def transfer(
     code = DLedgerResponseCode(answer.code) if answer.code in DLedgerResponseCode._value2member_map_ else None
     name = code.name if code is not None else str(answer.code)
     if answer.code != DLedgerResponseCode.SUCCESS:
-        raise BrokerError(f"leadership transfer {leader} -> {to} refused: {name}", code=answer.code)
+        raise BrokerError(
+            f"leadership transfer {leader} -> {to} refused: {name}",
+            code=answer.code,
+            hint=_refusal_hint(answer.code, to, peers[to]),
+        )
     return TransferResult(row.broker_name, leader, to, answer.term, answer.code, name)

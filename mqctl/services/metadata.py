@@ -51,14 +51,7 @@ _PERM_NAMES = {bits: name for name, bits in topics.PERMS.items()}
 TOPIC_KEYS = topics.TOPIC_FIELDS
 #: A group entry's keys after ``name`` and ``brokers``: file key -> SubscriptionGroupConfig field.
 GROUP_KEYS = {
-    "retry_queues": "retry_queue_nums",
-    "max_retries": "retry_max_times",
-    "broadcast": "consume_broadcast_enable",
-    "consume_from_min": "consume_from_min_enable",
-    "enabled": "consume_enable",
-    "broker_id": "broker_id",
-    "slow_broker_id": "which_broker_when_consume_slowly",
-    "notify_ids_changed": "notify_consumer_ids_changed_enable",
+    **groups.GROUP_FIELDS,
     "orderly": "orderly",  # 5.x's consumeMessageOrderly: false in a 4.9.8 group
 }
 ACL_KEYS = (

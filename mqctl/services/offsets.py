@@ -293,6 +293,18 @@ async def _group_known(admin: Admin, group: str, rows: list[PlanRow], addrs: lis
     return any(mq.topic == rows[0].topic for s in stats for mq in s.offset_table)
 
 
+def _plan_only(export_to: Path | None) -> str:
+    """What a plan that changed nothing says next: a saved plan, how to apply that very file (the plan
+    said "add --execute", which plans again at that moment, not what was reviewed)."""
+    if export_to is None:
+        return "plan only: add --execute to apply"
+    import shlex
+
+    return (
+        f"plan only, saved to {export_to}: apply it with --from-file {shlex.quote(str(export_to))} --execute"
+    )
+
+
 async def reset(
     admin: Admin,
     group: str,
@@ -333,7 +345,7 @@ async def reset(
         "group": group,
         "topic": topic,
         "executed": execute_plan,
-        "applied": applied or "plan only: add --execute to apply",
+        "applied": applied or _plan_only(export_to),
         "queues": [
             {
                 "broker_name": r.broker_name,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
@@ -139,12 +140,14 @@ class BrokerFigures(TypedDict):
     """A broker's runtime figures, as ``broker status`` shows them."""
 
     version: str | None
-    put_tps: str
-    get_tps: str
-    put_latency_99_ms: str | None
-    commit_log_max_offset: int
+    #: Figures as numbers, named as ``cluster status`` names them (they were RocketMQ's text: "0.00", and
+    #: an uptime of "[ 0 days, 0 hours, ... ]" no script could compare).
+    put_tps: float | None
+    get_tps: float | None
+    put_latency_99_ms: float | None
+    commitlog_max_offset: int
     disk_ratio: float
-    uptime: str | None
+    uptime_ms: int | None
     loop_lag_p50_ms: float | None
     loop_lag_p99_ms: float | None
     loop_lag_max_ms: float | None
@@ -176,12 +179,12 @@ class Probe(TypedDict):
     reachable: bool
     refused: NotRequired[str]
     version: NotRequired[str | None]
-    put_tps: NotRequired[str]
-    get_tps: NotRequired[str]
-    put_latency_99_ms: NotRequired[str | None]
-    commit_log_max_offset: NotRequired[int]
+    put_tps: NotRequired[float | None]
+    get_tps: NotRequired[float | None]
+    put_latency_99_ms: NotRequired[float | None]
+    commitlog_max_offset: NotRequired[int]
     disk_ratio: NotRequired[float]
-    uptime: NotRequired[str | None]
+    uptime_ms: NotRequired[int | None]
     loop_lag_p50_ms: NotRequired[float | None]
     loop_lag_p99_ms: NotRequired[float | None]
     loop_lag_max_ms: NotRequired[float | None]
@@ -225,12 +228,12 @@ async def _broker_figures(admin: Admin, addr: str) -> BrokerFigures:
     table = await admin.broker_runtime_info(addr)
     return {
         "version": table.get("brokerVersionDesc"),
-        "put_tps": table.get("putTps", "").split(" ")[0],
-        "get_tps": table.get("getTransferedTps", "").split(" ")[0],
-        "put_latency_99_ms": table.get("putLatency99"),
-        "commit_log_max_offset": int(table.get("commitLogMaxOffset", "0")),
+        "put_tps": first_float(table.get("putTps")),
+        "get_tps": first_float(table.get("getTransferedTps")),
+        "put_latency_99_ms": first_float(table.get("putLatency99")),
+        "commitlog_max_offset": int(table.get("commitLogMaxOffset", "0")),
         "disk_ratio": float(table.get("commitLogDiskRatio", "0")),
-        "uptime": table.get("runtime"),
+        "uptime_ms": _uptime_ms(table.get("bootTimestamp")),
         # mqctl brokers only (None from a Java broker): the event loop's lag and the cyclic GC's pauses
         "loop_lag_p50_ms": first_float(table.get("loopLagP50")),
         "loop_lag_p99_ms": first_float(table.get("loopLagP99")),
@@ -245,6 +248,13 @@ async def _broker_figures(admin: Admin, addr: str) -> BrokerFigures:
         "pop_in_flight": parse_pop_in_flight(table["popInFlight"]) if "popInFlight" in table else None,
         "dledger_channel": table.get("dledgerChannel"),
     }
+
+
+def _uptime_ms(boot_ms: str | None) -> int | None:
+    """How long the broker has run, from its ``bootTimestamp`` (4.9.8's key too); None without one."""
+    if not (boot_ms or "").isdigit():
+        return None
+    return max(0, int(time.time() * 1000) - int(boot_ms or 0))
 
 
 async def _namesrv_figures(admin: Admin) -> NamesrvFigures:

@@ -39,6 +39,8 @@ def test_add_use_ls_rm_roundtrip(cli: RunCli) -> None:
         "deadline_source": "default: 4 x the timeout, at least 30",
         "tls": False,
         "tls_source": "default",
+        "access_key": None,
+        "access_key_source": "none",
     }
     assert cli("context", "rm", "prod").code == 0
     assert [c["name"] for c in cli("context", "ls", "-o", "json").json()] == ["dev"]
@@ -157,3 +159,22 @@ def test_a_blank_context_name_is_refused(cli: RunCli) -> None:
     for name in ("", "  "):
         result = cli("context", "add", name, "-n", "127.0.0.1:9876")
         assert result.code == UsageError.exit_code and "blank" in result.stderr, result
+
+
+def test_print_config_names_the_account_that_signs_and_never_its_secret(cli: RunCli) -> None:
+    """Refused by ACL, an operator could not ask mqctl which access key it had signed with (flags, env
+    or the context): --print-config and context current said where it connects and not as whom."""
+    assert (
+        cli(
+            "context", "add", "acl", "-n", "127.0.0.1:9876", "--access-key", "ctx-ak", "--secret-key", "SK1"
+        ).code
+        == 0
+    )
+    by_context = cli("--print-config", "-o", "json").json()
+    assert (by_context["access_key"], by_context["access_key_source"]) == ("ctx-ak", "context acl")
+    flagged = cli("--access-key", "flag-ak", "--secret-key", "SK2", "context", "current", "-o", "json")
+    assert (flagged.json()["access_key"], flagged.json()["access_key_source"]) == (
+        "flag-ak",
+        "--access-key/--secret-key",
+    )
+    assert "SK1" not in by_context.values() and "SK2" not in flagged.stdout

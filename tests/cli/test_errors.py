@@ -190,3 +190,44 @@ def test_a_directory_given_for_a_file_is_a_usage_error(cli: RunCli, tmp_path: Pa
         result = cli("msg", "send", "-t", "T", "-f", str(path), "-n", "127.0.0.1:1")
         assert result.code == code, result.stderr
         assert str(path) in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("code", "remark", "cls"),
+    [
+        (
+            16,
+            "ACL: request code 17 from 127.0.0.1 carries no AccessKey and 127.0.0.1 is not white-listed",
+            AuthError,
+        ),
+        (1, "No accessKey is configured", BrokerError),  # 4.9.8's refusal
+    ],
+)
+def test_an_acl_refusal_of_an_unsigned_request_says_how_to_sign(code: int, remark: str, cls: type) -> None:
+    """An unsigned request to a broker with ACL on failed naming the AccessKey it lacked and not the
+    flags that give one; signed requests refused keep the broker's words alone (no hint)."""
+    from mqctl import auth
+
+    try:
+        auth.set_flags(None, None)
+        unsigned = from_response_code(code, remark, action="request failed")
+        assert type(unsigned) is cls and "--access-key AK --secret-key-file FILE" in str(unsigned)
+        assert "\n" not in str(unsigned)
+        auth.set_flags("app1", "secret")
+        assert "--access-key" not in str(from_response_code(code, remark, action="request failed"))
+        assert "--access-key" not in str(from_response_code(16, "topic is read-only", action="send"))
+    finally:
+        auth.set_flags(None, None)
+
+
+def test_a_broker_name_given_for_a_broker_address_is_a_usage_error(cli: RunCli) -> None:
+    """``broker clean -b broker-a`` exited 5, "cannot talk to broker-a ... is the broker running?": a
+    name where HOST:PORT is wanted is the operator's slip, said before anything connects."""
+    for args in (
+        ("broker", "clean", "-b", "broker-a"),
+        ("topic", "create", "-t", "T", "--broker", "broker-a"),
+    ):
+        result = cli(*args, "-n", "127.0.0.1:1")
+        assert result.code == UsageError.exit_code, result.stderr
+        assert "'broker-a' is not HOST:PORT" in result.stderr and result.stderr.count("\n") == 1
+    assert cli("broker", "clean", "-b", "127.0.0.1:1", "-n", "127.0.0.1:1").code == ConnectError.exit_code

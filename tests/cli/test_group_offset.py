@@ -12,6 +12,7 @@ import pytest
 from daemon.broker.bodies import MessageQueue
 from daemon.remoting.codes import RequestCode, ResponseCode
 from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.services import metadata
 from mqctl.services.groups import allocate_averagely
 from store import SubscriptionGroupConfig
 from tests.daemons import LocalCluster, handle, local_cluster
@@ -63,14 +64,14 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
     )
     assert created.code == 0, created.stderr
     change = created.json()["brokers"][0]
-    assert change["action"] == "created" and change["changes"]["retry_max_times"] == [None, 3]
+    assert change["action"] == "created" and change["changes"]["max_retries"] == [None, 3]
     assert "extra" not in change["changes"]  # empty: nothing to create (the table read "extra=, ")
     stored = loaded.broker.groups.table.get("CG_Admin")
     assert stored is not None and stored.retry_queue_nums == 2 and stored.retry_max_times == 3
     assert mq("group", "create", "-g", "CG_Admin").code == ConflictError.exit_code
 
     updated = mq("group", "update", "-g", "CG_Admin", "--max-retries", "5", "-o", "json").json()
-    assert updated["brokers"][0]["changes"] == {"retry_max_times": [3, 5]}
+    assert updated["brokers"][0]["changes"] == {"max_retries": [3, 5]}
     assert loaded.broker.groups.table.get("CG_Admin").retry_max_times == 5
 
     names = [row["group"] for row in mq("group", "list", "-o", "json").json()]
@@ -79,9 +80,11 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
 
     shown = mq("group", "show", "-g", "CG_Admin", "-o", "json").json()
     assert mq("group", "connections", "-g", "CG_Admin", "-o", "json").json()["clients"] == []  # no client
-    assert (
-        shown["group_name"] == "CG_Admin" and shown["retry_max_times"] == 5 and shown["online_clients"] == 0
-    )
+    assert shown["group"] == "CG_Admin" and shown["max_retries"] == 5 and shown["online_clients"] == 0
+    # one name per setting: the flags', the metadata file's, the changes' and group show's (show and the
+    # changes said retry_max_times where --max-retries and the file's max_retries are one setting)
+    assert set(change["changes"]) - {"extra"} <= set(metadata.GROUP_KEYS) and "group_name" not in shown
+    assert set(metadata.GROUP_KEYS) <= set(shown)
 
     assert mq("group", "delete", "-g", "CG_Admin", "--yes").code == 0
     assert "CG_Admin" not in loaded.broker.groups.table
@@ -98,7 +101,7 @@ def test_group_create_and_update_set_where_consumers_read(mq: RunCli, loaded: Lo
     stored = loaded.broker.groups.table.get("CG_Slave")
     assert stored is not None and (stored.broker_id, stored.notify_consumer_ids_changed_enable) == (1, False)
     updated = mq("group", "update", "-g", "CG_Slave", "--slow-broker-id", "2", "-o", "json").json()
-    assert updated["brokers"][0]["changes"] == {"which_broker_when_consume_slowly": [1, 2]}
+    assert updated["brokers"][0]["changes"] == {"slow_broker_id": [1, 2]}
     stored = loaded.broker.groups.table.get("CG_Slave")
     assert (stored.broker_id, stored.which_broker_when_consume_slowly) == (1, 2)  # the rest as it was
 
@@ -198,7 +201,11 @@ def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_
     assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == [4, 10]
 
     saved = tmp_path / "plan.json"
-    mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-earliest", "--export", str(saved))
+    exported = mq(
+        "offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-earliest", "--export", str(saved), "-o", "json"
+    )
+    # the next step is that very file, not another plan made at --execute's moment
+    assert f"--from-file {saved} --execute" in exported.json()["applied"]
     doc = json.loads(saved.read_text())
     assert (doc["kind"], doc["group"], doc["topic"]) == ("offset-reset", GROUP, TOPIC)
     assert doc["cluster"] == loaded.broker.config.broker_cluster_name and doc["created"].endswith("Z")

@@ -44,3 +44,16 @@ def test_transfer_to_the_member_that_already_leads_changes_nothing_and_succeeds(
     answer = result.json()
     assert (answer["from_id"], answer["to_id"], answer["result"]) == ("n0", "n0", "ALREADY_LEADER")
     assert leads()
+
+
+def test_a_transfer_refused_for_a_member_down_says_so() -> None:
+    """'leadership transfer n2 -> n0 refused: NETWORK_ERROR' (n0 killed) named DLedger's code alone: the
+    operator was left to guess that the leader could not reach n0."""
+    from daemon.dledger.protocol import DLedgerResponseCode
+    from mqctl.services.ha import _refusal_hint
+
+    down = _refusal_hint(DLedgerResponseCode.NETWORK_ERROR, "n0", "127.0.0.1:40912")
+    assert down is not None and "could not reach n0 (DLedger port 127.0.0.1:40912)" in down
+    assert "ha status" in down
+    assert "behind" in (_refusal_hint(DLedgerResponseCode.FALL_BEHIND_TOO_MUCH, "n1", "h:1") or "")
+    assert _refusal_hint(DLedgerResponseCode.UNKNOWN_GROUP, "n1", "h:1") is None

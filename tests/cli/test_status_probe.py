@@ -22,7 +22,12 @@ def test_probe_asks_each_daemon_what_it_knows(tmp_path: Path) -> None:
         broker = probe(cluster.broker_addr, "broker")
     assert namesrv["reachable"] is True and namesrv["clusters"] == 1 and namesrv["brokers"] == 1
     assert namesrv["topics"] > 0
-    assert broker["reachable"] is True and broker["version"] and broker["commit_log_max_offset"] >= 0
+    assert broker["reachable"] is True and broker["version"] and broker["commitlog_max_offset"] >= 0
+    # numbers, as cluster status has them: RocketMQ's text ("0.00", "[ 0 days, 0 hours, ... ]") no script
+    # could compare
+    assert isinstance(broker["put_tps"], float) and isinstance(broker["get_tps"], float)
+    assert isinstance(broker["put_latency_99_ms"], float)
+    assert isinstance(broker["uptime_ms"], int) and broker["uptime_ms"] >= 0
 
 
 def test_probe_of_a_silent_port_says_unreachable() -> None:
