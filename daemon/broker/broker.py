@@ -1020,7 +1020,8 @@ class Broker:
         except BaseException:
             self.store.shutdown()
             raise
-        if self.config.flush_disk_type == "SYNC_FLUSH":
+        # (a DLedger member's sends are answered by the quorum, never by a flush: see DefaultMessageStore)
+        if self.config.flush_disk_type == "SYNC_FLUSH" and not self.config.enable_dleger_commit_log:
             self._flush_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="broker-sync-put")
             self.offloads_puts = True
 

@@ -21,8 +21,8 @@ import pytest
 from store import dledger as dl
 from store.quarantine import list_quarantines
 from tests.broker.test_broker_disk_full import fill, small_tmpfs
-from tests.jepsen.checker import Read, check, check_leaders, check_resumed
-from tests.jepsen.client import read_topic
+from tests.jepsen.checker import Read, check, check_leaders, check_places, check_resumed
+from tests.jepsen.client import Producer, read_topic
 from tests.jepsen.harness import running
 from tests.jepsen.history import Op
 from tests.jepsen.proxy import Mode
@@ -73,7 +73,7 @@ async def assert_consistent(g: RaftGroup) -> int:
         # round trips), cuts the tail and pushes the rest; generous for a loaded host
         await wait_until(same, 30, differs)
     if expected:  # what the leader serves at the end, the history's check again
-        final = check(g.history.ops, expected)
+        final = check(g.history.ops, expected).merge(check_places(expected))
         assert final.valid, f"leader n{leader}: {final.summary()}"
     assert_bisected(g)
     return leader
@@ -314,3 +314,32 @@ async def test_a_follower_on_a_full_disk_and_the_group_serves(
                 filler.unlink()
                 await writes_resume(g, g.history.nemesis("disk-freed", "n2"))
             await assert_consistent(g)
+
+
+async def test_a_sync_flush_leader_cut_off_acknowledges_nothing_the_new_leader_replaced(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """flushDiskType=SYNC_FLUSH: the leader is cut off its peers while three patient producers (a long
+    send timeout) each have a send in hand there, two quick ones move to the new leader, and the link
+    heals before the sends' flush wait runs out. The old leader's tail is cut and the new leader's
+    entries take its place in the data files, so the end the flush wait waited for is passed by
+    other messages; a send answered by that wait was answered SEND_OK for a cut entry (each one lost).
+    A send is answered by the quorum, as in ASYNC_FLUSH."""
+    async with raft_group(tmp_path, cli_env, flushDiskType="SYNC_FLUSH", syncFlushTimeout=20_000) as g:
+        for p in g.producers:
+            await p.close()
+        g.producers = [
+            Producer(g.history, f"p{i}", g.namesrv, TOPIC, queues=QUEUES, timeout=30.0 if i < 3 else 2.0)
+            for i in range(5)
+        ]
+        old = await g.leader()
+        async with running(activity(g)):
+            await g.acked_at_least(30)
+            cut = g.isolate(old)
+            await g.leader(other_than=old)
+            await g.acked_at_least(g.acked() + 10)  # the quick producers write on the new leader
+            healed = g.heal(old)
+            await writes_resume(g, healed)
+        from_old = acked_by_deposed(g, old, cut)
+        assert not from_old, f"SEND_OK from the deposed leader: {from_old[:3]}"
+        await assert_consistent(g)
