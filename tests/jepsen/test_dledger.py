@@ -25,6 +25,8 @@ from tests.jepsen.checker import Read, check, check_leaders, check_places, check
 from tests.jepsen.client import Producer, read_topic
 from tests.jepsen.harness import running
 from tests.jepsen.history import Op
+from tests.jepsen.logs import check_terms, logged
+from tests.jepsen.nodes import stop_all
 from tests.jepsen.proxy import Mode
 from tests.jepsen.raft import QUEUES, TOPIC, RaftGroup, activity, raft_group
 from tests.support.waiting import wait_until
@@ -77,6 +79,17 @@ async def assert_consistent(g: RaftGroup) -> int:
         assert final.valid, f"leader n{leader}: {final.summary()}"
     assert_bisected(g)
     return leader
+
+
+async def assert_terms(g: RaftGroup) -> None:
+    """Election safety from the members' files (:mod:`tests.jepsen.logs`), once they are stopped: every
+    entry of a term stored by one member, every SEND_OK's copy in a term the broker that answered led.
+    Where the clients say which broker answered, some SEND_OK must have been placed so."""
+    await stop_all(g.nodes)
+    result = check_terms([e for n in g.nodes for e in logged(n.name, n.store)], g.history)
+    assert result.valid, result.summary()
+    named = any(op.f == "send" and op.type == "ok" and op.addr for op in g.history.ops)
+    assert result.counts["acked-placed"] or not named, result.summary()
 
 
 def assert_bisected(g: RaftGroup) -> int:
@@ -142,6 +155,7 @@ async def test_sigkill_of_the_leader_then_its_restart_on_the_old_log(
             await g.nodes[old].ready(g.client)
             await writes_resume(g, g.history.last("restart"))
         await assert_consistent(g)
+        await assert_terms(g)
 
 
 @pytest.mark.parametrize("clients", CLIENTS)
@@ -163,6 +177,7 @@ async def test_the_leader_frozen_past_the_election_timeout(
         from_old = acked_by_deposed(g, old, paused)
         assert not from_old, f"SEND_OK from the deposed leader: {from_old[:3]}"
         await assert_consistent(g)
+        await assert_terms(g)
 
 
 @pytest.mark.parametrize(
@@ -210,6 +225,7 @@ async def test_the_leader_cut_off_its_peers_acknowledges_nothing(
             assert any("quarantine" in line for line in errors), (set_aside, errors)
             assert assert_bisected(g), "a tail set aside, but no leader said where the logs part"
             assert tried_old, "a tail set aside though no send reached the cut-off leader"
+        await assert_terms(g)
 
 
 async def test_a_follower_serves_a_topic_of_the_killed_leader_soon(
@@ -343,3 +359,4 @@ async def test_a_sync_flush_leader_cut_off_acknowledges_nothing_the_new_leader_r
         from_old = acked_by_deposed(g, old, cut)
         assert not from_old, f"SEND_OK from the deposed leader: {from_old[:3]}"
         await assert_consistent(g)
+        await assert_terms(g)
