@@ -360,3 +360,27 @@ async def test_a_sync_flush_leader_cut_off_acknowledges_nothing_the_new_leader_r
         assert not from_old, f"SEND_OK from the deposed leader: {from_old[:3]}"
         await assert_consistent(g)
         await assert_terms(g)
+
+
+async def test_every_member_killed_at_once_then_restarted(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """SIGKILL of all three together, mid-send, then all restarted on their logs: a leader is elected,
+    and before any client sends again it serves every SEND_OK (its term record commits what the old
+    leader's quorum held, with no send needed); then writes resume and the members agree."""
+    async with raft_group(tmp_path, cli_env) as g:
+        async with running(activity(g)):
+            await g.acked_at_least(60)
+            for p in g.producers:  # each ends the send in hand, then waits
+                p.resumed.clear()
+            for node in g.nodes:
+                g.nemesis.kill(node)
+            for node in reversed(g.nodes):
+                g.nemesis.restart(node)
+            for node in g.nodes:
+                await node.ready(g.client)
+            quiet = await g.settled(await g.leader())
+            assert quiet.valid, f"before any send after the restart: {quiet.summary()}"
+            for p in g.producers:
+                p.resumed.set()
+            await writes_resume(g, g.history.last("restart"))
+        await assert_consistent(g)
+        await assert_terms(g)
