@@ -768,6 +768,10 @@ class Broker:
             await asyncio.sleep(0.1)
         store.dispatch_committed()
         store.recover_topic_queue_table()
+        # topics are no part of the log: one made since this member's last metadata sync has messages here
+        # and no config; without one it is registered nowhere, and the members syncing from this one drop
+        # theirs too
+        self.topics.recreate_lost_topics(store.topic_queue_table())
         # progress files are local: another leader may have delivered timers since they were written
         timers = TimerMessageService(self)
         await asyncio.to_thread(timers.load, takeover=True)

@@ -384,3 +384,29 @@ async def test_every_member_killed_at_once_then_restarted(tmp_path: Path, cli_en
             await writes_resume(g, g.history.last("restart"))
         await assert_consistent(g)
         await assert_terms(g)
+
+
+async def test_a_topic_younger_than_the_followers_first_sync_survives_a_new_leader(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The topic was made on the leader after its followers' last metadata sync (every 10 s): no follower
+    holds its config, only the log holds its messages. Every member is killed and the two followers
+    restart first, so that one of them leads: it must route the topic and take sends again, and serve
+    every SEND_OK. Without a config it registered none, clients found no route, and the old leader, back
+    as a follower, dropped its own config at its first sync from the new one."""
+    async with raft_group(tmp_path, cli_env) as g:
+        old = await g.leader()
+        async with running(activity(g)):
+            await g.acked_at_least(20)
+            for node in g.nodes:
+                g.nemesis.kill(node)
+            for node in [n for i, n in enumerate(g.nodes) if i != old]:
+                g.nemesis.restart(node)
+                await node.ready(g.client)
+            await g.leader(other_than=old)
+            await writes_resume(g, g.history.last("kill"))
+            g.nemesis.restart(g.nodes[old])
+            await g.nodes[old].ready(g.client)
+            await writes_resume(g, g.history.last("restart"))
+        await assert_consistent(g)
+        await assert_terms(g)
