@@ -312,7 +312,10 @@ class DefaultMessageStore:
         self.reput_from_offset = 0
         self._listeners: list[ArrivalListener] = []
         self._index_enabled = config.message_index_enable
-        self._sync_flush = config.sync_flush
+        # A DLedger put is answered once a quorum holds it, as 4.9.8's DLedgerCommitLog (flushDiskType
+        # holds no answer there). A flush wait would end once the committed end passed the record's end,
+        # which a deposed leader's cut tail reaches again with the new leader's entries in its place.
+        self._sync_flush = config.sync_flush and not config.enable_dleger_commit_log
         self._msg_id_prefix = msg_id_prefix(store_host)
         self.last_exit_ok = True
         self.recovery_corruption: CorruptRecordError | None = None

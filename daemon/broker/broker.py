@@ -768,6 +768,10 @@ class Broker:
             await asyncio.sleep(0.1)
         store.dispatch_committed()
         store.recover_topic_queue_table()
+        # topics are no part of the log: one made since this member's last metadata sync has messages here
+        # and no config; without one it is registered nowhere, and the members syncing from this one drop
+        # theirs too
+        self.topics.recreate_lost_topics(store.topic_queue_table())
         # progress files are local: another leader may have delivered timers since they were written
         timers = TimerMessageService(self)
         await asyncio.to_thread(timers.load, takeover=True)
@@ -1020,7 +1024,8 @@ class Broker:
         except BaseException:
             self.store.shutdown()
             raise
-        if self.config.flush_disk_type == "SYNC_FLUSH":
+        # (a DLedger member's sends are answered by the quorum, never by a flush: see DefaultMessageStore)
+        if self.config.flush_disk_type == "SYNC_FLUSH" and not self.config.enable_dleger_commit_log:
             self._flush_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="broker-sync-put")
             self.offloads_puts = True
 

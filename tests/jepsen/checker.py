@@ -15,6 +15,9 @@ same body again), and compares them with a full read of the topic. Anomalies:
 - ``reordered``: two acknowledged messages of one producer in one queue read in the other order;
 - ``malformed``: a process with two operations in flight (the history itself is wrong).
 
+``check_places`` adds what the read alone shows: each queue serves one message at each offset, with no
+offset skipped between the first and the last it serves.
+
 Copies that retries of an unknown outcome explain are at-least-once, allowed, and listed apart
 (``retried_duplicates``). ``check_leaders`` and ``check_resumed`` add the distributed rules: at most one
 leader per term among the role observations, and an acknowledged write after a given time.
@@ -138,6 +141,30 @@ def check(history: History | Iterable[Op], reads: Iterable[Read]) -> CheckResult
         "fail": types.count("fail"),
         "read": len(reads),
     }
+    return result
+
+
+def check_places(reads: Iterable[Read]) -> CheckResult:
+    """Each queue's offsets, as a read from its start found them: one message at each (``place-twice``:
+    a consumer at that offset gets either), none skipped (``place-skipped``: a consumer's next offset
+    passes over what the group acknowledged there, or it never held anything there)."""
+    at: dict[int, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for r in reads:
+        at[r.queue][r.offset].add(r.value)
+    result = CheckResult(counts={"queues-read": len(at)})
+    for queue, held in sorted(at.items()):
+        offsets = sorted(held)
+        for offset in offsets:
+            if len(held[offset]) > 1:
+                values = sorted(held[offset])
+                result.anomalies.append(
+                    Anomaly("place-twice", values[0], f"q{queue}@{offset} holds {values}")
+                )
+        for before, after in itertools.pairwise(offsets):
+            if after != before + 1:
+                result.anomalies.append(
+                    Anomaly("place-skipped", f"q{queue}", f"offsets {before + 1}..{after - 1} not served")
+                )
     return result
 
 

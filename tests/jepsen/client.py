@@ -26,7 +26,7 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.headers import GetRouteInfoRequestHeader
 from store.record import decode_records
-from tests.jepsen.checker import CheckResult, Read, check
+from tests.jepsen.checker import CheckResult, Read, check, check_places
 from tests.jepsen.history import History, Op
 from tests.support.ali_ons import INTEROP
 from tests.support.bounded import STDERR_SHOWN, deadline_env, end_reporting, kill_group
@@ -337,7 +337,8 @@ async def settled(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        result = check(list(history.ops), await read_topic(client, addr, topic, queues))
+        reads = await read_topic(client, addr, topic, queues)
+        result = check(list(history.ops), reads).merge(check_places(reads))
         if result.valid or loop.time() > deadline:
             return result
         await asyncio.sleep(0.3)

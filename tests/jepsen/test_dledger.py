@@ -21,10 +21,12 @@ import pytest
 from store import dledger as dl
 from store.quarantine import list_quarantines
 from tests.broker.test_broker_disk_full import fill, small_tmpfs
-from tests.jepsen.checker import Read, check, check_leaders, check_resumed
-from tests.jepsen.client import read_topic
+from tests.jepsen.checker import Read, check, check_leaders, check_places, check_resumed
+from tests.jepsen.client import Producer, read_topic
 from tests.jepsen.harness import running
 from tests.jepsen.history import Op
+from tests.jepsen.logs import check_terms, logged
+from tests.jepsen.nodes import stop_all
 from tests.jepsen.proxy import Mode
 from tests.jepsen.raft import QUEUES, TOPIC, RaftGroup, activity, raft_group
 from tests.support.waiting import wait_until
@@ -73,10 +75,21 @@ async def assert_consistent(g: RaftGroup) -> int:
         # round trips), cuts the tail and pushes the rest; generous for a loaded host
         await wait_until(same, 30, differs)
     if expected:  # what the leader serves at the end, the history's check again
-        final = check(g.history.ops, expected)
+        final = check(g.history.ops, expected).merge(check_places(expected))
         assert final.valid, f"leader n{leader}: {final.summary()}"
     assert_bisected(g)
     return leader
+
+
+async def assert_terms(g: RaftGroup) -> None:
+    """Election safety from the members' files (:mod:`tests.jepsen.logs`), once they are stopped: every
+    entry of a term stored by one member, every SEND_OK's copy in a term the broker that answered led.
+    Where the clients say which broker answered, some SEND_OK must have been placed so."""
+    await stop_all(g.nodes)
+    result = check_terms([e for n in g.nodes for e in logged(n.name, n.store)], g.history)
+    assert result.valid, result.summary()
+    named = any(op.f == "send" and op.type == "ok" and op.addr for op in g.history.ops)
+    assert result.counts["acked-placed"] or not named, result.summary()
 
 
 def assert_bisected(g: RaftGroup) -> int:
@@ -142,6 +155,7 @@ async def test_sigkill_of_the_leader_then_its_restart_on_the_old_log(
             await g.nodes[old].ready(g.client)
             await writes_resume(g, g.history.last("restart"))
         await assert_consistent(g)
+        await assert_terms(g)
 
 
 @pytest.mark.parametrize("clients", CLIENTS)
@@ -163,6 +177,7 @@ async def test_the_leader_frozen_past_the_election_timeout(
         from_old = acked_by_deposed(g, old, paused)
         assert not from_old, f"SEND_OK from the deposed leader: {from_old[:3]}"
         await assert_consistent(g)
+        await assert_terms(g)
 
 
 @pytest.mark.parametrize(
@@ -210,6 +225,7 @@ async def test_the_leader_cut_off_its_peers_acknowledges_nothing(
             assert any("quarantine" in line for line in errors), (set_aside, errors)
             assert assert_bisected(g), "a tail set aside, but no leader said where the logs part"
             assert tried_old, "a tail set aside though no send reached the cut-off leader"
+        await assert_terms(g)
 
 
 async def test_a_follower_serves_a_topic_of_the_killed_leader_soon(
@@ -314,3 +330,83 @@ async def test_a_follower_on_a_full_disk_and_the_group_serves(
                 filler.unlink()
                 await writes_resume(g, g.history.nemesis("disk-freed", "n2"))
             await assert_consistent(g)
+
+
+async def test_a_sync_flush_leader_cut_off_acknowledges_nothing_the_new_leader_replaced(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """flushDiskType=SYNC_FLUSH: the leader is cut off its peers while three patient producers (a long
+    send timeout) each have a send in hand there, two quick ones move to the new leader, and the link
+    heals before the sends' flush wait runs out. The old leader's tail is cut and the new leader's
+    entries take its place in the data files, so the end the flush wait waited for is passed by
+    other messages; a send answered by that wait was answered SEND_OK for a cut entry (each one lost).
+    A send is answered by the quorum, as in ASYNC_FLUSH."""
+    async with raft_group(tmp_path, cli_env, flushDiskType="SYNC_FLUSH", syncFlushTimeout=20_000) as g:
+        for p in g.producers:
+            await p.close()
+        g.producers = [
+            Producer(g.history, f"p{i}", g.namesrv, TOPIC, queues=QUEUES, timeout=30.0 if i < 3 else 2.0)
+            for i in range(5)
+        ]
+        old = await g.leader()
+        async with running(activity(g)):
+            await g.acked_at_least(30)
+            cut = g.isolate(old)
+            await g.leader(other_than=old)
+            await g.acked_at_least(g.acked() + 10)  # the quick producers write on the new leader
+            healed = g.heal(old)
+            await writes_resume(g, healed)
+        from_old = acked_by_deposed(g, old, cut)
+        assert not from_old, f"SEND_OK from the deposed leader: {from_old[:3]}"
+        await assert_consistent(g)
+        await assert_terms(g)
+
+
+async def test_every_member_killed_at_once_then_restarted(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """SIGKILL of all three together, mid-send, then all restarted on their logs: a leader is elected,
+    and before any client sends again it serves every SEND_OK (its term record commits what the old
+    leader's quorum held, with no send needed); then writes resume and the members agree."""
+    async with raft_group(tmp_path, cli_env) as g:
+        async with running(activity(g)):
+            await g.acked_at_least(60)
+            for p in g.producers:  # each ends the send in hand, then waits
+                p.resumed.clear()
+            for node in g.nodes:
+                g.nemesis.kill(node)
+            for node in reversed(g.nodes):
+                g.nemesis.restart(node)
+            for node in g.nodes:
+                await node.ready(g.client)
+            quiet = await g.settled(await g.leader())
+            assert quiet.valid, f"before any send after the restart: {quiet.summary()}"
+            for p in g.producers:
+                p.resumed.set()
+            await writes_resume(g, g.history.last("restart"))
+        await assert_consistent(g)
+        await assert_terms(g)
+
+
+async def test_a_topic_younger_than_the_followers_first_sync_survives_a_new_leader(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The topic was made on the leader after its followers' last metadata sync (every 10 s): no follower
+    holds its config, only the log holds its messages. Every member is killed and the two followers
+    restart first, so that one of them leads: it must route the topic and take sends again, and serve
+    every SEND_OK. Without a config it registered none, clients found no route, and the old leader, back
+    as a follower, dropped its own config at its first sync from the new one."""
+    async with raft_group(tmp_path, cli_env) as g:
+        old = await g.leader()
+        async with running(activity(g)):
+            await g.acked_at_least(20)
+            for node in g.nodes:
+                g.nemesis.kill(node)
+            for node in [n for i, n in enumerate(g.nodes) if i != old]:
+                g.nemesis.restart(node)
+                await node.ready(g.client)
+            await g.leader(other_than=old)
+            await writes_resume(g, g.history.last("kill"))
+            g.nemesis.restart(g.nodes[old])
+            await g.nodes[old].ready(g.client)
+            await writes_resume(g, g.history.last("restart"))
+        await assert_consistent(g)
+        await assert_terms(g)

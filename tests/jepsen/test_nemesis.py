@@ -46,7 +46,7 @@ from tests.jepsen.history import History, Op
 from tests.jepsen.nodes import Node
 from tests.jepsen.proxy import Mode
 from tests.jepsen.raft import QUEUES, TOPIC, RaftGroup, activity, raft_group
-from tests.jepsen.test_dledger import assert_consistent, writes_resume
+from tests.jepsen.test_dledger import assert_consistent, assert_terms, writes_resume
 from tests.jepsen.test_master_slave import TOPIC as MS_TOPIC, MasterSlave, master_slave
 from tests.support.broker import BrokerClient
 from tests.support.waiting import wait_until
@@ -279,6 +279,7 @@ async def test_a_randomized_nemesis_against_a_dledger_group(tmp_path: Path, cli_
                 await assert_served(g, consumer, g.nodes[leader])
                 logged = masters_by_log(g.nodes)
                 assert logged.valid, logged.summary()
+                await assert_terms(g)
 
 
 async def settle_group(g: RaftGroup) -> None:
