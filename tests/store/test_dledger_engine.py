@@ -153,7 +153,9 @@ def test_a_follower_dispatching_pushes_derives_what_the_leader_did(tmp_path: Pat
 
 
 @pytest.mark.parametrize("in_c", [True, False])
-def test_a_leader_dispatches_what_its_puts_parsed_and_never_a_record_cut_since(tmp_path: Path, in_c: bool) -> None:
+def test_a_leader_dispatches_what_its_puts_parsed_and_never_a_record_cut_since(
+    tmp_path: Path, in_c: bool
+) -> None:
     """A leader's committed records are dispatched by the C walk over its data file, or without it from
     what its puts parsed (as a single broker's put dispatches); entries cut after it lost the leadership
     are forgotten with them: the new leader's entries, pushed to the same offsets with the same sizes, are
@@ -239,7 +241,9 @@ def test_a_leader_dispatching_by_the_c_walk_or_its_parsed_records_builds_the_que
         for q in range(3):
             assert all_bodies(stores[0], "D", q) == all_bodies(stores[-1], "D", q) != []
         for i in (0, 9, 11, 64, 370, 599):  # (a common one, an IPv6 one, a prepared half, ...)
-            found = [[m.phys_offset for m in s.query_message("D", f"lk-{i}", 8, 0, 2**62).messages] for s in stores]
+            found = [
+                [m.phys_offset for m in s.query_message("D", f"lk-{i}", 8, 0, 2**62).messages] for s in stores
+            ]
             assert found[0] != [] and all(f == found[0] for f in found), i
     finally:
         for store in stores:
