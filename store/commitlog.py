@@ -48,6 +48,11 @@ from store.record import (
 
 log = logging.getLogger(__name__)
 
+#: A dispatch's ConsumeQueue units by queue: (commit log offset, size, tags code, queue offset) each.
+UnitRuns = dict[tuple[str, int], list[tuple[int, int, int, int]]]
+#: A dispatch's records with index keys: (topic, UNIQ_KEY, KEYS, commit log offset, store timestamp).
+KeyedRecords = list[tuple[str, str | None, str | None, int, int]]
+
 _MIN_RECORD = 92  # the smallest record: fixed fields, two IPv4 hosts, an empty body, a 1-byte topic
 _PHYSICAL_OFFSET = struct.Struct(">q")  # at byte 28 of a record
 
@@ -431,11 +436,7 @@ class CommitLog:
         return [], offset
 
     def pushed_units(
-        self,
-        offset: int,
-        end: int,
-        units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
-        indexed: list[tuple[str, str | None, str | None, int, int]] | None,
+        self, offset: int, end: int, units: UnitRuns, indexed: KeyedRecords | None
     ) -> tuple[int, int, int]:
         """The records from ``offset`` (starting below ``end``) dispatched straight into ``units`` and
         ``indexed`` without a record object, as far as that is done (a DLedger follower's pushed runs):
@@ -443,11 +444,7 @@ class CommitLog:
         return 0, offset, 0
 
     def file_units(
-        self,
-        offset: int,
-        end: int,
-        units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
-        indexed: list[tuple[str, str | None, str | None, int, int]] | None,
+        self, offset: int, end: int, units: UnitRuns, indexed: KeyedRecords | None
     ) -> tuple[int, int, int]:
         """As :meth:`pushed_units`, from the data files themselves (a DLedger log's committed entries);
         here none."""

@@ -18,7 +18,15 @@ import logging
 import os
 from collections.abc import Callable
 
-from store.commitlog import CommitLog, PartlyAppended, RecordWalk, appended, encode_checked
+from store.commitlog import (
+    CommitLog,
+    KeyedRecords,
+    PartlyAppended,
+    RecordWalk,
+    UnitRuns,
+    appended,
+    encode_checked,
+)
 from store.dledger import (
     BODY_OFFSET,
     DATA_FILE_SIZE,
@@ -46,18 +54,7 @@ PHY_POS_POSITION = 28
 _c_parse_entries: Callable[[memoryview, int, int, int, dict[int, RecordInfo], type[RecordInfo]], int] | None
 #: (buf, off, end, expect, limit, units, indexed) -> (off, expect, count, store timestamp): see _cparse.c
 _c_dispatch_entries: (
-    Callable[
-        [
-            memoryview,
-            int,
-            int,
-            int,
-            int,
-            dict[tuple[str, int], list[tuple[int, int, int, int]]],
-            list[tuple[str, str | None, str | None, int, int]] | None,
-        ],
-        tuple[int, int, int, int],
-    ]
+    Callable[[memoryview, int, int, int, int, UnitRuns, KeyedRecords | None], tuple[int, int, int, int]]
     | None
 )
 try:  # the compiled build's parse of a pushed run's records (_cparse.c); the loop of _parse_pushed without it
@@ -330,11 +327,7 @@ class DLedgerCommitLog(CommitLog):
         return out, offset
 
     def pushed_units(
-        self,
-        offset: int,
-        end: int,
-        units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
-        indexed: list[tuple[str, str | None, str | None, int, int]] | None,
+        self, offset: int, end: int, units: UnitRuns, indexed: KeyedRecords | None
     ) -> tuple[int, int, int]:
         """(a follower) The committed entries from position ``offset`` (each starting below ``end``) that
         binary pushes brought, dispatched by one C walk a run (``_cparse.dispatch_entries``) from the pushes'
@@ -369,11 +362,7 @@ class DLedgerCommitLog(CommitLog):
         return count, offset, timestamp
 
     def file_units(
-        self,
-        offset: int,
-        end: int,
-        units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
-        indexed: list[tuple[str, str | None, str | None, int, int]] | None,
+        self, offset: int, end: int, units: UnitRuns, indexed: KeyedRecords | None
     ) -> tuple[int, int, int]:
         """(a leader, or a follower's entries no binary push kept) The committed entries from position
         ``offset`` (each starting below ``end``) dispatched by the C walk of :meth:`pushed_units` over the data
