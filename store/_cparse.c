@@ -727,6 +727,50 @@ static PyObject *pack_header(PyObject *module, PyObject *const *args, Py_ssize_t
     return packed("pack_header", args, nargs, layout, 9);
 }
 
+/* place_entry(buf, at, index, term, pos, body) -> body_crc
+ *
+ * A leader's DLedger entry written whole at buf[at:]: the header pack_header writes (magic 1, its size the
+ * header's and the body's, channel and chainCrc 0, bodyCrc the body's CRC-32 masked to 31 bits as
+ * store/dledger.py's entry_body_crc takes it), then the body; the bodyCrc is returned. One call for what
+ * store/dledger_log.py's append_leader_placed did in three (the CRC, the header, the body's copy). Nothing
+ * is written unless all of it fits and every field is in range (OverflowError, as pack_header raises). */
+static PyObject *place_entry(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "place_entry(buf, at, index, term, pos, body) takes 6 arguments");
+        return NULL;
+    }
+    long long index, term, pos;
+    if (!field(args[2], 64, &index) || !field(args[3], 64, &term) || !field(args[4], 64, &pos)) return NULL;
+    Py_buffer body;
+    if (PyObject_GetBuffer(args[5], &body, PyBUF_SIMPLE) < 0) return NULL;
+    if (body.len > INT32_MAX - ENTRY_BODY_OFFSET) {
+        PyErr_Format(PyExc_OverflowError, "a body of %zd bytes does not fit an entry", body.len);
+        PyBuffer_Release(&body);
+        return NULL;
+    }
+    Py_buffer view;
+    Py_ssize_t at;
+    if (!room(args, &view, ENTRY_BODY_OFFSET + body.len, &at)) {
+        PyBuffer_Release(&body);
+        return NULL;
+    }
+    uint32_t crc = crc32_of(0, body.buf, (size_t)body.len) & 0x7FFFFFFFu;
+    unsigned char *p = (unsigned char *)view.buf + at;
+    put32(p, 1); /* (MAGIC_1, the only one 0.3.x writes) */
+    put32(p + 4, (int32_t)(ENTRY_BODY_OFFSET + body.len));
+    put64(p + 8, index);
+    put64(p + 16, term);
+    put64(p + 24, pos);
+    put32(p + 32, 0);
+    put32(p + 36, 0);
+    put32(p + 40, (int32_t)crc);
+    put32(p + 44, (int32_t)body.len);
+    memmove(p + ENTRY_BODY_OFFSET, body.buf, (size_t)body.len); /* (memmove: the body may be a view of buf) */
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&body);
+    return PyLong_FromUnsignedLong(crc);
+}
+
 /* pack_index(buf, at, magic, pos, size, index, term): a DLedger index record (">iqiqq"). */
 static PyObject *pack_index(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     static const int layout[5] = {32, 64, 32, 64, 64};
@@ -947,6 +991,8 @@ static PyMethodDef methods[] = {
      "A pushed run's committed records, straight to their ConsumeQueue units, as far as they are taken."},
     {"pack_header", (PyCFunction)(void (*)(void))pack_header, METH_FASTCALL, "A DLedger entry's header."},
     {"pack_index", (PyCFunction)(void (*)(void))pack_index, METH_FASTCALL, "A DLedger index record."},
+    {"place_entry", (PyCFunction)(void (*)(void))place_entry, METH_FASTCALL,
+     "A leader's DLedger entry, header and body, its bodyCrc returned."},
     {"index_entry", (PyCFunction)(void (*)(void))index_entry, METH_FASTCALL,
      "An IndexFile entry and its hash slot, unless the slot points at or past it."},
     {"pack_unit", (PyCFunction)(void (*)(void))pack_unit, METH_FASTCALL, "A ConsumeQueue unit."},

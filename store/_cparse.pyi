@@ -52,6 +52,9 @@ def pack_header(
 def pack_index(
     buf: bytes | bytearray | memoryview, at: int, magic: int, pos: int, size: int, index: int, term: int, /
 ) -> None: ...
+def place_entry(
+    buf: bytes | bytearray | memoryview, at: int, index: int, term: int, pos: int, body: bytes, /
+) -> int: ...
 def index_entry(
     mm: mmap, entry_at: int, slot_at: int, key_hash: int, phy_offset: int, time_diff: int, n: int, /
 ) -> int | None: ...

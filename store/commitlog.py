@@ -48,6 +48,11 @@ from store.record import (
 
 log = logging.getLogger(__name__)
 
+#: A dispatch's ConsumeQueue units by queue: (commit log offset, size, tags code, queue offset) each.
+UnitRuns = dict[tuple[str, int], list[tuple[int, int, int, int]]]
+#: A dispatch's records with index keys: (topic, UNIQ_KEY, KEYS, commit log offset, store timestamp).
+KeyedRecords = list[tuple[str, str | None, str | None, int, int]]
+
 _MIN_RECORD = 92  # the smallest record: fixed fields, two IPv4 hosts, an empty body, a 1-byte topic
 _PHYSICAL_OFFSET = struct.Struct(">q")  # at byte 28 of a record
 
@@ -191,6 +196,8 @@ class CommitLog:
         #: Damaged records recovery set aside but left in place (offset -> TOTALSIZE): their extent is known,
         #: so walks step over them and every later record stays in service; reads never serve them.
         self.set_aside: dict[int, int] = {}
+        #: Whether :meth:`file_units` can go on after a record the dispatch's Python walk took alone.
+        self.walks_in_c = False
 
     def load(self, on_bad_file: Callable[[StoreFormatError], None] | None = None) -> None:
         """``on_bad_file``: see :meth:`MappedFileQueue.load` (inspection goes on past a bad file)."""
@@ -429,15 +436,18 @@ class CommitLog:
         return [], offset
 
     def pushed_units(
-        self,
-        offset: int,
-        end: int,
-        units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
-        indexed: list[tuple[str, str | None, str | None, int, int]] | None,
+        self, offset: int, end: int, units: UnitRuns, indexed: KeyedRecords | None
     ) -> tuple[int, int, int]:
         """The records from ``offset`` (starting below ``end``) dispatched straight into ``units`` and
         ``indexed`` without a record object, as far as that is done (a DLedger follower's pushed runs):
         how many, where they end and the last one's store timestamp; here none."""
+        return 0, offset, 0
+
+    def file_units(
+        self, offset: int, end: int, units: UnitRuns, indexed: KeyedRecords | None
+    ) -> tuple[int, int, int]:
+        """As :meth:`pushed_units`, from the data files themselves (a DLedger log's committed entries);
+        here none."""
         return 0, offset, 0
 
     def walk(self, offset: int, end: int) -> RecordWalk:

@@ -18,7 +18,15 @@ import logging
 import os
 from collections.abc import Callable
 
-from store.commitlog import CommitLog, PartlyAppended, RecordWalk, appended, encode_checked
+from store.commitlog import (
+    CommitLog,
+    KeyedRecords,
+    PartlyAppended,
+    RecordWalk,
+    UnitRuns,
+    appended,
+    encode_checked,
+)
 from store.dledger import (
     BODY_OFFSET,
     DATA_FILE_SIZE,
@@ -46,18 +54,7 @@ PHY_POS_POSITION = 28
 _c_parse_entries: Callable[[memoryview, int, int, int, dict[int, RecordInfo], type[RecordInfo]], int] | None
 #: (buf, off, end, expect, limit, units, indexed) -> (off, expect, count, store timestamp): see _cparse.c
 _c_dispatch_entries: (
-    Callable[
-        [
-            memoryview,
-            int,
-            int,
-            int,
-            int,
-            dict[tuple[str, int], list[tuple[int, int, int, int]]],
-            list[tuple[str, str | None, str | None, int, int]] | None,
-        ],
-        tuple[int, int, int, int],
-    ]
+    Callable[[memoryview, int, int, int, int, UnitRuns, KeyedRecords | None], tuple[int, int, int, int]]
     | None
 )
 try:  # the compiled build's parse of a pushed run's records (_cparse.c); the loop of _parse_pushed without it
@@ -133,6 +130,9 @@ class DLedgerCommitLog(CommitLog):
         #: extent: parsed into :attr:`parsed` when dispatch comes for them (after the push was answered)
         self.pushed: list[tuple[memoryview, int, int]] = []
         self._pushed_bytes = 0
+        #: Committed entries dispatched by the C walk over the data files (:meth:`file_units`) where no push
+        #: kept them, so a leader keeps nothing of its puts for dispatch (without C it keeps :attr:`parsed`).
+        self.walks_in_c = _c_dispatch_entries is not None
 
     @property
     def dispatch_on_put(self) -> bool:
@@ -238,7 +238,7 @@ class DLedgerCommitLog(CommitLog):
                         raise PartlyAppended(err, out) from err
                     raise
                 info = appended(m, pos + BODY_OFFSET, size, qoff, now_ms)
-                if not self.auto_commit and len(self.parsed) < PARSED_MAX:
+                if not self.walks_in_c and not self.auto_commit and len(self.parsed) < PARSED_MAX:
                     self.parsed[info.commit_log_offset] = info
             if self.auto_commit:
                 dlog.set_committed(entry.index)
@@ -327,11 +327,7 @@ class DLedgerCommitLog(CommitLog):
         return out, offset
 
     def pushed_units(
-        self,
-        offset: int,
-        end: int,
-        units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
-        indexed: list[tuple[str, str | None, str | None, int, int]] | None,
+        self, offset: int, end: int, units: UnitRuns, indexed: KeyedRecords | None
     ) -> tuple[int, int, int]:
         """(a follower) The committed entries from position ``offset`` (each starting below ``end``) that
         binary pushes brought, dispatched by one C walk a run (``_cparse.dispatch_entries``) from the pushes'
@@ -364,6 +360,26 @@ class DLedgerCommitLog(CommitLog):
                 taken += 1
             del runs[:taken]
         return count, offset, timestamp
+
+    def file_units(
+        self, offset: int, end: int, units: UnitRuns, indexed: KeyedRecords | None
+    ) -> tuple[int, int, int]:
+        """(a leader, or a follower's entries no binary push kept) The committed entries from position
+        ``offset`` (each starting below ``end``) dispatched by the C walk of :meth:`pushed_units` over the data
+        file that holds them, as the log wrote them: a leader keeps no :class:`RecordInfo` a put for its
+        dispatch. Only with nothing pushed or parsed waiting (those are taken from where they are) and
+        nothing set aside; the walk ends at a record it does not take, a file's blank end included: the
+        Python walk takes that one."""
+        if not self.walks_in_c or self.pushed or self.parsed or self.set_aside or _c_dispatch_entries is None:
+            return 0, offset, 0
+        mf = self.files.find_file(offset)
+        if mf is None:
+            return 0, offset, 0
+        base = mf.file_from_offset
+        _off, after, count, timestamp = _c_dispatch_entries(
+            mf.view, offset - base, mf.wrote_position, offset, end, units, indexed
+        )
+        return count, after, timestamp
 
     def walk(self, offset: int, end: int) -> RecordWalk:
         """Dispatch walks no further than the committed end, taking what a leader's puts parsed already."""

@@ -67,12 +67,14 @@ log = logging.getLogger(__name__)
 _c_scan_run: (
     Callable[[memoryview, int, int, int, int, int, int, int], tuple[int, int, int, int, bytes]] | None
 )
+_c_place_entry: Callable[[memoryview, int, int, int, int, bytes], int] | None
 try:  # the compiled build's scan of a pushed run (_cparse.c); the loop of _append_raw_run without it
     from store import _cparse
 
     _c_scan_run = _cparse.scan_run
+    _c_place_entry = getattr(_cparse, "place_entry", None)  # (a build older than this source: None)
 except ImportError:
-    _c_scan_run = None
+    _c_scan_run = _c_place_entry = None
 
 #: ``(entry pos, encoded entry)``: may rewrite the body in place before it is written
 #: (``DLedgerMmapFileStore.AppendHook``; 4.9.8's CommitLog stamps each record's physical offset).
@@ -389,11 +391,14 @@ class DLedgerLog:
             end = rel + size
             if end > mf.prepared_position:
                 mf.prepare(end, populate=False)
-            crc = entry_body_crc(body)
             index = self._last + 1
             view = mf.view
-            pack_header(view, CURRENT_MAGIC, size, index, term, pos, len(body), crc, rel)
-            view[rel + BODY_OFFSET : end] = body
+            if _c_place_entry is not None:  # (the CRC, the header and the body's copy in one C call)
+                crc = _c_place_entry(view, rel, index, term, pos, body)
+            else:
+                crc = entry_body_crc(body)
+                pack_header(view, CURRENT_MAGIC, size, index, term, pos, len(body), crc, rel)
+                view[rel + BODY_OFFSET : end] = body
             entry = Entry(index, term, body, pos, body_crc=crc)
             self._written(mf, end, entry)
             if self.keep_recent:

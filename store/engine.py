@@ -814,25 +814,34 @@ class DefaultMessageStore:
                 end = min(cl.max_offset, start + DISPATCH_CHUNK)
                 units: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
                 keyed: list[tuple[str, str | None, str | None, int, int]] = []
-                # (a follower's pushed runs: units straight from the pushes' bytes)
-                taken, offset, ts = cl.pushed_units(start, end, units, keyed if self._index_enabled else None)
+                # units straight from a follower's pushed runs, else from the data file (a leader's)
+                wanted = keyed if self._index_enabled else None
+                taken, offset, ts = cl.pushed_units(start, end, units, wanted)
+                if not taken:
+                    taken, offset, ts = cl.file_units(start, end, units, wanted)
                 if taken:
                     indexed = [(record_keys(t, u, k), o, stamp) for t, u, k, o, stamp in keyed]
                     self._write_units(units, indexed, ts, touched)  # (raising: the cursor stays, as below)
                     self.reput_from_offset = offset
                     n += taken
                     continue
-                infos, offset = cl.parsed_run(start, end)  # (a leader's own records: no walk)
+                infos, offset = cl.parsed_run(start, end)  # (a pure build's leader's own records: no walk)
                 if not infos:
                     walk = cl.walk(start, end)
-                    infos = list(walk)
+                    infos = []
+                    for info in walk:
+                        infos.append(info)
+                        if cl.walks_in_c:  # the one record the C walk did not take: it goes on after it
+                            break
                     offset = walk.offset
+                    if cl.walks_in_c and infos:  # (the walk stands before the record it handed over)
+                        offset = infos[-1].commit_log_offset + infos[-1].size
                 self._dispatch_records(infos, touched)  # raising, it leaves the cursor at the first record
                 self.reput_from_offset = offset
                 n += len(infos)
                 if offset == start:
                     break
-        for topic, queue_id in sorted(touched):
+        for topic, queue_id in touched:  # (in no set order: each listener hears of its own queue)
             cq = self._cqs[(topic, queue_id)]
             for listener in self._listeners:
                 listener(topic, queue_id, cq.max_offset)

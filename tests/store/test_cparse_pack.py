@@ -115,6 +115,34 @@ def test_the_packers_of_a_log_write_the_structs_bytes() -> None:
     assert bytes(records[5:]) == dl.encode_index(entry)
 
 
+@pytest.mark.parametrize("body_len", [0, 1, 15, 63, 64, 1100, 5000])
+@pytest.mark.parametrize("at", [0, 3])
+def test_a_placed_entry_is_the_header_the_crc_and_the_body_as_written_apart(body_len: int, at: int) -> None:
+    """place_entry writes what pack_header, the body's copy and entry_body_crc write, and returns that
+    bodyCrc; an entry that does not fit, a field out of range or a negative ``at`` writes nothing."""
+    body = bytes((i * 7 + body_len) % 256 for i in range(body_len))
+    index, term, pos = 2**40 + 3, 7, 2**35 + 11
+    size = at + dl.BODY_OFFSET + body_len
+    want = bytearray(range(256)) * (size // 256 + 2)
+    got = bytearray(want)
+    crc = dl.entry_body_crc(body)
+    HEADER.pack_into(want, at, 1, dl.BODY_OFFSET + body_len, index, term, pos, 0, 0, crc, body_len)
+    want[at + dl.BODY_OFFSET : size] = body
+    assert c.place_entry(got, at, index, term, pos, body) == crc and got == want
+    untouched = bytearray(range(256)) * (size // 256 + 2)
+    for args in [
+        (bytearray(untouched[: size - 1]), at, index, term, pos, body),
+        (bytearray(untouched), -1, index, term, pos, body),
+        (bytearray(untouched), at, 2**63, term, pos, body),
+        (bytearray(untouched), at, index, term, -(2**63) - 1, body),
+    ]:
+        buf = args[0]
+        before = bytes(buf)
+        with pytest.raises((OverflowError, ValueError)):
+            c.place_entry(*args)
+        assert bytes(buf) == before
+
+
 def python_pack_units(
     buf: bytearray, at: int, units: list[tuple[int, int, int, int]], start: int, n: int
 ) -> None:
@@ -379,6 +407,11 @@ def test_no_new_path_keeps_a_reference_or_a_buffer() -> None:
         lambda: c.pack_header(bytearray(60), 20, 1, 2, 3, 4, 5, 6, 7),
         lambda: c.pack_header(bytes(60), 0, 1, 2, 3, 4, 5, 6, 7),
         lambda: c.pack_header(bytearray(60), 0, 2**31, 2, 3, 4, 5, 6, 7),
+        lambda: c.place_entry(bytearray(80), 0, 1, 2, 3, b"body"),
+        lambda: c.place_entry(bytearray(50), 0, 1, 2, 3, b"body"),
+        lambda: c.place_entry(bytearray(80), 0, 1, 2, 2**64, b"body"),
+        lambda: c.place_entry(bytearray(80), 0, 1, 2, 3, "body"),
+        lambda: c.place_entry(bytes(80), 0, 1, 2, 3, b"body"),
         lambda: c.pack_index(bytearray(40), 0, 1, 2, 3, 4, 5),
         lambda: c.pack_index(bytearray(40), "x", 1, 2, 3, 4, 5),
         lambda: c.pack_index(bytearray(40), 0, 1, 2, 3, 4, 2**64),

@@ -12,7 +12,7 @@ from store import dledger as dl
 from store.dledger_commitlog import DLedgerCommitLog
 from store.dledger_log import DLedgerLog
 from store.engine import DefaultMessageStore, GetMessageStatus
-from store.message import Message
+from store.message import TRANSACTION_PREPARED_TYPE, Message
 from store.record import decode_record
 from tests.support.stores import all_bodies, dledger_config, dledger_store, kill_writer
 
@@ -152,19 +152,26 @@ def test_a_follower_dispatching_pushes_derives_what_the_leader_did(tmp_path: Pat
     assert _tree(tmp_path / "follower" / "consumequeue") == _tree(tmp_path / "leader" / "consumequeue")
 
 
-def test_a_leader_dispatches_what_its_puts_parsed_and_never_a_record_cut_since(tmp_path: Path) -> None:
-    """A leader's committed records are dispatched from what its puts parsed (as a single broker's put
-    dispatches); entries cut after it lost the leadership are forgotten with them: the new leader's
-    entries, pushed to the same offsets with the same sizes, are dispatched as they are."""
+@pytest.mark.parametrize("in_c", [True, False])
+def test_a_leader_dispatches_what_its_puts_parsed_and_never_a_record_cut_since(
+    tmp_path: Path, in_c: bool
+) -> None:
+    """A leader's committed records are dispatched by the C walk over its data file, or without it from
+    what its puts parsed (as a single broker's put dispatches); entries cut after it lost the leadership
+    are forgotten with them: the new leader's entries, pushed to the same offsets with the same sizes, are
+    dispatched as they are."""
     store = _open(tmp_path / "old")
     cl = store.commit_log
     assert isinstance(cl, DLedgerCommitLog)
     cl.auto_commit = False
+    if in_c and not cl.walks_in_c:
+        pytest.skip("no C walk in this build")
+    cl.walks_in_c = in_c
     for i in range(3):
         assert store.put_message(Message("D", f"old-{i}".encode(), queue_id=0)).ok
-    assert len(cl.parsed) == 3
+    assert len(cl.parsed) == (0 if in_c else 3)  # (the C walk reads the records where they lie)
     cl.dlog.set_committed(0)
-    assert store.dispatch_committed() == 1 and len(cl.parsed) == 2  # taken, not parsed back
+    assert store.dispatch_committed() == 1 and len(cl.parsed) == (0 if in_c else 2)  # taken, not parsed back
     new = _open(tmp_path / "new")
     for i, q in ((0, 0), (1, 1), (2, 1)):
         assert new.put_message(Message("D", f"new-{i}".encode(), queue_id=q)).ok
@@ -183,25 +190,47 @@ def test_a_leader_dispatches_what_its_puts_parsed_and_never_a_record_cut_since(t
         store.shutdown()
 
 
-def test_a_leader_dispatching_its_parsed_records_builds_the_queues_a_walk_builds(tmp_path: Path) -> None:
-    """Committed records a leader's puts parsed are dispatched without walking the files, across data files
-    rolled with blanks and commits that end mid-file: the ConsumeQueues come out as a walk of the same
-    records builds them (a second leader whose parsed records are dropped before each dispatch)."""
-    stores = [_open(tmp_path / name) for name in ("parsed", "walked")]
+def _leader_message(i: int) -> Message:
+    """The i-th of a leader's puts: most of them the common kind, now and then one the C walk leaves to the
+    Python walk (a prepared transaction half, a delayed message, an IPv6 producer), keys indexed."""
+    props = {"TAGS": f"t{i % 5}", "KEYS": f"lk-{i}"}
+    if i % 61 == 5:
+        props["DELAY"] = "2"
+    return Message(
+        "D",
+        f"leader-{i}-".encode() * (i % 7 + 1),
+        queue_id=i % 3,
+        properties=props,
+        sys_flag=TRANSACTION_PREPARED_TYPE if i % 53 == 11 else 0,
+        born_host=("fe80::1", 4000) if i % 47 == 9 else ("10.0.0.2", 4000),
+    )
+
+
+def test_a_leader_dispatching_by_the_c_walk_or_its_parsed_records_builds_the_queues_a_walk_builds(
+    tmp_path: Path,
+) -> None:
+    """Committed records a leader's puts appended are dispatched by the C walk over its data files (the
+    compiled build) or from what its puts parsed, across data files rolled with blanks, commits that end
+    mid-file and records the C walk leaves to Python: the ConsumeQueues and the IndexFile's answers come out
+    as a walk of the same records builds them (a third leader, whose parsed records are dropped before each
+    dispatch)."""
+    names = ("filed", "parsed", "walked")
+    stores = [_open(tmp_path / name) for name in names]
+    if not stores[0].commit_log.walks_in_c:  # type: ignore[attr-defined]
+        stores.pop(0).shutdown()  # (no C walk in this build)
+        names = names[1:]
     try:
-        for store in stores:
+        for name, store in zip(names, stores, strict=True):
             cl = store.commit_log
             assert isinstance(cl, DLedgerCommitLog)
             cl.auto_commit = False
+            cl.walks_in_c = name == "filed"
             dispatched = 0
             for i in range(600):
-                msg = Message(
-                    "D", f"leader-{i}-".encode() * (i % 7 + 1), queue_id=i % 3, properties={"TAGS": "t"}
-                )
-                assert store.put_message(msg).ok
+                assert store.put_message(_leader_message(i)).ok
                 if i % 37 == 36 or i == 599:
                     cl.dlog.set_committed(cl.dlog.last_index - i % 2)  # (now and then one stays behind)
-                    if store is stores[1]:
+                    if name == "walked":
                         cl.parsed.clear()
                     dispatched += store.dispatch_committed()
                     assert store.reput_from_offset == cl.max_offset  # all committed, nothing more
@@ -210,11 +239,17 @@ def test_a_leader_dispatching_its_parsed_records_builds_the_queues_a_walk_builds
             assert dispatched == 600 and not cl.parsed
         assert len(os.listdir(tmp_path / "parsed" / "dledger-n0" / "data")) >= 2  # rolled
         for q in range(3):
-            assert all_bodies(stores[0], "D", q) == all_bodies(stores[1], "D", q)
+            assert all_bodies(stores[0], "D", q) == all_bodies(stores[-1], "D", q) != []
+        for i in (0, 9, 11, 64, 370, 599):  # (a common one, an IPv6 one, a prepared half, ...)
+            found = [
+                [m.phys_offset for m in s.query_message("D", f"lk-{i}", 8, 0, 2**62).messages] for s in stores
+            ]
+            assert found[0] != [] and all(f == found[0] for f in found), i
     finally:
         for store in stores:
             store.shutdown()
-    assert _tree(tmp_path / "parsed" / "consumequeue") == _tree(tmp_path / "walked" / "consumequeue")
+    trees = [_tree(tmp_path / name / "consumequeue" / "D") for name in names]  # (the delay topic's units
+    assert trees[0] and all(t == trees[0] for t in trees)  # carry each store's own delivery times)
 
 
 def test_alone_a_lagging_checkpoint_loses_no_committed_entry(tmp_path: Path) -> None:
@@ -307,7 +342,7 @@ WRITER = """
 import sys
 from store.config import SYNC_FLUSH
 from store.engine import DefaultMessageStore
-from store.message import Message
+from store.message import TRANSACTION_PREPARED_TYPE, Message
 from tests.support.stores import dledger_config
 store = DefaultMessageStore(dledger_config(sys.argv[1], flush_disk_type=SYNC_FLUSH))
 store.open(); store.start()

@@ -50,6 +50,7 @@ def test_pushed_records_are_dispatched_as_parsed_at_the_append_and_land_as_walke
     runs = _runs(tmp_path / "leader", 16)
     parsed, walked = _follower(tmp_path / "parsed"), _follower(tmp_path / "walked")
     walked[1].dlog.on_raw_appended = None  # (the walk alone, as before)
+    walked[1].walks_in_c = False
     try:
         for store, cl in (parsed, walked):
             for raw in runs:

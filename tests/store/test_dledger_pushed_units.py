@@ -131,6 +131,7 @@ def test_pushed_runs_dispatched_by_the_c_walk_land_as_the_python_walk_lands_them
     fast = _member(tmp_path / "fast", file_size, True)
     walked = _member(tmp_path / "walked", file_size, True)
     walked[1].dlog.on_raw_appended = None  # (the walk alone, as before pushed runs were kept)
+    walked[1].walks_in_c = False  # (nor the C walk over the data file)
     lags = [rnd.randint(0, 20) for _ in runs]  # (a commit that ends inside a push, or behind it)
     try:
         for store, cl in (fast, walked):
