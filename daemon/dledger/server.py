@@ -74,6 +74,11 @@ _SUCCESS: Final = Code.SUCCESS
 #: DLedgerRpcNettyService's timeout of every request (ms).
 RPC_TIMEOUT_MS = 3000
 TICK_SECONDS = 0.01
+#: A follower's tick: it only watches for its leader's silence (``maxHeartBeatLeak`` heartbeats: seconds) and
+#: dispatches what pushes committed (`FOLLOWER_DISPATCH_ENTRIES`), so it need not wake a hundred times a
+#: second; when pushes come less often than ticks, each tick is a wake-up of its own. A role taken from a
+#: read (a transferee's candidacy) ends the wait at once: candidates and leaders tick every `TICK_SECONDS`.
+FOLLOWER_TICK_SECONDS = 0.05
 #: How long a take-leadership request may stay pending before it is answered TIMEOUT.
 TAKE_LEADERSHIP_WAIT_S = 10.0
 #: A follower dispatches what its pushes commit once this many entries wait, else at its next tick: each
@@ -195,6 +200,8 @@ class DLedgerServer:
         self._inflight: set[asyncio.Task[None]] = set()
         self._committed = raft_log.committed_index
         self._push_soon = False
+        #: (follower) what the tick waits on between ticks, woken early when the role changes
+        self._tick_wait: asyncio.Future[None] | None = None
         #: (leader) the log's last index when the push queued last looked whether to wait for another poll
         self._push_seen = -1
         self._dispatching = False
@@ -273,7 +280,17 @@ class DLedgerServer:
                 self._effects()
             except Exception:
                 log.exception("DLedger tick failed")
-            await asyncio.sleep(TICK_SECONDS)
+            if self.node.m.role is not Role.FOLLOWER:
+                await asyncio.sleep(TICK_SECONDS)
+                continue
+            loop = asyncio.get_running_loop()
+            waking = self._tick_wait = loop.create_future()
+            timer = loop.call_later(FOLLOWER_TICK_SECONDS, _wake, waking)
+            try:
+                await waking
+            finally:
+                timer.cancel()
+                self._tick_wait = None
 
     def _send(self, outs: list[Out]) -> None:
         """Each request written now on its peer's open connection, its answer handled in the read that
@@ -468,6 +485,8 @@ class DLedgerServer:
             for term, role in changes:
                 log.info("[%s] role %s in term %d", self.settings.self_id, role.value, term)
                 self.on_role(term, role)
+            if node.m.role is not Role.FOLLOWER and self._tick_wait is not None:
+                _wake(self._tick_wait)  # (a follower's long tick: the new role's runs now)
         if node.is_leader:
             if node.m.live != self._live_seen:
                 live = {p for p, up in node.m.live.items() if up}
@@ -850,6 +869,11 @@ class DLedgerServer:
             else:
                 await asyncio.sleep(TICK_SECONDS)
         return self._transfer_answer(code)
+
+
+def _wake(waiting: asyncio.Future[None]) -> None:
+    if not waiting.done():
+        waiting.set_result(None)
 
 
 class _Answer:
