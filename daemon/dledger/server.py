@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 Code = DLedgerResponseCode
 #: read once (compiled, ``Code.SUCCESS`` is an attribute lookup on the enum's class): once a send
 _SUCCESS: Final = Code.SUCCESS
+_FOLLOWER: Final = Role.FOLLOWER
 
 #: DLedgerRpcNettyService's timeout of every request (ms).
 RPC_TIMEOUT_MS = 3000
@@ -168,6 +169,10 @@ class DLedgerServer:
         self._live_seen: dict[str, bool] = {}
         host, port = parse_addr(settings.peers[settings.self_id])
         self.gate = PeerGate(settings.self_id, settings.peers)
+        #: the gate's admitted senders, looked up by the push read itself (compiled: no interpreted call)
+        self._admitted = self.gate.admitted_senders
+        #: `trace.ENABLED`, read once (a module attribute: looked up on every read of it)
+        self._tracing = trace.ENABLED
         #: Whether the channel runs mutual TLS (haTls): the listener's and the peer connections' contexts.
         self.mutual_tls = tls is not None
         self.server = RemotingServer(
@@ -280,7 +285,7 @@ class DLedgerServer:
                 self._effects()
             except Exception:
                 log.exception("DLedger tick failed")
-            if self.node.m.role is not Role.FOLLOWER:
+            if self.node.m.role is not _FOLLOWER:
                 await asyncio.sleep(TICK_SECONDS)
                 continue
             loop = asyncio.get_running_loop()
@@ -485,7 +490,7 @@ class DLedgerServer:
             for term, role in changes:
                 log.info("[%s] role %s in term %d", self.settings.self_id, role.value, term)
                 self.on_role(term, role)
-            if node.m.role is not Role.FOLLOWER and self._tick_wait is not None:
+            if node.m.role is not _FOLLOWER and self._tick_wait is not None:
                 _wake(self._tick_wait)  # (a follower's long tick: the new role's runs now)
         if node.is_leader:
             if node.m.live != self._live_seen:
@@ -735,12 +740,13 @@ class DLedgerServer:
         """A binary push's entries appended (:meth:`Node.take_raw_push`), ``push`` its fields as
         :func:`read_binary_push` reads them: its answer's code."""
         group, leader_id, _local_id, remote_id, term, commit_index, first, count = push
-        if trace.ENABLED:
+        tracing = self._tracing
+        if tracing:
             trace.mark_range("push-read", first, count)
         code = self.node.take_raw_push(
             group, leader_id, remote_id, term, commit_index, first, count, body, now_ms()
         )
-        if trace.ENABLED:
+        if tracing:
             trace.mark_range("appended", first, count)
         self._effects(after_replies=True)
         return code
@@ -794,7 +800,7 @@ class DLedgerServer:
         if numbers is None:
             return 0
         group, leader_id, local_id, remote_id, term = layout[1]
-        if group != self.node.m.group or not self.gate.admitted(leader_id, local_id, conn.address[0]):
+        if group != self.node.m.group or (leader_id, local_id, conn.address[0]) not in self._admitted:
             return 0
         commit_index, first, count, opaque = numbers
         with memoryview(buf) as view:
@@ -813,7 +819,7 @@ class DLedgerServer:
         conn.send_frame(
             push_answer_frame(opaque, code, term, first, count, dlog.begin_index, dlog.last_index)
         )
-        if trace.ENABLED:
+        if self._tracing:
             trace.mark_range("ack-write", first, count)
         return total
 
