@@ -51,13 +51,15 @@ class PeerGate:
         #: Connections and requests refused (what /metrics and the tests count).
         self.refused = 0
         self._warnings = WarningGate(log)
-        #: (leaderId, localId, ip) of requests admitted: a leader's every push names the same pair
-        self._admitted: set[tuple[str | None, str | None, str]] = set()
+        #: (leaderId, localId, ip) of requests admitted: a leader's every push names the same pair. One set for
+        #: the gate's life (:meth:`resolve` clears it in place): a follower's compiled push read holds it and
+        #: looks a push's senders up itself, with no interpreted call a push
+        self.admitted_senders: set[tuple[str | None, str | None, str]] = set()
 
     def resolve(self) -> None:
         for peer, addr in self.peers.items():
             self.hosts[peer] = resolve(parse_addr(addr)[0])
-        self._admitted.clear()
+        self.admitted_senders.clear()
 
     @property
     def beyond_loopback(self) -> bool:
@@ -79,7 +81,7 @@ class PeerGate:
     def admitted(self, leader_id: str | None, local_id: str | None, ip: str) -> bool:
         """Whether a request naming these senders from `ip` passed :meth:`refusal` before (nothing counted or
         logged either way): a follower's push read by its fast path passes only so, else the full check."""
-        return (leader_id, local_id, ip) in self._admitted
+        return (leader_id, local_id, ip) in self.admitted_senders
 
     def refusal(self, request: RequestOrResponse, ip: str) -> str | None:
         """Why a request from `ip` is refused (logged, rate-limited), or None: every member id it gives as
@@ -87,7 +89,7 @@ class PeerGate:
         whose host is `ip`. An admin's LEADERSHIP_TRANSFER to the leader names no sender and passes."""
         transfer = isinstance(request, LeadershipTransferRequest)
         seen = (request.leader_id, request.local_id, ip)
-        if not transfer and seen in self._admitted:
+        if not transfer and seen in self.admitted_senders:
             return None
         senders = {request.leader_id, request.local_id}
         if isinstance(request, LeadershipTransferRequest) and request.transfer_id != self.self_id:
@@ -106,6 +108,6 @@ class PeerGate:
                 self.refused += 1
                 self._warnings.warning("DLedger: refusing a request from %s: it %s", ip, why)
                 return f"DLedger peer gate: a request from {ip} {why}"
-        if not transfer and len(self._admitted) < 64:
-            self._admitted.add(seen)
+        if not transfer and len(self.admitted_senders) < 64:
+            self.admitted_senders.add(seen)
         return None

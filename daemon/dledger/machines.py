@@ -267,6 +267,8 @@ class PushState(enum.Enum):
 
 #: read once (compiled, ``Role.LEADER`` is an attribute lookup on the enum's class): each send asks
 _LEADER: Final = Role.LEADER
+#: (compiled, ``Role.FOLLOWER`` is a lookup through the enum class's ``__getattr__``: once a push)
+_FOLLOWER: Final = Role.FOLLOWER
 _APPEND: Final = PushState.APPEND
 
 
@@ -491,7 +493,7 @@ class Node:
                 out += self._push(now)
                 self._expire_waiting(now)
             return out
-        if self.m.role is Role.FOLLOWER:
+        if self.m.role is _FOLLOWER:
             beat_leak = self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms
             if now - self.last_leader_beat > beat_leak:
                 log.info(
@@ -1349,7 +1351,7 @@ class Node:
             return Code.UNKNOWN_MEMBER
         if group != m.group:
             return Code.UNKNOWN_GROUP
-        if m.role is not Role.FOLLOWER:
+        if m.role is not _FOLLOWER:
             return Code.NOT_FOLLOWER
         if term != m.term:
             return Code.INCONSISTENT_TERM
@@ -1416,7 +1418,7 @@ class Node:
             return int(Code.INCONSISTENT_STATE)
         # (only what the leader just showed this log holds: past the run it may hold another's tail)
         self._follow_commit(commit_index if commit_index < shown[1] else shown[1])
-        return int(Code.SUCCESS)
+        return _OK
 
     def _append_batch(self, req: PushEntryRequest) -> Code:
         """A batch push: entries already held (a repeat) are skipped, the rest must continue the log (appended

@@ -70,10 +70,16 @@ log = logging.getLogger(__name__)
 Code = DLedgerResponseCode
 #: read once (compiled, ``Code.SUCCESS`` is an attribute lookup on the enum's class): once a send
 _SUCCESS: Final = Code.SUCCESS
+_FOLLOWER: Final = Role.FOLLOWER
 
 #: DLedgerRpcNettyService's timeout of every request (ms).
 RPC_TIMEOUT_MS = 3000
 TICK_SECONDS = 0.01
+#: A follower's tick: it only watches for its leader's silence (``maxHeartBeatLeak`` heartbeats: seconds) and
+#: dispatches what pushes committed (`FOLLOWER_DISPATCH_ENTRIES`), so it need not wake a hundred times a
+#: second; when pushes come less often than ticks, each tick is a wake-up of its own. A role taken from a
+#: read (a transferee's candidacy) ends the wait at once: candidates and leaders tick every `TICK_SECONDS`.
+FOLLOWER_TICK_SECONDS = 0.05
 #: How long a take-leadership request may stay pending before it is answered TIMEOUT.
 TAKE_LEADERSHIP_WAIT_S = 10.0
 #: A follower dispatches what its pushes commit once this many entries wait, else at its next tick: each
@@ -163,6 +169,10 @@ class DLedgerServer:
         self._live_seen: dict[str, bool] = {}
         host, port = parse_addr(settings.peers[settings.self_id])
         self.gate = PeerGate(settings.self_id, settings.peers)
+        #: the gate's admitted senders, looked up by the push read itself (compiled: no interpreted call)
+        self._admitted = self.gate.admitted_senders
+        #: `trace.ENABLED`, read once (a module attribute: looked up on every read of it)
+        self._tracing = trace.ENABLED
         #: Whether the channel runs mutual TLS (haTls): the listener's and the peer connections' contexts.
         self.mutual_tls = tls is not None
         self.server = RemotingServer(
@@ -195,6 +205,8 @@ class DLedgerServer:
         self._inflight: set[asyncio.Task[None]] = set()
         self._committed = raft_log.committed_index
         self._push_soon = False
+        #: (follower) what the tick waits on between ticks, woken early when the role changes
+        self._tick_wait: asyncio.Future[None] | None = None
         #: (leader) the log's last index when the push queued last looked whether to wait for another poll
         self._push_seen = -1
         self._dispatching = False
@@ -273,7 +285,17 @@ class DLedgerServer:
                 self._effects()
             except Exception:
                 log.exception("DLedger tick failed")
-            await asyncio.sleep(TICK_SECONDS)
+            if self.node.m.role is not _FOLLOWER:
+                await asyncio.sleep(TICK_SECONDS)
+                continue
+            loop = asyncio.get_running_loop()
+            waking = self._tick_wait = loop.create_future()
+            timer = loop.call_later(FOLLOWER_TICK_SECONDS, _wake, waking)
+            try:
+                await waking
+            finally:
+                timer.cancel()
+                self._tick_wait = None
 
     def _send(self, outs: list[Out]) -> None:
         """Each request written now on its peer's open connection, its answer handled in the read that
@@ -468,6 +490,8 @@ class DLedgerServer:
             for term, role in changes:
                 log.info("[%s] role %s in term %d", self.settings.self_id, role.value, term)
                 self.on_role(term, role)
+            if node.m.role is not _FOLLOWER and self._tick_wait is not None:
+                _wake(self._tick_wait)  # (a follower's long tick: the new role's runs now)
         if node.is_leader:
             if node.m.live != self._live_seen:
                 live = {p for p, up in node.m.live.items() if up}
@@ -716,12 +740,13 @@ class DLedgerServer:
         """A binary push's entries appended (:meth:`Node.take_raw_push`), ``push`` its fields as
         :func:`read_binary_push` reads them: its answer's code."""
         group, leader_id, _local_id, remote_id, term, commit_index, first, count = push
-        if trace.ENABLED:
+        tracing = self._tracing
+        if tracing:
             trace.mark_range("push-read", first, count)
         code = self.node.take_raw_push(
             group, leader_id, remote_id, term, commit_index, first, count, body, now_ms()
         )
-        if trace.ENABLED:
+        if tracing:
             trace.mark_range("appended", first, count)
         self._effects(after_replies=True)
         return code
@@ -775,7 +800,7 @@ class DLedgerServer:
         if numbers is None:
             return 0
         group, leader_id, local_id, remote_id, term = layout[1]
-        if group != self.node.m.group or not self.gate.admitted(leader_id, local_id, conn.address[0]):
+        if group != self.node.m.group or (leader_id, local_id, conn.address[0]) not in self._admitted:
             return 0
         commit_index, first, count, opaque = numbers
         with memoryview(buf) as view:
@@ -794,7 +819,7 @@ class DLedgerServer:
         conn.send_frame(
             push_answer_frame(opaque, code, term, first, count, dlog.begin_index, dlog.last_index)
         )
-        if trace.ENABLED:
+        if self._tracing:
             trace.mark_range("ack-write", first, count)
         return total
 
@@ -850,6 +875,11 @@ class DLedgerServer:
             else:
                 await asyncio.sleep(TICK_SECONDS)
         return self._transfer_answer(code)
+
+
+def _wake(waiting: asyncio.Future[None]) -> None:
+    if not waiting.done():
+        waiting.set_result(None)
 
 
 class _Answer:

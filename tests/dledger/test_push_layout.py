@@ -234,8 +234,8 @@ async def test_what_the_layout_does_not_cover_goes_to_the_generic_read(
     ]
     for data in feeds:
         if data == b"gate":
-            fast.server.gate._admitted.clear()  # (a restart of its cache: checked in full again)
-            generic.server.gate._admitted.clear()
+            fast.server.gate.admitted_senders.clear()  # (a restart of its cache: checked in full again)
+            generic.server.gate.admitted_senders.clear()
             data = push_frame(run(leader, 2, 2), 2, 2, 4, term=2, commit=1)
         await fast.feed(data)
         generic.conn.frame_reader = None
