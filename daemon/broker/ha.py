@@ -903,9 +903,10 @@ def ha_runtime_info(
 
     A master lists its slaves as ``addr/ackedOffset/lagSeconds`` joined by ``;`` (``addr``: the slave's end of
     its HA connection); a slave shows its master's HA address, whether it is connected and its own end of
-    that connection (``haClientAddress``), by which a reader of both finds which registered slave is which. Offsets are CommitLog offsets; lag is the reader's sum. A store
-    holding ``quarantines`` (data recovery or replication set aside, until the operator removes it) says
-    how many and the records in them; of a divergent tail set aside, how many records and the newest one.
+    that connection (``haClientAddress``), by which a reader of both finds which registered slave is which.
+    Offsets are CommitLog offsets; lag is the reader's sum. A store holding ``quarantines`` (data recovery
+    or replication set aside, until the operator removes it) says how many and the records in them; of a
+    divergent tail set aside, how many records and the newest one.
     """
     info = {"brokerRole": role}
     if quarantines:
