@@ -30,6 +30,7 @@ from store import (
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
     from mqctl.config import Target
+    from mqctl.services.messages import Window
 
 
 def _global(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -266,6 +267,18 @@ UntilOpt = Annotated[
     str | None, typer.Option("--until", help="Store time until, same forms as --since (default now).")
 ]
 ExecuteOpt = Annotated[bool, typer.Option("--execute", help="Apply the plan; without it nothing changes.")]
+
+
+def key_window(since: str | None, until: str | None) -> Window:
+    """A key query's store-time window, said on stderr when the operator gave one (without: all of time
+    until now, which goes without saying)."""
+    from mqctl.output import stderr_console
+    from mqctl.services.messages import Window
+
+    window = Window.of(since, until)
+    if since or until:
+        stderr_console().print(f"window: {window.describe()} (store time, UTC)")
+    return window
 
 
 def parse_listen(value: str) -> tuple[str, int]:

@@ -28,6 +28,7 @@ from mqctl.cli.common import (
     cluster_target,
     confirm,
     flags,
+    key_window,
     one_key,
     online,
     progress,
@@ -231,7 +232,7 @@ def query(
 
     A key query goes through the brokers' index; every hit is checked against the stored keys. Every
     message carries its body: UTF-8 text, or base64 when it is not UTF-8 (body_encoding says which).
-    The store-time window searched is printed on stderr.
+    The store-time window searched is printed on stderr when --since or --until gives one.
     """
     from mqctl.output import stderr_console
     from mqctl.services import messages
@@ -260,8 +261,7 @@ def query(
     if topic is None:
         raise UsageError(f"{chosen[0]} needs --topic")
     assert key is not None
-    window = messages.Window.of(since, until)
-    stderr_console().print(f"window: {window.describe()} (store time, UTC)")
+    window = key_window(since, until)
     online(
         lambda admin: messages.query_by_key(admin, topic, key, window, max_num=max_num, body=not no_body),
     )

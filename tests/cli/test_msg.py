@@ -218,8 +218,9 @@ def test_query_by_key_returns_verified_hits_and_prints_the_window(
         assert "seeds" in stored(daemons, row["msg_id"]).keys
     assert result.stderr.startswith("window: ")
     assert "(store time, UTC)" in result.stderr
-    one = ok(mq("msg", "query", "-t", TOPIC, "-k", "seed-3", "-o", "json"))
-    assert [r["queue_id"] for r in one] == [3]
+    one = mq("msg", "query", "-t", TOPIC, "-k", "seed-3", "-o", "json")
+    assert [r["queue_id"] for r in ok(one)] == [3]
+    assert one.stderr == ""  # no time given: no "window: 1970 .. now" line
 
 
 def test_query_by_key_in_csv_and_yaml(mq: Callable[..., CliResult]) -> None:
