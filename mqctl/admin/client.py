@@ -198,6 +198,11 @@ class Admin:
             response = await self.namesrv_call(RequestCode.GET_TOPICS_BY_CLUSTER, header)
         return sorted(TopicList.loads(response.body).topic_list)
 
+    async def own_topic_names(self) -> set[str]:
+        """The cluster and broker names, each a topic its brokers create (GET_SYSTEM_TOPIC_LIST_FROM_NS)."""
+        response = await self.namesrv_call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
+        return set(TopicList.loads(response.body).topic_list) if response.body else set()
+
     async def kv_get(self, namespace: str, key: str) -> str | None:
         header = h.GetKVConfigRequestHeader(namespace=namespace, key=key)
         response = await self.namesrv_call(

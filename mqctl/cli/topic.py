@@ -207,11 +207,21 @@ def delete(
 @cluster_options(watch=True)
 def list_(
     cluster: ClusterOpt = None,
+    system: Annotated[
+        bool,
+        typer.Option(
+            "--system",
+            help="Also RocketMQ's own topics (TBW102, SCHEDULE_TOPIC_XXXX, RMQ_SYS_*, the clusters' and "
+            "brokers' names) and the groups' %RETRY% and %DLQ% topics, each row with its kind.",
+        ),
+    ] = False,
 ) -> None:
-    """Every topic the NameServer routes (system topics included)."""
+    """Every normal topic the NameServer routes (--system: every topic, with its kind).
+
+    As ``group list`` hides the brokers' own groups; a table on a terminal counts what it hid."""
     from mqctl.services.topics import topics
 
-    online(lambda admin: topics(admin, cluster))
+    online(lambda admin: topics(admin, cluster, system=system))
 
 
 @app.command("show")
