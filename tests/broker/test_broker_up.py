@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import stat
 import subprocess
@@ -57,20 +58,19 @@ async def test_up_listens_on_loopback_only(tmp_path: Path, cli_env: dict[str, st
     assert {addr.removeprefix("::ffff:") for addr, _ in sockets} == {"127.0.0.1"}
 
 
+def run_mqctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``mqctl ARGS`` in a subprocess with ``env``, as given (its exit code and output to check)."""
+    return subprocess.run(
+        [sys.executable, "-m", "mqctl", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
 @pytest.mark.slow
 async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str, str]) -> None:
     """One default data dir: 'broker status|stop' and 'namesrv status' without flags find 'mqctl up'."""
     ns_port, broker_port = free_port(), free_port()
 
-    def mqctl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "mqctl", *args],
-            cwd=ROOT,
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    mqctl = functools.partial(run_mqctl, cli_env)
 
     async with mqctl_up(None, cli_env, ns_port, "--broker-port", str(broker_port), "--no-metrics") as up:
         broker = await asyncio.to_thread(mqctl, "broker", "status", "-o", "json")
@@ -101,15 +101,7 @@ async def test_up_acl_starts_an_acl_cluster_and_says_how_to_sign(
     data, ns_port = tmp_path / "data", free_port()
     secret, accounts = data / "acl" / "admin.secret", data / "acl" / "plain_acl.yml"
 
-    def mqctl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "mqctl", *args],
-            cwd=ROOT,
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    mqctl = functools.partial(run_mqctl, cli_env)
 
     ns = f"127.0.0.1:{ns_port}"
     async with mqctl_up(data, cli_env, ns_port, "--broker-port", "0", "--no-metrics", "--acl") as up:
