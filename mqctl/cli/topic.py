@@ -22,6 +22,13 @@ from mqctl.cli.common import (
     online,
     warn_not_kept,
 )
+from store import (
+    AUTO_CREATE_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
+    INTERNAL_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+)
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
@@ -211,8 +218,9 @@ def list_(
         bool,
         typer.Option(
             "--system",
-            help="Also RocketMQ's own topics (TBW102, SCHEDULE_TOPIC_XXXX, RMQ_SYS_*, the clusters' and "
-            "brokers' names) and the groups' %RETRY% and %DLQ% topics, each row with its kind.",
+            help=f"Also RocketMQ's own topics ({AUTO_CREATE_TOPIC}, {SCHEDULE_TOPIC}, {INTERNAL_TOPIC_PREFIX}*, the "
+            f"clusters' and brokers' names) and the groups' {RETRY_GROUP_TOPIC_PREFIX} and {DLQ_GROUP_TOPIC_PREFIX} "
+            "topics, each row with its kind.",
         ),
     ] = False,
 ) -> None:
