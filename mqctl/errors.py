@@ -267,7 +267,15 @@ def translate(exc: BaseException) -> MqctlError:
     if isinstance(exc, LifecycleError):
         return DaemonError(str(exc))
     if isinstance(exc, remoting.RemotingCommandError):
-        return from_response_code(exc.code, exc.remark, action="request failed")
+        from mqctl.admin.client import Refused
+
+        if not isinstance(exc, Refused):
+            return from_response_code(exc.code, exc.remark, action="request failed")
+        error = from_response_code(exc.code, exc.remark, action=f"{exc.peer} refused it")
+        if exc.unscoped and exc.cluster is not None:
+            scope = "without -c the command asks every cluster's brokers: -c CLUSTER keeps to one"
+            error.hint = f"{error.hint}; {scope}" if error.hint else scope
+        return error
     if isinstance(exc, remoting.RemotingTlsError):
         return TlsError(
             str(exc),

@@ -167,12 +167,19 @@ class Rows(list[Any]):
     table its column names)."""
 
     def __init__(
-        self, items: Any = (), *, columns: Sequence[str], narrow: Sequence[str] | None = None
+        self,
+        items: Any = (),
+        *,
+        columns: Sequence[str],
+        narrow: Sequence[str] | None = None,
+        footer: str | None = None,
     ) -> None:
         super().__init__(items)
         self.columns = list(columns)
         #: The columns a table shows by default, those empty in every row left out (``-o wide``: all).
         self.narrow = list(narrow) if narrow is not None else None
+        #: A line under a table on a terminal (what a list left out); never in a pipe or a document.
+        self.footer = footer
 
     @classmethod
     def of(cls, row_type: type, items: Any = (), *, narrow: Sequence[str] | None = None) -> Rows:
@@ -527,6 +534,8 @@ def _render(data: Any, result: Any, fmt: str, stream: TextIO, *, title: str | No
         if isinstance(result, Rows) and result.narrow is not None and fmt == "table" and not _state["wide"]:
             data, known = _narrowed(data, result.narrow)
         _print_tables(_tables(data, title, known), stream, terminal=tty)
+        if tty and isinstance(result, Rows) and result.footer:
+            stdout_console().print(result.footer, style="dim")
     else:
         raise ValueError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
 

@@ -111,6 +111,7 @@ from .names import (
     SYS_GROUP_PREFIX as SYS_GROUP_PREFIX,
     SYSTEM_GROUPS as SYSTEM_GROUPS,
     SYSTEM_TOPIC_PREFIX as SYSTEM_TOPIC_PREFIX,
+    SYSTEM_TOPICS as SYSTEM_TOPICS,
     TIMER_TOPIC as TIMER_TOPIC,
     TOOLS_CONSUMER_GROUP as TOOLS_CONSUMER_GROUP,
     TRACE_TOPIC as TRACE_TOPIC,
@@ -118,6 +119,7 @@ from .names import (
     legal_name as legal_name,
     new_group_problem as new_group_problem,
     reserved_group_prefix as reserved_group_prefix,
+    system_topic as system_topic,
 )
 from .native import describe_build as describe_build
 from .quarantine import (

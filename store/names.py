@@ -69,6 +69,31 @@ NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
     }
 )
 
+#: Java's ``TopicValidator`` system topics (4.9.8's set); a broker adds its cluster's and its own name, the
+#: cluster's reply topic and its trace topic (:func:`system_topic` with ``own``).
+SYSTEM_TOPICS: Final = frozenset(
+    {
+        AUTO_CREATE_TOPIC,
+        SCHEDULE_TOPIC,
+        BENCHMARK_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRACE_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+
+def system_topic(topic: str, own: frozenset[str] | set[str] = frozenset()) -> bool:
+    """4.9.8's ``TopicValidator.isSystemTopic``, with ``own`` the cluster and broker names (the topics a
+    broker creates after them, and the reply topic ``<cluster>_REPLY_TOPIC``)."""
+    if topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX) or topic in own:
+        return True
+    return topic.endswith(REPLY_TOPIC_SUFFIX) and topic.removesuffix(REPLY_TOPIC_SUFFIX) in own
+
+
 # --- groups (Java's MixAll) ---
 #: The consumer group admin tools read as: built into every broker, never commits.
 TOOLS_CONSUMER_GROUP: Final = "TOOLS_CONSUMER"

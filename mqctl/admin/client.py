@@ -53,6 +53,18 @@ NAMED_LATE = 20
 NOT_A_NAMESRV = " (-n/--namesrv wants a NameServer's HOST:PORT, 9876 by default; see 'mqctl context current')"
 
 
+class Refused(RemotingCommandError):
+    """NO_PERMISSION, and who answered it (``peer``; ``cluster``, a broker's): with several clusters on
+    one NameServer an account may hold on one of them only, and an error naming nobody hid which."""
+
+    def __init__(self, code: int, remark: str | None, *, peer: str, cluster: str | None) -> None:
+        super().__init__(code, remark)
+        self.peer = peer
+        self.cluster = cluster
+        #: Set by a command with ``-c`` that was not given one: its error suggests it.
+        self.unscoped = False
+
+
 def _session_signer() -> Callable[[RemotingCommand], None] | None:
     """The invocation's ACL signer (mqctl.auth), or None: requests go unsigned."""
     from mqctl import auth
@@ -77,6 +89,8 @@ class Admin:
         self.asking: Counter[str] = Counter()
         #: Broker address -> name, from the last cluster_info answer (the deadline's error line).
         self.broker_names: dict[str, str] = {}
+        #: Broker name -> its cluster, from the same answer (a refusal's error line).
+        self.broker_clusters: dict[str, str] = {}
 
     @contextlib.contextmanager
     def waiting_for(self, addr: str) -> Iterator[None]:
@@ -125,6 +139,8 @@ class Admin:
                     addr, RemotingCommand.request(code, dict(fields), body), self.timeout, expect
                 )
         except RemotingCommandError as exc:
+            if exc.code == ResponseCode.NO_PERMISSION:
+                raise self._refused(addr, exc) from None
             if exc.code not in RETRIED_CODES:
                 raise
             log.debug("%s answered code %d (%s): trying again", addr, exc.code, exc.remark)
@@ -144,6 +160,16 @@ class Admin:
                     addr, RemotingCommand.request(code, dict(fields), body), self.timeout, expect
                 )
         raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    def _refused(self, addr: str, exc: RemotingCommandError) -> Refused:
+        if addr in self.namesrv:
+            return Refused(exc.code, exc.remark, peer=f"NameServer {addr}", cluster=None)
+        name = self.broker_names.get(addr)
+        cluster = self.broker_clusters.get(name) if name is not None else None
+        peer = f"broker {name} ({addr})" if name is not None else f"broker {addr}"
+        return Refused(
+            exc.code, exc.remark, peer=peer + (f" of cluster {cluster}" if cluster else ""), cluster=cluster
+        )
 
     async def _namesrv(self, send: Callable[[str], Awaitable[T]]) -> T:
         """Try each NameServer in turn until one answers; raise the last connection error."""
@@ -183,6 +209,8 @@ class Admin:
         info = ClusterInfo.loads(response.body)
         for data in info.broker_addr_table.values():
             self.broker_names.update(dict.fromkeys(data.broker_addrs.values(), data.broker_name))
+        for cluster, names in info.cluster_addr_table.items():
+            self.broker_clusters.update(dict.fromkeys(names, cluster))
         return info
 
     async def topic_route(self, topic: str) -> TopicRouteData:
@@ -197,6 +225,11 @@ class Admin:
             header = h.GetTopicsByClusterRequestHeader(cluster=cluster)
             response = await self.namesrv_call(RequestCode.GET_TOPICS_BY_CLUSTER, header)
         return sorted(TopicList.loads(response.body).topic_list)
+
+    async def own_topic_names(self) -> set[str]:
+        """The cluster and broker names, each a topic its brokers create (GET_SYSTEM_TOPIC_LIST_FROM_NS)."""
+        response = await self.namesrv_call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
+        return set(TopicList.loads(response.body).topic_list) if response.body else set()
 
     async def kv_get(self, namespace: str, key: str) -> str | None:
         header = h.GetKVConfigRequestHeader(namespace=namespace, key=key)

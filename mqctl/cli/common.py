@@ -30,6 +30,7 @@ from store import (
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
     from mqctl.config import Target
+    from mqctl.services.messages import Window
 
 
 def _global(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -268,6 +269,18 @@ UntilOpt = Annotated[
 ExecuteOpt = Annotated[bool, typer.Option("--execute", help="Apply the plan; without it nothing changes.")]
 
 
+def key_window(since: str | None, until: str | None) -> Window:
+    """A key query's store-time window, said on stderr when the operator gave one (without: all of time
+    until now, which goes without saying)."""
+    from mqctl.output import stderr_console
+    from mqctl.services.messages import Window
+
+    window = Window.of(since, until)
+    if since or until:
+        stderr_console().print(f"window: {window.describe()} (store time, UTC)")
+    return window
+
+
 def parse_listen(value: str) -> tuple[str, int]:
     """``--listen HOST:PORT`` (``[v6]:PORT``; an empty host means every interface) -> (host, port)."""
     from mqctl.errors import UsageError
@@ -456,17 +469,22 @@ def online(work: Callable[[Admin], Awaitable[Any]], *, timeout: float = 5.0, cha
     A read (``changes`` false) has one deadline in all (each refresh its own), :func:`command_deadline`:
     past it the command exits 6 naming what had not answered. A command that changes
     the cluster is never stopped between its writes: each answer has its wait, each failure is named."""
-    from mqctl.admin.client import run_admin
+    from mqctl.admin.client import Refused, run_admin
 
     where = cluster_target()
     seconds = request_timeout(timeout, where)
     deadline = None if changes else command_deadline(seconds)
     shared = flags()
-    render_every(
-        lambda: read_all(lambda: run_admin(where.namesrv, work, timeout=seconds, deadline=deadline)),
-        shared.output,
-        shared.watch,
-    )
+    try:
+        render_every(
+            lambda: read_all(lambda: run_admin(where.namesrv, work, timeout=seconds, deadline=deadline)),
+            shared.output,
+            shared.watch,
+        )
+    except Refused as refused:
+        ctx = click.get_current_context(silent=True)
+        refused.unscoped = ctx is not None and "cluster" in ctx.params and ctx.params["cluster"] is None
+        raise
 
 
 def warn_not_kept(result: Any, why: str) -> Any:

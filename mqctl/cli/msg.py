@@ -28,6 +28,7 @@ from mqctl.cli.common import (
     cluster_target,
     confirm,
     flags,
+    key_window,
     one_key,
     online,
     progress,
@@ -167,15 +168,23 @@ def send(
             "--no-create", help="Refuse a topic the NameServer does not know instead of auto-creating it."
         ),
     ] = False,
+    lines: Annotated[
+        bool,
+        typer.Option(
+            "--lines",
+            "-l",
+            help="One message per line of stdin (or --file), without its \\n; empty lines are skipped, as "
+            "kcat -P skips them; prints a summary at the end. Without it all of the input is one message.",
+        ),
+    ] = False,
 ) -> None:
     """Send one message; prints where it was stored (ids, broker, queue, offset).
 
+    The body is sent as it is: ``echo hi |`` sends "hi\\n"; -l sends each line as a message.
     A topic that does not exist is auto-created by brokers with autoCreateTopicEnable, as for RocketMQ's
     producers, and a line on stderr says so; --no-create refuses it (exit 3)."""
-    from mqctl.output import printable, stderr_console
     from mqctl.services.messages import message_properties, send_message
 
-    payload = _body(body, file, max_size)
     props = message_properties(
         tags=tag,
         keys=keys or [],
@@ -183,21 +192,99 @@ def send(
         delay_level=delay_level,
         deliver_ms=_deliver_ms(deliver_at, delay, delay_level),
     )
+    if lines:
+        if body is not None:
+            raise UsageError("--lines reads stdin or --file, not a body argument")
+        online(
+            lambda admin: _send_lines(
+                admin, topic, file, max_size, props, broker=broker, queue=queue, create=not no_create
+            ),
+            changes=True,
+        )
+        return
+    payload = _body(body, file, max_size)
 
     async def sent(admin: Admin) -> Any:
         result = await send_message(
             admin, topic, payload, properties=props, broker=broker, queue=queue, create=not no_create
         )
         if result.auto_created:
-            stderr_console().print(
-                f"topic {topic!r} did not exist: broker {printable(result.broker, newlines=False)} created it "
-                "with this message (autoCreateTopicEnable); --no-create refuses unknown topics",
-                style="yellow",
-                markup=False,  # (the broker's name is its word)
-            )
+            _say_auto_created(topic, result.broker)
         return result
 
     online(sent, changes=True)
+
+
+def _say_auto_created(topic: str, broker: str) -> None:
+    from mqctl.output import printable, stderr_console
+
+    stderr_console().print(
+        f"mqctl: topic {topic!r} did not exist: broker {printable(broker, newlines=False)} created it with "
+        "this message (autoCreateTopicEnable); --no-create refuses unknown topics",
+        style="yellow",
+        markup=False,  # (the broker's name is its word)
+    )
+
+
+async def _send_lines(
+    admin: Admin,
+    topic: str,
+    file: str | None,
+    limit: int,
+    props: dict[str, str],
+    *,
+    broker: str | None,
+    queue: int | None,
+    create: bool,
+) -> dict[str, Any]:
+    """Each line of stdin (or ``file``) as a message as it is read (``tail -f`` works), without its "\\n"
+    (a "\\r" before it is data); empty lines skipped, as kcat's producer skips them. The summary: how
+    many were sent, skipped, and where they went."""
+    import asyncio
+    from collections import Counter
+
+    from mqctl.services.messages import send_message
+
+    source = sys.stdin.buffer if file in (None, "-") else Path(file).open("rb")  # noqa: SIM115
+    sent = skipped = size = 0
+    where: Counter[str] = Counter()
+    try:
+        number = 0
+        while line := await asyncio.to_thread(source.readline, limit + 1):
+            number += 1
+            payload = line.removesuffix(b"\n")
+            if not payload:
+                skipped += 1
+                continue
+            if len(payload) > limit:
+                raise UsageError(
+                    f"line {number} is over {limit} bytes, the broker's maxMessageSize ({sent} sent before it); "
+                    "raise --max-size if the broker allows more"
+                )
+            result = await send_message(
+                admin,
+                topic,
+                payload,
+                properties=props,
+                broker=broker,
+                queue=queue,
+                create=create,
+            )
+            if result.auto_created and not sent:  # (later sends may find the route not yet registered)
+                _say_auto_created(topic, result.broker)
+            sent += 1
+            size += len(payload)
+            where[result.broker] += 1
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+    return {
+        "topic": topic,
+        "sent": sent,
+        "empty_lines_skipped": skipped,
+        "bytes": size,
+        "brokers": dict(where),
+    }
 
 
 @app.command("query")
@@ -231,7 +318,7 @@ def query(
 
     A key query goes through the brokers' index; every hit is checked against the stored keys. Every
     message carries its body: UTF-8 text, or base64 when it is not UTF-8 (body_encoding says which).
-    The store-time window searched is printed on stderr.
+    The store-time window searched is printed on stderr when --since or --until gives one.
     """
     from mqctl.output import stderr_console
     from mqctl.services import messages
@@ -260,8 +347,7 @@ def query(
     if topic is None:
         raise UsageError(f"{chosen[0]} needs --topic")
     assert key is not None
-    window = messages.Window.of(since, until)
-    stderr_console().print(f"window: {window.describe()} (store time, UTC)")
+    window = key_window(since, until)
     online(
         lambda admin: messages.query_by_key(admin, topic, key, window, max_num=max_num, body=not no_body),
     )

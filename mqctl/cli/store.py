@@ -27,6 +27,7 @@ from mqctl.cli.common import (
     cluster_target,
     confirm,
     flags,
+    key_window,
     progress,
     render_every,
     request_timeout,
@@ -310,9 +311,7 @@ def msg_query(
     output: OutputOpt = "table",
 ) -> None:
     """Find messages by key (--key with --topic, verified against the records) or by offset id (--id)."""
-    from mqctl.output import stderr_console
     from mqctl.services import store_inspect as si
-    from mqctl.services.messages import Window
 
     if (key is None) == (msg_id is None):
         raise UsageError("give exactly one of --key or --id")
@@ -324,8 +323,7 @@ def msg_query(
     if topic is None:
         raise UsageError("--key needs --topic")
     assert key is not None
-    window = Window.of(since, until)
-    stderr_console().print(f"window: {window.describe()} (store time, UTC)")
+    window = key_window(since, until)
     render_every(lambda: si.query_key(store, topic, key, window, max_num=max_num), output)
 
 

@@ -22,6 +22,13 @@ from mqctl.cli.common import (
     online,
     warn_not_kept,
 )
+from store import (
+    AUTO_CREATE_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
+    INTERNAL_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+)
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
@@ -207,11 +214,22 @@ def delete(
 @cluster_options(watch=True)
 def list_(
     cluster: ClusterOpt = None,
+    system: Annotated[
+        bool,
+        typer.Option(
+            "--system",
+            help=f"Also RocketMQ's own topics ({AUTO_CREATE_TOPIC}, {SCHEDULE_TOPIC}, {INTERNAL_TOPIC_PREFIX}*, the "
+            f"clusters' and brokers' names) and the groups' {RETRY_GROUP_TOPIC_PREFIX} and {DLQ_GROUP_TOPIC_PREFIX} "
+            "topics, each row with its kind.",
+        ),
+    ] = False,
 ) -> None:
-    """Every topic the NameServer routes (system topics included)."""
+    """Every normal topic the NameServer routes (--system: every topic, with its kind).
+
+    As ``group list`` hides the brokers' own groups; a table on a terminal counts what it hid."""
     from mqctl.services.topics import topics
 
-    online(lambda admin: topics(admin, cluster))
+    online(lambda admin: topics(admin, cluster, system=system))
 
 
 @app.command("show")

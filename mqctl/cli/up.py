@@ -338,6 +338,15 @@ def up(
             "group's channel included).",
         ),
     ] = False,
+    acl: Annotated[
+        bool,
+        typer.Option(
+            "--acl",
+            help="Turn ACL on (aclEnable=true) with one admin account in <DIR>/acl/plain_acl.yml, its secret "
+            "generated once, alone in the owner-only file <DIR>/acl/admin.secret; prints the context to add. "
+            "Masters only: a slave signs nothing, so an ACL master refuses its metadata sync.",
+        ),
+    ] = False,
 ) -> None:
     """Run a local NameServer and broker groups (cluster DefaultCluster, broker-a, ..., ASYNC_MASTER) until Ctrl-C."""
     import logging
@@ -362,7 +371,13 @@ def up(
     wildcard = listen in ("0.0.0.0", "::", "")
     # where clients (and the broker, registering) connect: this host's address when listening everywhere
     host = local_ip() if wildcard else listen
+    if acl and (slaves or dledger):
+        raise UsageError(
+            "--acl runs masters only: a slave signs nothing, so an ACL master refuses its metadata sync "
+            "(4.9.8's too); no --slaves or --dledger"
+        )
     tls_keys = _tls_settings(root / "tls") if tls else {}
+    acl_keys = _acl_settings(root / "acl") if acl else {}
     namesrv = NamesrvController(
         NamesrvConfig(listen_host=listen, listen_port=namesrv_port, data_dir=root / "namesrv", **tls_keys)
     )
@@ -391,6 +406,7 @@ def up(
                     "grpc_listen_port": grpc_base + group if grpc_base and broker_port else 0,
                     **tls_keys,
                     **({"tls_enable": True, "ha_tls": True} if tls else {}),
+                    **acl_keys,
                 },
             )
         )
@@ -424,7 +440,7 @@ def up(
                 f"{root}/store-broker-a-n<i>/broker.log. Ctrl-C stops all."
             )
             if tls:  # the DLedger channel is mutual TLS: 'broker ha transfer' presents the client pair
-                _tls_hint(root, f"{host}:{namesrv.port}", client_cert=True)
+                _context_hint(root, f"{host}:{namesrv.port}", tls=True, client_cert=True)
 
         from daemon.lifecycle import PidFile
         from mqctl.cli.daemons import busy_ports
@@ -457,12 +473,13 @@ def up(
         extra = "".join(
             f", {'slave' if b.config.broker_id else b.config.broker_name} {b.addr}" for b in brokers[1:]
         )
+        signed = f"; ACL on: access key {ACL_ADMIN}, secret in {root / 'acl' / ACL_SECRET}" if acl else ""
         stderr_console().print(
             f"ready: NameServer {host}:{namesrv.port}, broker {broker.addr}{extra}{metrics}{everywhere}; "
-            f"data in {root}. Ctrl-C stops {'both' if len(brokers) == 1 else 'all'}."
+            f"data in {root}{signed}. Ctrl-C stops {'both' if len(brokers) == 1 else 'all'}."
         )
-        if tls:
-            _tls_hint(root, f"{host}:{namesrv.port}")
+        if tls or acl:
+            _context_hint(root, f"{host}:{namesrv.port}", tls=tls, acl=acl)
 
     from daemon.lifecycle import PidFile
     from mqctl.cli.broker import PID_FILE as BROKER_PID
@@ -479,15 +496,41 @@ def up(
             path.unlink(missing_ok=True)
 
 
-def _tls_hint(root: Path, namesrv: str, *, client_cert: bool = False) -> None:
-    """The `context add` line for a cluster `up --tls` started (with the client pair: mutual TLS too)."""
+#: The one account of ``up --acl``, and the file beside its plain_acl.yml that holds its secret alone.
+ACL_ADMIN = "mqctl-admin"
+ACL_SECRET = "admin.secret"
+
+
+def _context_hint(
+    root: Path, namesrv: str, *, tls: bool = False, acl: bool = False, client_cert: bool = False
+) -> None:
+    """The `context add` line for a cluster `up --tls` or `--acl` started: the CA to trust (with the client
+    pair: mutual TLS too), the account to sign as."""
     from mqctl.output import stderr_console
 
-    tls = root / "tls"
-    pair = f" --cert {tls / 'client.pem'} --key {tls / 'client.key'}" if client_cert else ""
-    stderr_console().print(
-        f"TLS only; connect with: mqctl context add local-tls -n {namesrv} --ca {tls / 'ca.pem'}{pair} --use"
-    )
+    certs = root / "tls"
+    pair = f" --cert {certs / 'client.pem'} --key {certs / 'client.key'}" if client_cert else ""
+    trust = f" --ca {certs / 'ca.pem'}{pair}" if tls else ""
+    sign = f" --access-key {ACL_ADMIN} --secret-key-file {root / 'acl' / ACL_SECRET}" if acl else ""
+    name = "local" + ("-tls" if tls else "") + ("-acl" if acl else "")
+    said = "; ".join(["TLS only"] * tls + ["ACL on"] * acl)
+    stderr_console().print(f"{said}; connect with: mqctl context add {name} -n {namesrv}{trust}{sign} --use")
+
+
+def _acl_settings(directory: Path) -> dict[str, Any]:
+    """The brokers' ACL settings for `up --acl`: aclEnable on `directory`/plain_acl.yml, one admin account
+    whose secret is generated the first time (both files owner-only; the secret alone in its own, which
+    mqctl signs with); a later run keeps them."""
+    import secrets
+
+    from mqctl.auth import write_secret
+
+    acl, secret = directory / "plain_acl.yml", directory / ACL_SECRET
+    if not (acl.exists() and secret.exists()):
+        key = secrets.token_hex(16)
+        write_secret(secret, key)
+        write_secret(acl, f'accounts:\n  - accessKey: {ACL_ADMIN}\n    secretKey: "{key}"\n    admin: true')
+    return {"acl_enable": True, "acl_file_path": str(acl)}
 
 
 def _tls_settings(directory: Path) -> dict[str, Any]:

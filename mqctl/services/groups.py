@@ -315,8 +315,10 @@ async def list_groups(admin: Admin, *, cluster: str | None, system: bool, progre
         for name, addrs in sorted(seen.items())
         if system or name not in SYSTEM_GROUPS  # a broker's own groups show only with --system
     ]
+    hidden = len(seen) - len(rows)
+    footer = f"hidden: {hidden} system groups (--system lists them)" if hidden else None
     if not progress:
-        return Rows(rows, columns=list(GroupRow.__annotations__))
+        return Rows(rows, columns=list(GroupRow.__annotations__), footer=footer)
     asks = [(row["group"], addr) for row in rows for addr in row["brokers"]]
     answers = await gather_limited((group_on_broker(admin, addr, group) for group, addr in asks), 64)
     found: dict[str, list[tuple[ConsumeStats | None, ConsumerConnection | None]]] = {}
@@ -342,7 +344,7 @@ async def list_groups(admin: Admin, *, cluster: str | None, system: bool, progre
                 else None,
             }
         )
-    return Rows(out, columns=list(GroupProgressRow.__annotations__))
+    return Rows(out, columns=list(GroupProgressRow.__annotations__), footer=footer)
 
 
 def allocate_averagely(queues: list[MessageQueue], clients: list[str]) -> dict[MessageQueue, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, TypeVar
@@ -20,6 +21,7 @@ from mqctl.output import Rows
 from mqctl.services.cluster import brokers
 from mqctl.services.fanout import each_broker, gather_limited
 from mqctl.units import when
+from store import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, system_topic
 
 log = logging.getLogger(__name__)
 
@@ -128,14 +130,38 @@ def _writer(
     return write
 
 
-async def topics(admin: Admin, cluster: str | None = None) -> list[dict[str, str]]:
-    """Every topic the NameServer routes, or only those of ``cluster`` (one it does not list is not found:
-    a typo read as a cluster without topics)."""
-    if cluster is not None:
-        from mqctl.services.cluster import brokers
+def topic_kind(topic: str, own: set[str]) -> str:
+    """``system`` (4.9.8's system topics, and those named after a cluster or broker in ``own``), ``retry``,
+    ``dlq`` or ``normal``: the dashboard's topic kinds."""
+    if system_topic(topic, own):
+        return "system"
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return "retry"
+    return "dlq" if topic.startswith(DLQ_GROUP_TOPIC_PREFIX) else "normal"
 
+
+async def topics(admin: Admin, cluster: str | None = None, *, system: bool = False) -> Rows:
+    """The normal topics the NameServer routes, or only those of ``cluster`` (one it does not list is not
+    found: a typo read as a cluster without topics); ``system``: every topic, each with its kind. A table
+    on a terminal says under it how many it left out (the dashboard too shows normal topics by default)."""
+    if cluster is not None:
         await brokers(admin, cluster)
-    return Rows(({"topic": name} for name in await admin.topic_list(cluster)), columns=["topic"])
+    names = await admin.topic_list(cluster)
+    own = await admin.own_topic_names()
+    kinds = {name: topic_kind(name, own) for name in names}
+    if system:
+        return Rows(({"topic": n, "kind": k} for n, k in kinds.items()), columns=["topic", "kind"])
+    hidden = Counter(k for k in kinds.values() if k != "normal")
+    said = ", ".join(f"{hidden[k]} {k.upper() if k == 'dlq' else k}" for k in KINDS if hidden[k])
+    return Rows(
+        ({"topic": n} for n, k in kinds.items() if k == "normal"),
+        columns=["topic"],
+        footer=f"hidden: {said} topics (--system lists them)" if said else None,
+    )
+
+
+#: The kinds a topic list hides unless --system, in the order its footer counts them.
+KINDS = ("system", "retry", "dlq")
 
 
 async def route(admin: Admin, topic: str) -> list[RouteRow]:

@@ -114,14 +114,24 @@ async def _listed(admin: Admin, topic: str) -> bool:
     return {"topic": topic} in await topics.topics(admin)
 
 
+async def test_topic_list_counts_the_topics_it_hides(admin: Admin) -> None:
+    """A table on a terminal says how many topics of each kind the list hid (the footer)."""
+    listed = await topics.topics(admin)
+    kinds = [row["kind"] for row in await topics.topics(admin, system=True)]
+    assert kinds.count("system") > 0 and kinds.count("normal") == len(listed)
+    assert listed.footer == f"hidden: {kinds.count('system')} system topics (--system lists them)"
+
+
 async def test_group_list_and_offset_show(admin: Admin) -> None:
     [addr] = await topics.target_masters(admin, None, None)
     await topics.upsert(admin, topics.TopicSpec("Lagging", 1, 1), cluster=None, broker=None, mode="create")
     await wait_until(lambda: _listed(admin, "Lagging"), timeout=10)
     await groups.upsert(admin, groups.GroupSpec("billing"), cluster=None, broker=None, mode="create")
-    assert await groups.list_groups(admin, cluster=None, system=False) == [
-        {"group": "billing", "brokers": [addr]}
-    ]
+    listed = await groups.list_groups(admin, cluster=None, system=False)
+    assert listed == [{"group": "billing", "brokers": [addr]}]
+    every = await groups.list_groups(admin, cluster=None, system=True)
+    assert listed.footer == f"hidden: {len(every) - 1} system groups (--system lists them)"
+    assert len(every) > 1
     for n in range(3):  # SYNC_FLUSH: each answer comes from the flush pool, after the processor returned
         sent = await messaging.send(admin, addr, "Lagging", b"m%d" % n, queue_id=0, properties={})
         assert (sent.status, sent.queue_offset) == ("SEND_OK", n)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -56,20 +58,19 @@ async def test_up_listens_on_loopback_only(tmp_path: Path, cli_env: dict[str, st
     assert {addr.removeprefix("::ffff:") for addr, _ in sockets} == {"127.0.0.1"}
 
 
+def run_mqctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``mqctl ARGS`` in a subprocess with ``env``, as given (its exit code and output to check)."""
+    return subprocess.run(
+        [sys.executable, "-m", "mqctl", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
 @pytest.mark.slow
 async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str, str]) -> None:
     """One default data dir: 'broker status|stop' and 'namesrv status' without flags find 'mqctl up'."""
     ns_port, broker_port = free_port(), free_port()
 
-    def mqctl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "mqctl", *args],
-            cwd=ROOT,
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    mqctl = functools.partial(run_mqctl, cli_env)
 
     async with mqctl_up(None, cli_env, ns_port, "--broker-port", str(broker_port), "--no-metrics") as up:
         broker = await asyncio.to_thread(mqctl, "broker", "status", "-o", "json")
@@ -88,6 +89,40 @@ async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str,
         assert stopped.returncode == 0, stopped.stderr
     assert up.code == 0  # 'broker stop' ended the whole of 'mqctl up'
     assert (await asyncio.to_thread(mqctl, "broker", "status")).returncode == 3
+
+
+@pytest.mark.slow
+async def test_up_acl_starts_an_acl_cluster_and_says_how_to_sign(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """`--acl`: ACL on, one admin account whose generated secret is alone in an owner-only file under the
+    data dir; the ready line names the account and the file, and the `context add` line it prints makes
+    the next commands sign. A second run keeps the account."""
+    data, ns_port = tmp_path / "data", free_port()
+    secret, accounts = data / "acl" / "admin.secret", data / "acl" / "plain_acl.yml"
+
+    mqctl = functools.partial(run_mqctl, cli_env)
+
+    ns = f"127.0.0.1:{ns_port}"
+    async with mqctl_up(data, cli_env, ns_port, "--broker-port", "0", "--no-metrics", "--acl") as up:
+        assert f"ACL on: access key mqctl-admin, secret in {secret}" in up.ready
+        assert {stat.S_IMODE(p.stat().st_mode) for p in (secret, accounts)} == {0o600}
+        refused = await asyncio.to_thread(mqctl, "topic", "create", "-t", "AclT", "-n", ns)
+        assert refused.returncode == 9, refused.stderr
+        sign = ["--access-key", "mqctl-admin", "--secret-key-file", str(secret)]
+        added = await asyncio.to_thread(mqctl, "context", "add", "local-acl", "-n", ns, *sign, "--use")
+        assert added.returncode == 0, added.stderr
+        created = await asyncio.to_thread(mqctl, "topic", "create", "-t", "AclT")
+        assert created.returncode == 0, created.stderr
+    assert up.code == 0
+    hint = f"ACL on; connect with: mqctl context add local-acl -n {ns} {' '.join(sign)} --use"
+    assert hint in up.after, up.after
+    kept = secret.read_text()
+    async with mqctl_up(data, cli_env, ns_port, "--broker-port", "0", "--no-metrics", "--acl"):
+        assert secret.read_text() == kept
+        listed = await asyncio.to_thread(mqctl, "topic", "list", "-o", "json")
+        assert {"topic": "AclT"} in json.loads(listed.stdout), listed.stderr
+    assert mqctl("up", "--acl", "--slaves", "1", "--data", str(data)).returncode == 2
 
 
 @pytest.mark.slow

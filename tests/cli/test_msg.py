@@ -189,6 +189,27 @@ def test_send_reads_the_body_from_a_file_or_stdin(
     assert stored(daemons, from_stdin["msg_id"]).body == b"piped body\n"
 
 
+def test_send_lines_sends_each_line_as_a_message(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
+    """``echo hi | mqctl msg send`` sends "hi\\n", the input as it is; -l sends each line without its
+    "\\n" (a "\\r" is data), skips empty lines as kcat -P does, and ends with a summary."""
+    summary = mq("msg", "send", "-t", OTHER, "-l", "-k", "lined", "-o", "json", input="one\n\ntwo\r\nthree")
+    assert ok(summary) == {
+        "topic": OTHER,
+        "sent": 3,
+        "empty_lines_skipped": 1,
+        "bytes": len(b"one" + b"two\r" + b"three"),
+        "brokers": {"broker-a": 3},
+    }
+    rows = ok(mq("msg", "query", "-t", OTHER, "-k", "lined", "-o", "json"))
+    assert sorted(r["body"] for r in rows) == ["one", "three", "two\r"]
+    assert "--lines reads stdin" in refused_storing_nothing(
+        mq, daemons, "msg", "send", "-t", OTHER, "-l", "x"
+    )
+    long = mq("msg", "send", "-t", OTHER, "-l", "-k", "capped", "--max-size", "3", input="abc\nabcd\nab\n")
+    assert long.code == 2 and "line 2 is over 3 bytes" in long.stderr and "(1 sent before it)" in long.stderr
+    assert [r["body"] for r in ok(mq("msg", "query", "-t", OTHER, "-k", "capped", "-o", "json"))] == ["abc"]
+
+
 def test_send_with_a_delay_level_goes_through_the_schedule_topic(
     mq: Callable[..., CliResult], daemons: LocalCluster
 ) -> None:
@@ -218,8 +239,9 @@ def test_query_by_key_returns_verified_hits_and_prints_the_window(
         assert "seeds" in stored(daemons, row["msg_id"]).keys
     assert result.stderr.startswith("window: ")
     assert "(store time, UTC)" in result.stderr
-    one = ok(mq("msg", "query", "-t", TOPIC, "-k", "seed-3", "-o", "json"))
-    assert [r["queue_id"] for r in one] == [3]
+    one = mq("msg", "query", "-t", TOPIC, "-k", "seed-3", "-o", "json")
+    assert [r["queue_id"] for r in ok(one)] == [3]
+    assert one.stderr == ""  # no time given: no "window: 1970 .. now" line
 
 
 def test_query_by_key_in_csv_and_yaml(mq: Callable[..., CliResult]) -> None:
@@ -979,7 +1001,9 @@ def test_send_to_an_unknown_topic_auto_creates_it_through_tbw102(
     result = mq("msg", "send", "-t", "AutoCreated", "first", "-o", "json")
     sent = ok(result)
     assert sent["topic"] == "AutoCreated" and sent["queue_id"] < 4 and sent["auto_created"] is True
-    assert "topic 'AutoCreated' did not exist: broker broker-a created it" in result.stderr
+    assert result.stderr.startswith("mqctl: topic 'AutoCreated' did not exist: broker broker-a created it")
+    lined = mq("msg", "send", "-t", "AutoLined", "-l", "-o", "json", input="a\nb\nc\n")
+    assert ok(lined)["sent"] == 3 and lined.stderr.count("did not exist") == 1, lined.stderr
     config = daemons.broker.topics.get("AutoCreated")
     assert config is not None and config.write_queue_nums == 4
     again = mq("msg", "send", "-t", "AutoCreated", "--no-create", "second", "-o", "json")

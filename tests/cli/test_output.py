@@ -282,3 +282,24 @@ def test_watch_json_lines_carry_the_time_of_their_refresh(capsys: pytest.Capture
     first, _, second = (r["taken_at_ms"] for r in lines)
     assert before <= first == lines[1]["taken_at_ms"] < second  # one time per refresh, the sleep between
     assert lines[0]["taken_at"] == units.iso(first)
+
+
+def test_a_lists_footer_shows_under_a_table_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``topic list`` and ``group list`` say under a table how many rows they hid; a pipe, a file or a
+    document gets the rows alone (a script counts lines, a parser reads JSON)."""
+    from mqctl.output import Rows
+
+    def listed() -> Rows:
+        return Rows([{"topic": "Orders"}], columns=["topic"], footer="hidden: 3 system topics")
+
+    screen = _Terminal()
+    monkeypatch.setattr("sys.stdout", screen)
+    render(listed(), "table")
+    text = re.sub(r"\x1b\[[0-9;]*m", "", screen.getvalue())
+    assert text.rstrip("\n").splitlines()[-1] == "hidden: 3 system topics" and "Orders" in text
+    screen.seek(0)
+    screen.truncate()
+    render(listed(), "json")
+    assert json.loads(screen.getvalue()) == [{"topic": "Orders"}]
+    piped = rendered(listed(), "table")
+    assert "Orders" in piped and "hidden" not in piped

@@ -14,7 +14,7 @@ import pytest
 from daemon.broker.broker import Broker
 from daemon.broker.headers import CreateTopicRequestHeader, UpdateConsumerOffsetRequestHeader
 from daemon.remoting.codes import RequestCode
-from mqctl.errors import NothingReadError
+from mqctl.errors import AuthError, NothingReadError
 from mqctl.tracedata import TraceRecord, encode_trace, trace_keys
 from store import TRACE_TOPIC
 from tests.daemons import LocalCluster, handle, local_cluster
@@ -158,6 +158,24 @@ def test_shown_records_carry_an_empty_errors_list_when_every_broker_answered(
 ) -> None:
     shown = mq("group", "show", "-g", GROUP, "-c", "DefaultCluster", "-o", "json")
     assert shown.code == 0 and shown.json()["errors"] == [], shown.stderr
+
+
+def test_a_refusal_names_the_broker_and_cluster_and_suggests_c(
+    mq: Callable[..., CliResult], two_clusters: tuple[LocalCluster, Broker]
+) -> None:
+    """With two clusters, ``group delete -g G --yes`` exited 9 on "request failed: ..." though G lived on
+    the open cluster: the one line names the broker and cluster that refused, and suggests -c."""
+    _, locked = two_clusters
+    result = mq("group", "delete", "-g", "NoSuchG", "--yes")
+    assert result.code == AuthError.exit_code, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert f"broker broker-b ({locked.addr}) of cluster AclCluster refused it: " in line, line
+    assert "-c CLUSTER keeps to one" in line, line
+    scoped = mq("group", "delete", "-g", "NoSuchG", "--yes", "-c", "AclCluster")
+    assert scoped.code == AuthError.exit_code and "of cluster AclCluster refused it" in scoped.stderr
+    assert "-c CLUSTER" not in scoped.stderr
+    open_one = mq("group", "delete", "-g", "NoSuchG", "--yes", "--if-exists", "-c", "DefaultCluster")
+    assert open_one.code == 0, open_one.stderr
 
 
 def test_nothing_readable_exits_with_its_own_code(

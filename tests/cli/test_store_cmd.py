@@ -280,7 +280,7 @@ def test_msg_query_by_key_finds_exactly_the_records_with_that_key(
     }
     assert {r["msg_id"] for r in rows} == expected
     assert all(key in r["keys"].split() and r["topic"] == topic for r in rows)
-    assert "window: 1970-01-01T00:00:00.000Z .. " in result.stderr
+    assert "window:" not in result.stderr  # no time given: no "1970 .. now" line
 
 
 def test_msg_query_window_excludes_later_messages(

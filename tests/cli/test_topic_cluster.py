@@ -66,6 +66,37 @@ def test_a_cluster_the_namesrv_does_not_list_is_not_found(mq: RunCli, daemons: L
     assert mq("check", "cluster", "-c", "NoSuchCluster").code == 2  # CRITICAL: no broker registered
 
 
+def test_topic_list_hides_system_topics_as_group_list_hides_system_groups(
+    mq: RunCli, daemons: LocalCluster
+) -> None:
+    """``topic list`` listed TBW102, SCHEDULE_TOPIC_XXXX, the cluster's and broker's own topics and every
+    group's %RETRY% and %DLQ% topic among the operator's; ``group list`` hides its system groups. Both
+    hide them now (JSON too); --system lists every topic with its kind."""
+    created = mq("topic", "create", "-t", "Listed")
+    assert created.code == 0, created.stderr
+
+    async def group_topics() -> None:
+        for name in ("%RETRY%ListedG", "%DLQ%ListedG"):
+            daemons.broker.topics.create_system_like(name, 1, 6)
+        await daemons.broker.register_all()
+
+    daemons.loop.run(group_topics())
+    cluster = daemons.broker.config.broker_cluster_name
+    kinds = {row["topic"]: row["kind"] for row in mq("topic", "list", "--system", "-o", "json").json()}
+    assert kinds["Listed"] == "normal" and (kinds["%RETRY%ListedG"], kinds["%DLQ%ListedG"]) == (
+        "retry",
+        "dlq",
+    )
+    system = ["TBW102", "SCHEDULE_TOPIC_XXXX", "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT"]
+    system += ["broker-a", cluster, f"{cluster}_REPLY_TOPIC"]
+    assert {kinds[name] for name in system} == {"system"}, kinds
+    listed = mq("topic", "list", "-o", "json")
+    assert listed.code == 0 and listed.stderr == "", listed.stderr
+    assert listed.json() == [{"topic": t} for t, kind in kinds.items() if kind == "normal"]
+    assert "Listed" in mq("topic", "list").stdout  # off a terminal: no footer
+    assert "hidden" not in mq("topic", "list").stdout
+
+
 def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
     created = mq("topic", "create", "-t", "Orders", "-r", "4", "-w", "4", "-o", "json")
     assert created.code == 0, created.stderr

@@ -28,9 +28,8 @@ from store.names import (
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
     SYSTEM_TOPIC_PREFIX,
-    TRANS_CHECK_MAX_TIME_TOPIC,
+    SYSTEM_TOPICS,
     TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
     legal_name,
 )
 
@@ -77,15 +76,8 @@ class TopicConfigManager:
         #: it encodes in slices between other work, this in one call).
         self._all_text = TableText()
         self.system_topics: set[str] = {
-            AUTO_CREATE_TOPIC,
-            SCHEDULE_TOPIC,
-            BENCHMARK_TOPIC,
-            TRANS_HALF_TOPIC,
+            *SYSTEM_TOPICS,
             config.msg_trace_topic_name,
-            TRANS_OP_HALF_TOPIC,
-            TRANS_CHECK_MAX_TIME_TOPIC,
-            SELF_TEST_TOPIC,
-            OFFSET_MOVED_EVENT,
             config.broker_cluster_name,
             config.broker_name,
             config.broker_cluster_name + REPLY_TOPIC_SUFFIX,
