@@ -505,13 +505,16 @@ def _context_hint(
     root: Path, namesrv: str, *, tls: bool = False, acl: bool = False, client_cert: bool = False
 ) -> None:
     """The `context add` line for a cluster `up --tls` or `--acl` started: the CA to trust (with the client
-    pair: mutual TLS too), the account to sign as."""
+    pair: mutual TLS too), the account to sign as. Paths are shell-quoted: the line is pasted as it is."""
+    from shlex import quote
+
     from mqctl.output import stderr_console
 
     certs = root / "tls"
-    pair = f" --cert {certs / 'client.pem'} --key {certs / 'client.key'}" if client_cert else ""
-    trust = f" --ca {certs / 'ca.pem'}{pair}" if tls else ""
-    sign = f" --access-key {ACL_ADMIN} --secret-key-file {root / 'acl' / ACL_SECRET}" if acl else ""
+    pair = f" --cert {quote(str(certs / 'client.pem'))} --key {quote(str(certs / 'client.key'))}"
+    trust = f" --ca {quote(str(certs / 'ca.pem'))}{pair if client_cert else ''}" if tls else ""
+    secret = quote(str(root / "acl" / ACL_SECRET))
+    sign = f" --access-key {ACL_ADMIN} --secret-key-file {secret}" if acl else ""
     name = "local" + ("-tls" if tls else "") + ("-acl" if acl else "")
     said = "; ".join(["TLS only"] * tls + ["ACL on"] * acl)
     stderr_console().print(f"{said}; connect with: mqctl context add {name} -n {namesrv}{trust}{sign} --use")

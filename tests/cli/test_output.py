@@ -8,6 +8,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 import yaml
@@ -303,3 +304,25 @@ def test_a_lists_footer_shows_under_a_table_on_a_terminal_only(monkeypatch: pyte
     assert json.loads(screen.getvalue()) == [{"topic": "Orders"}]
     piped = rendered(listed(), "table")
     assert "Orders" in piped and "hidden" not in piped
+
+
+def test_up_context_hint_quotes_its_paths(capsys: pytest.CaptureFixture[str]) -> None:
+    """`up --data 'my data'` printed `--ca /tmp/my data/tls/ca.pem` unquoted: pasted, the shell split it."""
+    import shlex
+
+    from mqctl.cli.up import _context_hint
+
+    root = Path("/tmp/my data")
+    _context_hint(root, "127.0.0.1:9876", tls=True, acl=True, client_cert=True)
+    line = capsys.readouterr().err.strip()
+    words = shlex.split(line.split("connect with: ", 1)[1])
+    assert words[:5] == ["mqctl", "context", "add", "local-tls-acl", "-n"]
+    flags = dict(zip(words[6:-1:2], words[7:-1:2], strict=True))
+    assert flags == {
+        "--ca": "/tmp/my data/tls/ca.pem",
+        "--cert": "/tmp/my data/tls/client.pem",
+        "--key": "/tmp/my data/tls/client.key",
+        "--access-key": "mqctl-admin",
+        "--secret-key-file": "/tmp/my data/acl/admin.secret",
+    }
+    assert words[-1] == "--use"
