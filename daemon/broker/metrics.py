@@ -38,6 +38,7 @@ from prometheus_client.registry import Collector
 
 from daemon.broker.loopwatch import CAUSES
 from daemon.broker.stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItem
+from daemon.protect import budget_host
 from store.supervise import supervised
 
 if TYPE_CHECKING:
@@ -523,7 +524,9 @@ class _Server(ThreadingWSGIServer):
     """prometheus-client's threaded server with at most `MAX_CONNECTIONS` handler threads. With every
     slot taken, a connection from a host holding fewer than the host holding the most gets one of
     that host's (its oldest, shut down): one host's slow or silent connections, opened again as each
-    reaches its deadline, answered every other client 503, a liveness probe of `/healthz` too."""
+    reaches its deadline, answered every other client 503, a liveness probe of `/healthz` too. A host is
+    an IPv6 peer's /64 (:func:`daemon.protect.budget_host`): each of its addresses counted as a host of
+    its own, and one host took every slot from as many of them."""
 
     def server_activate(self) -> None:
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
@@ -533,7 +536,7 @@ class _Server(ThreadingWSGIServer):
         super().server_activate()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        host = str(client_address[0]) if client_address else ""
+        host = budget_host(str(client_address[0])) if client_address else ""
         if not self._slots.acquire(blocking=False) and not self._make_room(host):
             with contextlib.suppress(OSError):
                 request.setblocking(False)  # (a reply this small fits the socket's buffer)

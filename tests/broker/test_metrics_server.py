@@ -7,6 +7,8 @@ import contextlib
 import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -20,6 +22,7 @@ from daemon.broker import metrics
 from daemon.broker.metrics import MAX_CONNECTIONS, SCRAPE_SLICE
 from tests.listeners import listening
 from tests.support.broker import BrokerHandle, start_broker
+from tests.support.netns import peer_namespace
 from tests.support.waiting import budget_holds, wait_until
 
 
@@ -181,3 +184,41 @@ async def test_scrapes_arriving_during_a_render_share_it(
     texts = await asyncio.gather(*(asyncio.to_thread(fetch, port, "/metrics") for _ in range(6)))
     assert all("rocketmq_remoting_connections" in t for t in texts)
     assert len(renders) <= 2, len(renders)
+
+
+#: Opens one silent connection to argv[1] (an IPv6 address) port argv[2] from each address after them,
+#: says so, and holds them until its stdin closes.
+_HOLD_FROM_EACH = """
+import socket, sys
+held = []
+for source in sys.argv[3:]:
+    s = socket.socket(socket.AF_INET6)
+    s.bind((source, 0))
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    held.append(s)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+async def test_one_ipv6_host_speaking_from_many_addresses_keeps_its_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host is its /64: one holding every slot from as many of its addresses (re-opened at each
+    deadline) answered every other client 503, /healthz too, as if each address were a host of its own."""
+    monkeypatch.setattr(metrics, "READ_TIMEOUT", 120.0)  # (the flood holds its slots all through the test)
+    with peer_namespace(ipv6_peers=MAX_CONNECTIONS) as peer:
+        b = await start_broker(tmp_path / "store", metrics_host="::")
+        before = _handler_threads()
+        argv = ["ip", "netns", "exec", peer.name, sys.executable, "-c", _HOLD_FROM_EACH, peer.host_ip6,
+                str(b.metrics_port), *peer.peer_ip6s]  # fmt: skip
+        flood = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert flood.stdout is not None
+            assert (await asyncio.to_thread(flood.stdout.readline)).strip() == "held"
+            await wait_until(lambda: _handler_threads() - before >= MAX_CONNECTIONS, 30)
+            assert (await asyncio.to_thread(fetch, b.metrics_port, "/healthz")).strip() == "serving"
+        finally:
+            flood.communicate("", timeout=30)
+            await b.stop()
