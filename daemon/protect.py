@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -114,6 +115,19 @@ def is_local(ip: str, local_ip: str) -> bool:
     the socket's own): `mqctl` on a broker's host reaches it at the address it registered. A remote
     host cannot complete a TCP handshake from an address of ours."""
     return is_loopback(ip) or (ip != "" and ip == local_ip)
+
+
+def is_own_address(ip: str) -> bool:
+    """Whether ``ip`` is an address of this machine: the kernel routes to it from itself (a UDP
+    "connect" sends nothing). A configured address (``brokerIP1``) may be a NAT's or a load balancer's,
+    and every client that device forwards arrives from it: that one is no local address."""
+    try:
+        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((ip, 9))
+            return bool(probe.getsockname()[0] == ip)
+    except (OSError, ValueError, UnicodeError):
+        return False
 
 
 def refusal(ip: str, code: int, local_ip: str = "") -> str | None:

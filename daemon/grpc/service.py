@@ -47,6 +47,7 @@ from daemon.grpc.convert import (
     type_conflict,
 )
 from daemon.grpc.leases import Leases
+from daemon.protect import is_own_address
 from daemon.remoting.bodies import PermName, TopicRouteData
 from daemon.remoting.codes import RequestCode, ResponseCode, version_ordinal
 from daemon.remoting.command import RemotingCommand
@@ -228,13 +229,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._ports: dict[str, tuple[int, float]] = {}
         #: A PushConsumer's auto-renewed receives (daemon.grpc.leases).
         self.leases = Leases(broker.pop.renew, AUTO_RENEW_INVISIBLE_MS, RENEW_AHEAD_MS)
+        #: The address of ours a client's connection counts as reaching (`daemon.protect.is_local`): grpc
+        #: cannot tell which one a connection reached, so `brokerIP1` when it is this machine's, else none
+        #: (loopback alone is this machine). Behind a NAT or a forwarding load balancer `brokerIP1` is the
+        #: device's, and every client it forwards arrives from it.
+        ip1 = broker.config.broker_ip1
+        self._own_ip = ip1 if is_own_address(ip1) else ""
 
     # ------------------------------------------------------------------ clients and checks
 
     def _client(self, context: grpc.aio.ServicerContext) -> tuple[GrpcClient, dict[str, str]]:
         meta = {m.key: m.value for m in context.invocation_metadata() or () if not m.key.startswith(":")}
         address = parse_peer(context.peer())
-        client = self.clients.get(meta.get("x-mq-client-id", ""), address, self.broker.config.broker_ip1)
+        client = self.clients.get(meta.get("x-mq-client-id", ""), address, self._own_ip)
         language = meta.get("x-mq-language")
         if language:
             client.language = language

@@ -19,7 +19,14 @@ from daemon.broker.config import BrokerConfig, load_broker_config
 from daemon.broker.headers import PopMessageRequestHeader, PullMessageRequestHeader
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
-from daemon.protect import PROTECTED_CODES, binds_beyond_loopback, is_loopback, protection, refusal
+from daemon.protect import (
+    PROTECTED_CODES,
+    binds_beyond_loopback,
+    is_loopback,
+    is_own_address,
+    protection,
+    refusal,
+)
 from daemon.remoting.bodies import DataVersion, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -53,6 +60,7 @@ def test_the_decision_on_addresses() -> None:
     assert refusal("10.0.0.5", R.UPDATE_AND_CREATE_TOPIC, local_ip="10.0.0.5") is None
     assert refusal("10.0.0.6", R.UPDATE_AND_CREATE_TOPIC, local_ip="10.0.0.5") is not None
     assert refusal("", R.UPDATE_AND_CREATE_TOPIC, local_ip="") is not None
+    assert is_own_address("127.0.0.1") and not is_own_address("192.0.2.1") and not is_own_address("")
     assert (
         binds_beyond_loopback("0.0.0.0") and binds_beyond_loopback("::") and binds_beyond_loopback("10.1.1.1")
     )

@@ -1,0 +1,67 @@
+"""Protected mode on the gRPC front: a peer off this machine creates no group on use, whatever address the
+broker registers as its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemon.protect import is_own_address
+from tests.support.grpc5 import create_topic, grpc_cluster
+from tests.support.netns import peer_namespace
+
+pytestmark = pytest.mark.slow
+
+#: In the namespace: one ReceiveMessage of group argv[2] on topic argv[3] at argv[1]; prints its statuses.
+_RECEIVE = """
+import json, sys
+import grpc
+from google.protobuf import duration_pb2
+from rocketmq.grpc_protocol import definition_pb2 as pb, service_pb2 as spb
+from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
+
+request = spb.ReceiveMessageRequest(
+    group=pb.Resource(name=sys.argv[2]), message_queue=pb.MessageQueue(topic=pb.Resource(name=sys.argv[3]), id=-1),
+    filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"), batch_size=8)
+request.invisible_duration.CopyFrom(duration_pb2.Duration(seconds=30))
+request.long_polling_timeout.CopyFrom(duration_pb2.Duration(seconds=1))
+with grpc.insecure_channel(sys.argv[1]) as channel:
+    call = MessagingServiceStub(channel).ReceiveMessage(request, metadata=(("x-mq-client-id", "peer@1"),), timeout=30)
+    print(json.dumps([[r.status.code, r.status.message] for r in call if r.HasField("status")]))
+"""
+
+
+def test_a_peer_whose_address_the_broker_registers_is_not_this_machine(tmp_path: Path) -> None:
+    """`brokerIP1` is where clients are told to connect: behind a NAT or a load balancer that forwards
+    the port it is that device's address, not one of this machine's, and every client the device
+    forwards arrives from it. The front took a peer at `brokerIP1` for this machine (the remoting port
+    asks the socket which address of ours it reached), so every such client created groups on use."""
+    with peer_namespace() as peer:
+        assert is_own_address(peer.host_ip) and not is_own_address(peer.peer_ip)
+        # the namespace's address stands for the device's: this broker registers it, and it is not ours
+        with grpc_cluster(tmp_path, listen_host="0.0.0.0", broker_ip1=peer.peer_ip) as cluster:
+            broker = cluster.broker
+            assert broker.grpc is not None and broker.protection.active
+            create_topic(cluster, "Waited", 2)
+            target = f"{peer.host_ip}:{broker.grpc.port}"
+            argv = [
+                "ip",
+                "netns",
+                "exec",
+                peer.name,
+                sys.executable,
+                "-c",
+                _RECEIVE,
+                target,
+                "PeerGroup",
+                "Waited",
+            ]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+            assert done.returncode == 0, done.stderr
+            statuses = json.loads(done.stdout)
+            assert statuses and all("PeerGroup" in message for _, message in statuses), statuses
+            assert broker.groups.get("PeerGroup") is None
