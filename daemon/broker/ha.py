@@ -31,6 +31,7 @@ from typing import Any
 
 from daemon.broker.headers import DAMAGED_FIELD, UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
 from daemon.lifecycle import cancel_tasks, supervise
+from daemon.protect import budget_host
 from daemon.remoting.client import Transport, connected_to_itself, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -77,6 +78,13 @@ RECONNECT_DELAY = 1.0
 #: The longest a master transfer loop sleeps before looking at the CommitLog again without a wake-up.
 IDLE_POLL = 0.1
 _READ_CHUNK = 256 * 1024
+#: Connections of one host (an IPv6 peer's /64) that may wait at once for the gate's decision, which
+#: waits for a NameServer look-up: seconds when one of them is silent. A slave opens one; past the
+#: bound a connection is closed as it is accepted, so a stranger's flood holds a few descriptors, not
+#: one a connection (the remoting port counts its own against `remotingMaxConnections`).
+GATE_WAITING_PER_HOST = 16
+#: The same for every host together.
+GATE_WAITING = 1024
 
 
 def _now() -> float:
@@ -387,6 +395,8 @@ class HAMaster:
         self._listener: socket.socket | None = None
         self._acceptor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[object]] = set()
+        #: Per host (`budget_host`), its connections waiting for the gate's decision.
+        self._gating: dict[str, int] = {}
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         #: SYNC_MASTER figures for /metrics: outcomes of waits and the seconds waited in all.
@@ -424,13 +434,19 @@ class HAMaster:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                sock, _ = await loop.sock_accept(listener)
+                sock, peer = await loop.sock_accept(listener)
             except OSError as exc:  # EMFILE and friends: the listener stays
                 log.warning("accept on the HA port %d failed: %s", self.port, exc)
                 await asyncio.sleep(0.1)
                 continue
             sock.setblocking(False)
-            task = asyncio.create_task(self._accept(sock), name="ha-connection")
+            host = budget_host(str(peer[0]))
+            waiting = self._gating.get(host, 0)
+            if waiting >= GATE_WAITING_PER_HOST or sum(self._gating.values()) >= GATE_WAITING:
+                self._refused(sock, str(peer[0]), peer[1], f"{waiting} of its connections wait for the gate")
+                continue
+            self._gating[host] = waiting + 1
+            task = asyncio.create_task(self._accept(sock, host), name="ha-connection")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -441,16 +457,21 @@ class HAMaster:
             sock.recv(_READ_CHUNK)
         sock.close()
 
-    async def _accept(self, sock: socket.socket) -> None:
+    async def _accept(self, sock: socket.socket, gating: str) -> None:
         try:
-            peer, own = sock.getpeername(), sock.getsockname()
-        except OSError:  # reset before we looked
-            sock.close()
-            return
-        host = str(peer[0])
-        why: str | None = "the NameServers list no slave of this broker group at that address"
-        if await self.gate.admits(host):
-            why = self.refuse(peer_host(host), peer_host(str(own[0]))) if self.refuse else None
+            try:
+                peer, own = sock.getpeername(), sock.getsockname()
+            except OSError:  # reset before we looked
+                sock.close()
+                return
+            host = str(peer[0])
+            why: str | None = "the NameServers list no slave of this broker group at that address"
+            if await self.gate.admits(host):
+                why = self.refuse(peer_host(host), peer_host(str(own[0]))) if self.refuse else None
+        finally:
+            left = self._gating.pop(gating) - 1
+            if left:
+                self._gating[gating] = left
         if why is not None:
             self._refused(sock, host, peer[1], why)
             return
