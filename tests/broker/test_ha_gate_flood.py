@@ -7,7 +7,6 @@ import asyncio
 import os
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -68,8 +67,7 @@ async def test_a_strangers_connections_waiting_for_the_gate_are_bounded(tmp_path
 
                 sampler = threading.Thread(target=sample)
                 sampler.start()
-                argv = ["ip", "netns", "exec", peer.name, sys.executable, "-c", _FLOOD, peer.host_ip,
-                        str(broker.ha_master.port), str(flooded)]  # fmt: skip
+                argv = peer.python(_FLOOD, peer.host_ip, str(broker.ha_master.port), str(flooded))
                 flood = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 try:
                     assert flood.stdout is not None

@@ -8,7 +8,6 @@ import os
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -211,8 +210,7 @@ async def test_one_ipv6_host_speaking_from_many_addresses_keeps_its_share(
     with peer_namespace(ipv6_peers=MAX_CONNECTIONS) as peer:
         b = await start_broker(tmp_path / "store", metrics_host="::")
         before = _handler_threads()
-        argv = ["ip", "netns", "exec", peer.name, sys.executable, "-c", _HOLD_FROM_EACH, peer.host_ip6,
-                str(b.metrics_port), *peer.peer_ip6s]  # fmt: skip
+        argv = peer.python(_HOLD_FROM_EACH, peer.host_ip6, str(b.metrics_port), *peer.peer_ip6s)
         flood = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             assert flood.stdout is not None

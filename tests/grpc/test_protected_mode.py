@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -48,18 +47,7 @@ def test_a_peer_whose_address_the_broker_registers_is_not_this_machine(tmp_path:
             assert broker.grpc is not None and broker.protection.active
             create_topic(cluster, "Waited", 2)
             target = f"{peer.host_ip}:{broker.grpc.port}"
-            argv = [
-                "ip",
-                "netns",
-                "exec",
-                peer.name,
-                sys.executable,
-                "-c",
-                _RECEIVE,
-                target,
-                "PeerGroup",
-                "Waited",
-            ]
+            argv = peer.python(_RECEIVE, target, "PeerGroup", "Waited")
             done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
             assert done.returncode == 0, done.stderr
             statuses = json.loads(done.stdout)

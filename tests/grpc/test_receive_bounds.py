@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -137,19 +136,7 @@ def _flood(
     peer: PeerNamespace, target: str, conns: int, per: int, kind: str
 ) -> Iterator[Callable[[], list[int]]]:
     """The flood running in the namespace; it yields what says the codes its streams were answered so far."""
-    argv = [
-        "ip",
-        "netns",
-        "exec",
-        peer.name,
-        sys.executable,
-        "-c",
-        _FLOOD,
-        target,
-        str(conns),
-        str(per),
-        kind,
-    ]
+    argv = peer.python(_FLOOD, target, str(conns), str(per), kind)
     flood = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert read_line(flood, timeout=120).strip() == "opened"

@@ -49,10 +49,14 @@ class PeerNamespace:
     host_ip6: str = ""
     peer_ip6s: tuple[str, ...] = ()
 
+    def python(self, script: str, *args: str) -> list[str]:
+        """The argv that runs Python ``script`` with ``args`` inside the namespace."""
+        return ["ip", "netns", "exec", self.name, sys.executable, "-c", script, *args]
+
     async def send(self, addr: str, requests: list[tuple[int, dict[str, str], str]]) -> list[tuple[int, str]]:
         """Send requests from inside the namespace (a subprocess there, so the caller's loop keeps
         serving); the answers' (code, remark)."""
-        argv = ["ip", "netns", "exec", self.name, sys.executable, "-c", _CLIENT, addr, json.dumps(requests)]
+        argv = self.python(_CLIENT, addr, json.dumps(requests))
         done = await run_bounded(argv, deadline=60, what=f"requests from namespace {self.name}")
         assert done.returncode == 0, done.stderr
         return [(int(code), str(remark)) for code, remark in json.loads(done.stdout)]
