@@ -443,19 +443,8 @@ def test_group_and_offset_commands_name_each_concept_once(mq: RunCli, tmp_path: 
     from tests.cli.test_msg import GLOSSARY, _fields
 
     group = "CG_Names"
-    made = mq(
-        "offset",
-        "reset",
-        "-g",
-        group,
-        "-t",
-        TOPIC,
-        "--to-offset",
-        "2",
-        "--create-group",
-        "--execute",
-        "--yes",
-    )
+    reset = ("offset", "reset", "-g", group, "-t", TOPIC)
+    made = mq(*reset, "--to-offset", "2", "--create-group", "--execute", "--yes")
     assert made.code == 0, made.stderr
     plan = str(tmp_path / "p.json")
     commands = [
@@ -464,7 +453,7 @@ def test_group_and_offset_commands_name_each_concept_once(mq: RunCli, tmp_path: 
         ("group", "show", "-g", group),
         ("group", "connections", "-g", group),
         ("offset", "show", "-g", group, "-t", TOPIC),
-        ("offset", "reset", "-g", group, "-t", TOPIC, "--shift-by", "-1", "--export", plan),
+        (*reset, "--shift-by", "-1", "--export", plan),
     ]
     found: dict[str, list[object]] = {}
     headers: set[str] = set()
