@@ -202,7 +202,7 @@ RESPONSE_CODE_CLASSES: dict[ResponseCode, type[MqctlError]] = {
 #: ``toString()`` and its first stack frame (NettyRemotingAbstract, RemotingHelper.exceptionSimpleDesc).
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
 #: The stack frame after the exception's message: ``, org.apache...validate(PlainPermissionManager.java:664)``.
-_STACK_FRAME = re.compile(r", [\w.$<>]+\([\w.]*(?::\d+)?\)$")
+_STACK_FRAME = re.compile(r", [\w.$<>]+\([^()]*\)$")  # (Native Method), (Unknown Source) too
 
 
 def is_acl_refusal(code: int, remark: str | None) -> bool:
