@@ -73,6 +73,7 @@ LOCKED_KEYS = frozenset(
         # a daemon's defences and where it registers: a remote request must not lower or move them
         "protectedMode",
         "aclAdminFreshness",
+        "innerClientAuthenticationCredentials",
         "namesrvAddr",
         "diskSpaceWarningLevelRatio",
         "kvConfigMaxValueBytes",

@@ -137,11 +137,10 @@ def noun_page(cli: click.Group, name: str) -> str:
 
 def generate(root: Path) -> dict[Path, str]:
     """Every generated file, by path under ``root``."""
-    from typer.completion import completion_init
-
     from mqctl.cli.app import COMPLETE_VAR, command
+    from mqctl.completion import install_shells
 
-    completion_init()  # Typer's own completion classes: the ones its runtime answers to
+    install_shells()  # the classes mqctl answers the scripts with
     cli = command()
     assert isinstance(cli, click.Group)
     files: dict[Path, str] = {}

@@ -9,6 +9,7 @@ at one boundary, by :func:`translate`.
 from __future__ import annotations
 
 import errno
+import re
 from typing import ClassVar
 
 from daemon.remoting.codes import ResponseCode
@@ -196,15 +197,42 @@ RESPONSE_CODE_CLASSES: dict[ResponseCode, type[MqctlError]] = {
 }
 
 
+#: How a RocketMQ 4.x broker's remark starts when its ACL refused the request: it answers the
+#: ``AclException`` its validator threw as any failed request, SYSTEM_ERROR with the exception's
+#: ``toString()`` and its first stack frame (NettyRemotingAbstract, RemotingHelper.exceptionSimpleDesc).
+ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
+#: The stack frame after the exception's message: ``, org.apache...validate(PlainPermissionManager.java:664)``.
+_STACK_FRAME = re.compile(r", [\w.$<>]+\([^()]*\)$")  # (Native Method), (Unknown Source) too
+
+
+def is_acl_refusal(code: int, remark: str | None) -> bool:
+    """Whether an answer is an ACL refusal: ours (NO_PERMISSION) or a RocketMQ 4.x broker's (SYSTEM_ERROR
+    carrying its ``AclException``). Every check for a refusal asks this, so both read as one."""
+    if code == ResponseCode.NO_PERMISSION:
+        return True
+    return code == ResponseCode.SYSTEM_ERROR and (remark or "").lstrip().startswith(ACL_EXCEPTION)
+
+
+def remark_line(remark: str | None) -> str:
+    """A remark's first line as the operator should read it: a 4.x ``AclException`` without its class
+    name and stack frame ("No accessKey is configured"), anything else as it came."""
+    first = (remark or "").strip().splitlines()[0] if (remark or "").strip() else "no remark"
+    if first.startswith(ACL_EXCEPTION):
+        first = _STACK_FRAME.sub("", first[len(ACL_EXCEPTION) :]).strip() or first
+    return first
+
+
 def from_response_code(code: int, remark: str | None, *, action: str) -> MqctlError:
     """Build the error for a RocketMQ response ``code`` answered to ``action``."""
     # Java remarks may carry a second line with a FAQ link: keep the error to one line.
-    first_line = (remark or "").strip().splitlines()[0] if (remark or "").strip() else "no remark"
+    first_line = remark_line(remark)
     message = f"{action}: {first_line} (response code {code})"
     try:
         cls = RESPONSE_CODE_CLASSES.get(ResponseCode(code), BrokerError)
     except ValueError:  # a code RocketMQ 4.9.8 does not define (a newer or foreign server)
         cls = BrokerError
+    if is_acl_refusal(code, remark):
+        cls = AuthError
     hint = _unsigned_hint(first_line)
     if issubclass(cls, BrokerError):
         return cls(message, code=code, remark=remark, hint=hint)

@@ -52,9 +52,11 @@ from store.clock import Clock, SystemClock
 from store.commitlog import (
     CommitLog,
     IllegalMessage,
+    KeyedRecords,
     PartlyAppended,
     PutMessageStatus,
     ScanResult,
+    UnitRuns,
     apply_delay,
 )
 from store.config import SLAVE, StoreConfig
@@ -723,7 +725,7 @@ class DefaultMessageStore:
         in one copy and the index entries after them (a replicating slave's catch-up); the files come out
         the same. ``touched`` collects the queues. Raises like :meth:`_dispatch_one`: a retry from the first
         record rewrites nothing (units and entries already there are skipped)."""
-        units: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+        units: UnitRuns = {}
         indexed: list[tuple[list[str], int, int]] = []
         index_enabled = self._index_enabled
         delay_ms = self._delay_ms
@@ -744,7 +746,7 @@ class DefaultMessageStore:
 
     def _write_units(
         self,
-        units: dict[tuple[str, int], list[tuple[int, int, int, int]]],
+        units: UnitRuns,
         indexed: list[tuple[list[str], int, int]],
         logics_ts: int,
         touched: set[tuple[str, int]],
@@ -812,8 +814,8 @@ class DefaultMessageStore:
             while self.reput_from_offset < cl.max_offset:
                 start = self.reput_from_offset
                 end = min(cl.max_offset, start + DISPATCH_CHUNK)
-                units: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
-                keyed: list[tuple[str, str | None, str | None, int, int]] = []
+                units: UnitRuns = {}
+                keyed: KeyedRecords = []
                 # units straight from a follower's pushed runs, else from the data file (a leader's)
                 wanted = keyed if self._index_enabled else None
                 taken, offset, ts = cl.pushed_units(start, end, units, wanted)

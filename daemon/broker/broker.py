@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from daemon.acl.plain import RELOAD_CHECK_INTERVAL, AclFiles, PlainAccessValidator
-from daemon.acl.signature import hmac_backend
+from daemon.acl.signature import Signer, hmac_backend
 from daemon.broker.config import BrokerConfig, refuse_inert_semantics
 from daemon.broker.ha import (
     METADATA_SYNC_INTERVAL,
@@ -209,8 +209,10 @@ class Broker:
             tls=self.tls,
         )
         self.server.dispatcher.limit_bodies(dict.fromkeys(JSON_BODY_CODES, MAX_JSON_BODY))
+        inner = config.inner_credentials()
         self.client: Transport = client or RemotingClient(
-            ssl=self.tls_settings.client_context() if config.tls_enable else None
+            ssl=self.tls_settings.client_context() if config.tls_enable else None,
+            signer=Signer(*inner) if inner is not None else None,
         )
         self.store: MessageStore
         self.topics: TopicConfigManager

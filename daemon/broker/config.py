@@ -353,6 +353,11 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     #: Seconds an admin request's signed timestamp may be old; each nonce is taken once (0: not asked,
     #: as mqadmin signs none). Against replayed admin requests (daemon.acl.plain).
     acl_admin_freshness: int = 0
+    #: The account this broker signs its own requests with (a slave's metadata sync and tail check, a
+    #: DLedger member's copy of the master's metadata, its registrations): RocketMQ 5.x's key, a JSON
+    #: ``{"accessKey": "...", "secretKey": "..."}``. Empty: unsigned, as a 4.9.8 broker's (an ACL master
+    #: then lets a slave in only from a white-listed address). A secret: masked over the wire.
+    inner_client_authentication_credentials: str = field(default="", metadata={"secret": True}, repr=False)
     rocketmq_home: str = field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME", ""))
     # DLedger mode (enableDLegerCommitLog, with dLegerGroup, dLegerPeers, dLegerSelfId in the store's
     # keys): the member to hand leadership to, and DLedger's timings (DLedgerConfig's defaults, which
@@ -385,6 +390,25 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
             )
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
         self.listen_why = self.listen_why or why
+        self.inner_credentials()  # a malformed value fails the start, not the first signed request
+
+    def inner_credentials(self) -> tuple[str, str] | None:
+        """(access key, secret key) of :attr:`inner_client_authentication_credentials`; None when unset."""
+        import json
+
+        text = self.inner_client_authentication_credentials.strip()
+        if not text:
+            return None
+        try:
+            parsed = json.loads(text)
+            access, secret = parsed["accessKey"], parsed["secretKey"]
+        except (ValueError, KeyError, TypeError):
+            parsed = access = secret = None
+        if not isinstance(access, str) or not isinstance(secret, str) or not access or not secret:
+            raise ConfigError(
+                'innerClientAuthenticationCredentials is a JSON {"accessKey": "...", "secretKey": "..."}'
+            )
+        return access, secret
 
     @property
     def broker_addr(self) -> str:

@@ -600,10 +600,12 @@ class MasterRecords:
                 )
             return None
         hint = ""
-        if response.code == ResponseCode.NO_PERMISSION:  # an ACL master: a slave signs nothing (nor 4.9.8's)
+        if (
+            response.code == ResponseCode.NO_PERMISSION
+        ):  # an ACL master: this slave signs nothing (nor 4.9.8's)
             hint = (
-                "; a slave's requests reach an ACL master only from an address in its "
-                "globalWhiteRemoteAddresses, as its metadata sync needs too"
+                "; a slave's requests reach an ACL master signed (innerClientAuthenticationCredentials) or "
+                "from an address in its globalWhiteRemoteAddresses, as its metadata sync needs too"
             )
         raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}{hint}")
 

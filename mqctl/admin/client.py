@@ -28,6 +28,7 @@ from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, RemotingProtocolError
+from mqctl.errors import is_acl_refusal
 from store import AUTO_CREATE_TOPIC, fastjson
 
 log = logging.getLogger(__name__)
@@ -126,20 +127,30 @@ class Admin:
         body: bytes = b"",
         *,
         expect: tuple[int, ...] = (ResponseCode.SUCCESS,),
+        extra: dict[str, str] | None = None,
     ) -> RemotingCommand:
-        """Send one request to ``addr``; a response code outside ``expect`` raises RemotingCommandError.
+        """Send one request to ``addr`` (``extra``: fields beside the header's); a response code outside
+        ``expect`` raises RemotingCommandError.
 
         An answer that says the broker did not do it and may later (:data:`RETRIED_CODES`) is retried
         twice with jittered backoff (at most ~1 s in all); what the broker may have done (a flush or
-        slave timeout after storing) is never sent again."""
+        slave timeout after storing) is never sent again.
+
+        An ACL refusal raises :class:`Refused` even where ``expect`` takes its code: a RocketMQ 4.x
+        broker refuses with SYSTEM_ERROR, which some requests expect for "none there"."""
         fields = header.to_ext_fields() if header else {}
+        if extra:
+            fields.update(extra)
         try:
             with self.waiting_for(addr):
-                return await self.client.invoke_checked(
-                    addr, RemotingCommand.request(code, dict(fields), body), self.timeout, expect
+                return self._not_refused(
+                    addr,
+                    await self.client.invoke_checked(
+                        addr, RemotingCommand.request(code, dict(fields), body), self.timeout, expect
+                    ),
                 )
         except RemotingCommandError as exc:
-            if exc.code == ResponseCode.NO_PERMISSION:
+            if is_acl_refusal(exc.code, exc.remark):
                 raise self._refused(addr, exc) from None
             if exc.code not in RETRIED_CODES:
                 raise
@@ -156,10 +167,18 @@ class Admin:
         )
         async for attempt in retrying:
             with attempt, self.waiting_for(addr):
-                return await self.client.invoke_checked(
-                    addr, RemotingCommand.request(code, dict(fields), body), self.timeout, expect
+                return self._not_refused(
+                    addr,
+                    await self.client.invoke_checked(
+                        addr, RemotingCommand.request(code, dict(fields), body), self.timeout, expect
+                    ),
                 )
         raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    def _not_refused(self, addr: str, response: RemotingCommand) -> RemotingCommand:
+        if response.code != ResponseCode.SUCCESS and is_acl_refusal(response.code, response.remark):
+            raise self._refused(addr, RemotingCommandError(response.code, response.remark))
+        return response
 
     def _refused(self, addr: str, exc: RemotingCommandError) -> Refused:
         if addr in self.namesrv:
@@ -294,8 +313,7 @@ class Admin:
         from daemon.config import ALL_KEYS_FIELD, parse_properties
 
         # ours answers mqctl's own keys too when asked (a 4.9.8 broker ignores the field)
-        request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG, {ALL_KEYS_FIELD: "true"})
-        response = await self.client.invoke_checked(addr, request, self.timeout)
+        response = await self.call(addr, RequestCode.GET_BROKER_CONFIG, extra={ALL_KEYS_FIELD: "true"})
         return parse_properties(response.body.decode("utf-8"))
 
     async def update_broker_config(self, addr: str, changes: dict[str, str], *, force: bool = False) -> None:
@@ -304,10 +322,8 @@ class Admin:
         from daemon.safe_config import FORCE_FIELD
 
         body = "".join(property_line(key, value) + "\n" for key, value in changes.items()).encode("utf-8")
-        request = RemotingCommand.request(
-            RequestCode.UPDATE_BROKER_CONFIG, {FORCE_FIELD: "true"} if force else {}, body
-        )
-        await self.client.invoke_checked(addr, request, self.timeout)
+        extra = {FORCE_FIELD: "true"} if force else None
+        await self.call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body, extra=extra)
 
     async def create_topic(self, addr: str, config: TopicConfig, attributes: str | None = None) -> None:
         """UPDATE_AND_CREATE_TOPIC; ``attributes``: 5.x's changes of the topic's attributes

@@ -31,7 +31,6 @@ from daemon.broker.headers import (
     ViewMessageRequestHeader,
 )
 from daemon.remoting.codes import RequestCode, ResponseCode
-from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from store import (
@@ -261,13 +260,12 @@ async def query(
     lookup met (our broker names them in :data:`DAMAGED_FIELD`; a RocketMQ broker sends them as stored)
     is a warning line and, with ``damaged``, appended there as (broker, CommitLog offset).
     """
-    header = QueryMessageRequestHeader(topic, key, max_num, begin_ms, end_ms)
-    fields = header.to_ext_fields()
-    if unique_key:
-        fields["_UNIQUE_KEY_QUERY"] = "true"
-    request = RemotingCommand.request(RequestCode.QUERY_MESSAGE, fields)
-    response = await admin.client.invoke_checked(
-        addr, request, admin.timeout, (ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
+    response = await admin.call(
+        addr,
+        RequestCode.QUERY_MESSAGE,
+        QueryMessageRequestHeader(topic, key, max_num, begin_ms, end_ms),
+        expect=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
+        extra={"_UNIQUE_KEY_QUERY": "true"} if unique_key else None,
     )
     for offset in filter(None, response.ext_fields.get(DAMAGED_FIELD, "").split(",")):
         log.warning(

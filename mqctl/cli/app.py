@@ -128,6 +128,12 @@ def _print_config(
     raise typer.Exit()
 
 
+def _complete_context(ctx: click.Context, incomplete: str) -> list[str]:
+    from mqctl.completion import complete_context  # (not at import: 'mqctl --help' stays light)
+
+    return complete_context(ctx, incomplete)
+
+
 def _root(
     ctx: typer.Context,
     version: Annotated[
@@ -224,7 +230,12 @@ def _root(
         ),
     ] = None,
     context: Annotated[
-        str | None, typer.Option("--context", help="Use this saved context (also after the noun).")
+        str | None,
+        typer.Option(
+            "--context",
+            help="Use this saved context (also after the noun).",
+            autocompletion=_complete_context,
+        ),
     ] = None,
     output: Annotated[
         str | None,
@@ -543,9 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     buffered_stdout()  # a Ctrl-C in a write to an unbuffered stdout (python -u) lost the rest of it
     noun = _noun(sys.argv[1:] if argv is None else argv)
     if COMPLETE_VAR in os.environ:
-        from typer.completion import completion_init
+        from mqctl.completion import install_shells
 
-        completion_init()  # answer the committed completion scripts with Typer's classes
+        install_shells()  # answer the committed completion scripts
     cli = command()
     try:
         result = cli.main(args=argv, prog_name="mqctl", complete_var=COMPLETE_VAR, standalone_mode=False)

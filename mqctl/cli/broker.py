@@ -13,7 +13,6 @@ from mqctl.cli.common import (
     ClusterOpt,
     ExecuteOpt,
     ExistingPath,
-    OutputOpt,
     YesOpt,
     cluster_options,
     cluster_target,
@@ -24,6 +23,7 @@ from mqctl.cli.common import (
     request_timeout,
 )
 from mqctl.cli.daemons import local_host
+from mqctl.completion import complete_cluster
 
 if TYPE_CHECKING:
     from daemon.broker.broker import Broker
@@ -221,13 +221,43 @@ def _running(cfg: BrokerConfig) -> Running | None:
 
 
 @app.command("status")
-def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt = "table") -> None:
+@cluster_options()
+def status(
+    config: ConfigOpt = None,
+    store: StoreOpt = None,
+    broker: BrokerAddrOpt = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="Every master of this cluster, over the wire, as cluster status reads them (-c is "
+            "--config here, as mqbroker's).",
+            autocompletion=complete_cluster,
+        ),
+    ] = None,
+) -> None:
     """Whether a broker runs on a store, whoever started it (found by pid file, store lock or listen
     port) and which process it is; its address, version, TPS and offsets when it answers (exit 3 when
-    stopped)."""
-    from mqctl.output import render
-    from mqctl.services.processes import probe
+    stopped).
 
+    With -b HOST:PORT (or --cluster NAME: every master) the broker is asked over the wire instead, from
+    any host, signed and over TLS as the other commands: the same fields from its runtime info and
+    config, and its cluster, name and id; not the process (pid, detected_by, process), which only its
+    own host can see. One that does not answer is an error (exit 5; refused under ACL: 9)."""
+    from mqctl.errors import UsageError
+    from mqctl.output import render
+    from mqctl.services.processes import masters_status, probe, wire_status
+
+    if broker is not None or cluster is not None:
+        if config is not None or store is not None:
+            raise UsageError(
+                "give -b/--cluster (a broker over the wire) or --config/--store (local), not both"
+            )
+        if broker is not None:
+            online(lambda admin: wire_status(admin, broker))
+        else:
+            online(lambda admin: masters_status(admin, cluster))
+        return
     cfg = load(config, {"store_path_root_dir": str(store) if store else None})
     running = _running(cfg)
     result: dict[str, Any] = {"state": "stopped", "store": cfg.store_path_root_dir}
@@ -241,7 +271,7 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt =
             address, probe_at = cfg.broker_addr, f"{local_host(cfg.listen_host)}:{cfg.listen_port}"
         result.update(state="running", **running.fields(), address=address, **listeners)
         result.update(probe(probe_at, "broker"))
-    render(result, output)
+    render(result, flags().output)
     if running is None:
         raise typer.Exit(3)
 

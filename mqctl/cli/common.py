@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import click
 import typer
 
-from mqctl.completion import complete_group, complete_topic
+from mqctl.completion import (
+    complete_broker,
+    complete_cluster,
+    complete_context,
+    complete_group,
+    complete_topic,
+)
 from mqctl.output import FORMATS
 from store import (
     MAX_GROUP_LENGTH,
@@ -97,6 +103,7 @@ ContextOpt = Annotated[
         "--context",
         help="Use this saved context instead of the current one.",
         callback=_global,
+        autocompletion=complete_context,
     ),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
@@ -203,7 +210,9 @@ CreatedGroupOpt = Annotated[
         callback=check_created_group,
     ),
 ]
-ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster name.")]
+ClusterOpt = Annotated[
+    str | None, typer.Option("--cluster", "-c", help="Cluster name.", autocompletion=complete_cluster)
+]
 
 
 def check_broker_addr(value: str | None) -> str | None:
@@ -225,7 +234,11 @@ def check_broker_addr(value: str | None) -> str | None:
 BrokerAddrOpt = Annotated[
     str | None,
     typer.Option(
-        "--broker", "-b", help="Broker address HOST:PORT (beats --cluster).", callback=check_broker_addr
+        "--broker",
+        "-b",
+        help="Broker address HOST:PORT (beats --cluster).",
+        callback=check_broker_addr,
+        autocompletion=complete_broker,
     ),
 ]
 #: A queue's broker where no --cluster applies (msg send, msg show): by address or by broker name.

@@ -8,6 +8,10 @@ from typing import Annotated
 import typer
 
 from mqctl.cli.common import OutputOpt
+from mqctl.completion import complete_context
+
+#: The name of a saved context; TAB lists them.
+ExistingContextArg = Annotated[str, typer.Argument(help="Context name.", autocompletion=complete_context)]
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
@@ -116,7 +120,7 @@ def add(
 
 @app.command("set")
 def set_(
-    name: Annotated[str, typer.Argument(help="Context name.")],
+    name: ExistingContextArg,
     namesrv: Annotated[str | None, _NAMESRV] = None,
     spark_remote: SparkRemoteOpt = None,
     timeout: ContextTimeoutOpt = None,
@@ -141,7 +145,7 @@ def set_(
 
 
 @app.command("use")
-def use(name: Annotated[str, typer.Argument(help="Context name.")], output: OutputOpt = "table") -> None:
+def use(name: ExistingContextArg, output: OutputOpt = "table") -> None:
     """Make a context the current one."""
     from mqctl.config import ContextFile
     from mqctl.output import render
@@ -181,7 +185,7 @@ def ls(output: OutputOpt = "table") -> None:
 
 @app.command("rm")
 def rm(
-    name: Annotated[str, typer.Argument(help="Context name.")],
+    name: ExistingContextArg,
     if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
     output: OutputOpt = "table",
 ) -> None:

@@ -272,7 +272,8 @@ def progress(
     ] = None,
     cluster: ClusterOpt = None,
 ) -> None:
-    """Per queue: broker offset, committed offset, lag, last consumed store time and owning client.
+    """Per queue: its max offset, the group's consumer (committed) offset, lag, last consumed store time
+    and the owning client's id (the names offset show uses).
 
     A broker that cannot be read (ACL denied, timed out, down) is named on stderr."""
     from mqctl.services.groups import progress as group_progress

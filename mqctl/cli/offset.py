@@ -151,7 +151,7 @@ def reset(
                     {
                         "broker": r.broker_name,
                         "queue": r.queue_id,
-                        "current": r.current,
+                        "consumer_offset": r.consumer_offset,
                         "new": r.new,
                         "change": r.change,
                     }

@@ -218,6 +218,7 @@ def dledger_confs(
     metrics_port: int | None,
     grpc_port: int = 0,
     tls: dict[str, Any] | None = None,
+    acl: dict[str, Any] | None = None,
 ) -> tuple[list[Path], list[str]]:
     """broker.conf of each member of a DLedger group (4.9.8's keys) in ``<root>/store-<name>-n<i>``: member i
     listens on broker port + 4i and its DLedger port one above (a master/slave broker's HA port), its gRPC
@@ -225,15 +226,20 @@ def dledger_confs(
     block laid out the same way (the peers must know each other's ports) below the kernel's ephemeral range,
     where no connection on the host takes one before its member binds it. /metrics on `metrics_port` + i (0:
     a free port each, as a master/slave `up` does; None: none). `tls` (`up --tls`'s settings, by
-    field name) go in as 4.9.8's keys, with `tls.enable` and `haTls`: clients, registration and the DLedger channel on TLS."""
+    field name) go in as 4.9.8's keys, with `tls.enable` and `haTls`: clients, registration and the DLedger channel on TLS;
+    `acl` (`up --acl`'s) likewise, its secret making the file owner-only."""
     import dataclasses
 
     from daemon.broker.config import BrokerConfig
     from daemon.config import property_key
+    from mqctl.auth import write_secret
     from mqctl.services.ports import free_block
 
     keys_of = {f.name: property_key(f) for f in dataclasses.fields(BrokerConfig)}
-    tls_keys = {keys_of[k]: str(v).lower() if isinstance(v, bool) else v for k, v in (tls or {}).items()}
+    tls_keys = {
+        keys_of[k]: str(v).lower() if isinstance(v, bool) else v
+        for k, v in {**(tls or {}), **(acl or {})}.items()
+    }
     if tls:
         tls_keys.update({keys_of["tls_enable"]: "true", keys_of["ha_tls"]: "true"})
     first = broker_port or free_block(4 * members + 2) + 2
@@ -260,7 +266,9 @@ def dledger_confs(
             **tls_keys,
         }
         conf = store / "broker.conf"
-        conf.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
+        write_secret(
+            conf, "".join(f"{k}={v}\n" for k, v in keys.items()).rstrip("\n")
+        )  # (0600: acl's secret)
         confs.append(conf)
         addrs.append(f"{host}:{port}")
     return confs, addrs
@@ -344,7 +352,8 @@ def up(
             "--acl",
             help="Turn ACL on (aclEnable=true) with one admin account in <DIR>/acl/plain_acl.yml, its secret "
             "generated once, alone in the owner-only file <DIR>/acl/admin.secret; prints the context to add. "
-            "Masters only: a slave signs nothing, so an ACL master refuses its metadata sync.",
+            "Slaves and DLedger members sign their requests to the master with it "
+            "(innerClientAuthenticationCredentials).",
         ),
     ] = False,
 ) -> None:
@@ -371,11 +380,6 @@ def up(
     wildcard = listen in ("0.0.0.0", "::", "")
     # where clients (and the broker, registering) connect: this host's address when listening everywhere
     host = local_ip() if wildcard else listen
-    if acl and (slaves or dledger):
-        raise UsageError(
-            "--acl runs masters only: a slave signs nothing, so an ACL master refuses its metadata sync "
-            "(4.9.8's too); no --slaves or --dledger"
-        )
     tls_keys = _tls_settings(root / "tls") if tls else {}
     acl_keys = _acl_settings(root / "acl") if acl else {}
     namesrv = NamesrvController(
@@ -425,6 +429,7 @@ def up(
             None if no_metrics else metrics_port,
             grpc_port if grpc_port is not None else load_config(BrokerConfig).grpc_listen_port,
             tls_keys,
+            acl_keys,
         )
         group = DLedgerGroup(namesrv, confs, addrs, host)
 
@@ -437,10 +442,10 @@ def up(
             )
             stderr_console().print(
                 f"ready: NameServer {host}:{namesrv.port}, DLedger group broker-a: {members}; logs in "
-                f"{root}/store-broker-a-n<i>/broker.log. Ctrl-C stops all."
+                f"{root}/store-broker-a-n<i>/broker.log{_signed(root, acl)}. Ctrl-C stops all."
             )
-            if tls:  # the DLedger channel is mutual TLS: 'broker ha transfer' presents the client pair
-                _context_hint(root, f"{host}:{namesrv.port}", tls=True, client_cert=True)
+            if tls or acl:  # the DLedger channel is mutual TLS: 'broker ha transfer' presents the client pair
+                _context_hint(root, f"{host}:{namesrv.port}", tls=tls, acl=acl, client_cert=tls)
 
         from daemon.lifecycle import PidFile
         from mqctl.cli.daemons import busy_ports
@@ -473,10 +478,9 @@ def up(
         extra = "".join(
             f", {'slave' if b.config.broker_id else b.config.broker_name} {b.addr}" for b in brokers[1:]
         )
-        signed = f"; ACL on: access key {ACL_ADMIN}, secret in {root / 'acl' / ACL_SECRET}" if acl else ""
         stderr_console().print(
             f"ready: NameServer {host}:{namesrv.port}, broker {broker.addr}{extra}{metrics}{everywhere}; "
-            f"data in {root}{signed}. Ctrl-C stops {'both' if len(brokers) == 1 else 'all'}."
+            f"data in {root}{_signed(root, acl)}. Ctrl-C stops {'both' if len(brokers) == 1 else 'all'}."
         )
         if tls or acl:
             _context_hint(root, f"{host}:{namesrv.port}", tls=tls, acl=acl)
@@ -501,6 +505,11 @@ ACL_ADMIN = "mqctl-admin"
 ACL_SECRET = "admin.secret"
 
 
+def _signed(root: Path, acl: bool) -> str:
+    """What the ready line says of ``--acl``: the account and the file that holds its secret."""
+    return f"; ACL on: access key {ACL_ADMIN}, secret in {root / 'acl' / ACL_SECRET}" if acl else ""
+
+
 def _context_hint(
     root: Path, namesrv: str, *, tls: bool = False, acl: bool = False, client_cert: bool = False
 ) -> None:
@@ -523,17 +532,21 @@ def _context_hint(
 def _acl_settings(directory: Path) -> dict[str, Any]:
     """The brokers' ACL settings for `up --acl`: aclEnable on `directory`/plain_acl.yml, one admin account
     whose secret is generated the first time (both files owner-only; the secret alone in its own, which
-    mqctl signs with); a later run keeps them."""
+    mqctl signs with); a later run keeps them. The brokers sign their own requests with it too
+    (innerClientAuthenticationCredentials): a slave's sync and tail check, a DLedger member's copy of the
+    master's metadata. White-listing their address instead would let in every process of this host."""
+    import json
     import secrets
 
-    from mqctl.auth import write_secret
+    from mqctl.auth import read_secret, write_secret
 
     acl, secret = directory / "plain_acl.yml", directory / ACL_SECRET
     if not (acl.exists() and secret.exists()):
         key = secrets.token_hex(16)
         write_secret(secret, key)
         write_secret(acl, f'accounts:\n  - accessKey: {ACL_ADMIN}\n    secretKey: "{key}"\n    admin: true')
-    return {"acl_enable": True, "acl_file_path": str(acl)}
+    inner = json.dumps({"accessKey": ACL_ADMIN, "secretKey": read_secret(secret)})
+    return {"acl_enable": True, "acl_file_path": str(acl), "inner_client_authentication_credentials": inner}
 
 
 def _tls_settings(directory: Path) -> dict[str, Any]:

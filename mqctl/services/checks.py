@@ -14,11 +14,11 @@ from enum import IntEnum
 
 from daemon.broker.loopwatch import CLOCK_RUNTIME_KEY
 from daemon.namesrv.routes import CLOCK_FIELD as NAMESRV_CLOCK_FIELD
-from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin.client import Admin
-from mqctl.errors import MqctlError, NotFoundError, translate
+from mqctl.errors import MqctlError, NotFoundError, is_acl_refusal, translate
 from mqctl.services.cluster import BrokerRow, brokers
 from store import dlq_topic
 
@@ -114,7 +114,7 @@ def threshold(value: float, warn: float | None, crit: float | None) -> State:
 
 
 def _refused(exc: BaseException) -> bool:
-    return isinstance(exc, RemotingCommandError) and exc.code == ResponseCode.NO_PERMISSION
+    return isinstance(exc, RemotingCommandError) and is_acl_refusal(exc.code, exc.remark)
 
 
 # ------------------------------------------------------------------------------------------------ lag

@@ -16,14 +16,21 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, overload
 
-from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import (
     RemotingCommandError,
     RemotingConnectError,
     RemotingError,
     RemotingTimeoutError,
 )
-from mqctl.errors import AuthError, ConnectError, MqctlError, NothingReadError, RequestTimeoutError
+from mqctl.errors import (
+    AuthError,
+    ConnectError,
+    MqctlError,
+    NothingReadError,
+    RequestTimeoutError,
+    is_acl_refusal,
+    remark_line,
+)
 
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
@@ -109,8 +116,8 @@ class BrokerFailure:
 def failure_reason(exc: Exception) -> tuple[str, str]:
     """Why a broker could not be read: (``ACL denied`` | ``timed out`` | ``down`` | ``error ...``, detail)."""
     if isinstance(exc, RemotingCommandError):
-        detail = (exc.remark or "").strip().splitlines()[0] if (exc.remark or "").strip() else str(exc)
-        if exc.code == ResponseCode.NO_PERMISSION:
+        detail = remark_line(exc.remark) if (exc.remark or "").strip() else str(exc)
+        if is_acl_refusal(exc.code, exc.remark):
             return "ACL denied", detail
         return f"error {exc.code}", detail
     if isinstance(exc, RemotingConnectError | ConnectError):

@@ -66,12 +66,12 @@ class QueueProgress:
     topic: str
     broker_name: str
     queue_id: int
-    broker_offset: int
+    max_offset: int  # the queue's end: what RocketMQ's ConsumeStats calls brokerOffset
     consumer_offset: int
     lag: int
     last_consumed_store_time: str | None  # ISO; None when nothing was consumed ("never" in tables)
     last_consumed_store_time_ms: int
-    client: str | None
+    client_id: str | None
 
 
 class GroupWrite(TypedDict):
@@ -443,12 +443,12 @@ async def progress(
             topic=mq.topic,
             broker_name=mq.broker_name,
             queue_id=mq.queue_id,
-            broker_offset=wrapper.broker_offset,
+            max_offset=wrapper.broker_offset,
             consumer_offset=wrapper.consumer_offset,
             lag=max(wrapper.broker_offset - wrapper.consumer_offset, 0),
             last_consumed_store_time=when(wrapper.last_timestamp),
             last_consumed_store_time_ms=wrapper.last_timestamp,
-            client=owners.get(mq),
+            client_id=owners.get(mq),
         )
         for mq, wrapper in sorted(offsets.items())
     ]

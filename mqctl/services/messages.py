@@ -30,7 +30,7 @@ from daemon.remoting.errors import (
     RemotingTimeoutError,
 )
 from mqctl.admin import messaging as wire
-from mqctl.admin.client import Admin
+from mqctl.admin.client import Admin, Refused
 from mqctl.admin.member import GroupMember
 from mqctl.errors import AuthError, ConnectError, NotFoundError, NothingReadError, StoreError, UsageError
 from mqctl.output import Rows, json_text
@@ -648,7 +648,7 @@ async def _view(admin: Admin, msg_id: str, addr: str, offset: int) -> StoredMess
             hint="mqctl check cluster lists the quarantines; mqctl store salvage reads them",
         ) from None
     except RemotingCommandError as exc:
-        if exc.code == ResponseCode.SYSTEM_ERROR:  # what a 4.x broker answers for a bad offset
+        if exc.code == ResponseCode.SYSTEM_ERROR and not isinstance(exc, Refused):  # a 4.x bad offset
             raise NotFoundError(f"no message {msg_id} at {addr}: {exc.remark}") from exc
         raise
     except RemotingConnectError:

@@ -57,12 +57,12 @@ class PlanRow:
     queue_id: int
     min_offset: int
     max_offset: int
-    current: int | None
+    consumer_offset: int | None
     new: int
 
     @property
     def change(self) -> int:
-        return self.new - (self.current or 0)
+        return self.new - (self.consumer_offset or 0)
 
 
 class OffsetRow(TypedDict):
@@ -73,7 +73,7 @@ class OffsetRow(TypedDict):
     queue_id: int
     min_offset: int
     max_offset: int
-    committed: int | None
+    consumer_offset: int | None
     lag: int | None
 
 
@@ -82,7 +82,7 @@ class QueueReset(TypedDict):
 
     broker_name: str
     queue_id: int
-    current: int | None
+    consumer_offset: int | None
     new: int
     change: int
 
@@ -110,8 +110,8 @@ async def show(admin: Admin, group: str, topic: str) -> list[OffsetRow]:
             "queue_id": r.queue_id,
             "min_offset": r.min_offset,
             "max_offset": r.max_offset,
-            "committed": r.current,
-            "lag": None if r.current is None else r.max_offset - r.current,
+            "consumer_offset": r.consumer_offset,
+            "lag": None if r.consumer_offset is None else r.max_offset - r.consumer_offset,
         }
         for r in rows
     ]
@@ -153,7 +153,9 @@ async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> lis
         source = await _queues(admin, target.source, topic)
         if not await _group_known(admin, target.source, source, sorted({r.broker_addr for r in source})):
             raise _unknown(target.source, topic, hint="--from-group names the group whose offsets are copied")
-        copied = {(r.broker_name, r.queue_id): r.current for r in source if r.current is not None}
+        copied = {
+            (r.broker_name, r.queue_id): r.consumer_offset for r in source if r.consumer_offset is not None
+        }
     for row in rows:
         if target.kind == "earliest":
             row.new = row.min_offset
@@ -164,11 +166,11 @@ async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> lis
         elif target.kind == "offset":
             row.new = _clamp(target.value, row)
         elif target.kind == "shift":
-            row.new = _clamp((row.current or 0) + target.value, row)
+            row.new = _clamp((row.consumer_offset or 0) + target.value, row)
         elif target.kind == "file":
-            row.new = _clamp(from_file.get((row.broker_name, row.queue_id), row.current or 0), row)
+            row.new = _clamp(from_file.get((row.broker_name, row.queue_id), row.consumer_offset or 0), row)
         elif target.kind == "group":  # a queue the source never committed on keeps where it is
-            row.new = _clamp(copied.get((row.broker_name, row.queue_id), row.current or 0), row)
+            row.new = _clamp(copied.get((row.broker_name, row.queue_id), row.consumer_offset or 0), row)
     return rows
 
 
@@ -253,7 +255,7 @@ async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, row
             for row in rows:  # report what the broker computed, which may differ from the plan
                 row.new = applied.get(MessageQueue(topic, row.broker_name, row.queue_id), row.new)
     for row in rows:
-        if not members[row.broker_addr] and row.new != row.current:
+        if not members[row.broker_addr] and row.new != row.consumer_offset:
             await admin.commit_offset(row.broker_addr, group, topic, row.queue_id, row.new)
     if not live:
         return "offsets committed (no consumer online)"
@@ -350,7 +352,7 @@ async def reset(
             {
                 "broker_name": r.broker_name,
                 "queue_id": r.queue_id,
-                "current": r.current,
+                "consumer_offset": r.consumer_offset,
                 "new": r.new,
                 "change": r.change,
             }

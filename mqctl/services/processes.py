@@ -250,6 +250,59 @@ async def _broker_figures(admin: Admin, addr: str) -> BrokerFigures:
     }
 
 
+class WireStatus(BrokerFigures):
+    """``broker status -b/--cluster``: the local form's fields that the wire gives (the process's pid,
+    ``detected_by`` and ``process`` are facts of the local host: left out), with the broker's identity."""
+
+    state: str
+    address: str
+    cluster: str | None
+    broker_name: str | None
+    broker_id: int | None
+    #: storePathRootDir, as the broker's config says (a path on its host).
+    store: str | None
+    #: The listeners its config names a port for (mqctl brokers): the metrics URL and the gRPC address.
+    metrics: NotRequired[str]
+    grpc: NotRequired[str]
+    reachable: bool
+
+
+async def wire_status(admin: Admin, addr: str) -> WireStatus:
+    """A broker's status asked of it (GET_BROKER_RUNTIME_INFO and GET_BROKER_CONFIG), from any host."""
+    import asyncio
+
+    figures, config = await asyncio.gather(_broker_figures(admin, addr), admin.broker_config(addr))
+    broker_id = config.get("brokerId", "")
+    status: WireStatus = {
+        "state": "running",
+        "address": addr,
+        "cluster": config.get("brokerClusterName"),
+        "broker_name": config.get("brokerName"),
+        "broker_id": int(broker_id) if broker_id.isdigit() else None,
+        "store": config.get("storePathRootDir"),
+        "reachable": True,
+        **figures,
+    }
+    host = addr.rpartition(":")[0]
+    metrics_port, grpc_port = config.get("metricsPort", "0"), config.get("grpcListenPort", "0")
+    if config.get("metricsEnable") == "true" and metrics_port.isdigit() and int(metrics_port):
+        status["metrics"] = f"http://{host}:{metrics_port}/metrics"
+    if grpc_port.isdigit() and int(grpc_port):  # (0: a free port it picked, which no request tells)
+        status["grpc"] = f"{host}:{grpc_port}"
+    return status
+
+
+async def masters_status(admin: Admin, cluster: str | None) -> list[WireStatus]:
+    """``broker status --cluster``: :func:`wire_status` of every master, as ``cluster status`` reads
+    them: from those that answer, each one that does not named on stderr."""
+    from mqctl.services.cluster import masters
+    from mqctl.services.fanout import each_broker
+
+    addrs = await masters(admin, cluster)
+    answers = await each_broker(admin, addrs, lambda addr: wire_status(admin, addr))
+    return [answers[addr] for addr in addrs if addr in answers]
+
+
 def _uptime_ms(boot_ms: str | None) -> int | None:
     """How long the broker has run, from its ``bootTimestamp`` (4.9.8's key too); None without one."""
     if not (boot_ms or "").isdigit():

@@ -17,7 +17,7 @@ from typing import Any, TypedDict
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin import messaging as wire
-from mqctl.admin.client import Admin
+from mqctl.admin.client import Admin, Refused
 from mqctl.errors import NotFoundError
 from mqctl.services.fanout import broker_names, each_broker
 from mqctl.services.messages import JAVA_LONG_MAX, plausible_offset_id
@@ -81,7 +81,7 @@ async def _view(admin: Admin, addr: str, offset: int) -> StoredMessage | None:
         log.warning("the stored message at %s is damaged: %s", addr, exc.reason)
         return None
     except RemotingCommandError as exc:
-        if exc.code == ResponseCode.SYSTEM_ERROR:
+        if exc.code == ResponseCode.SYSTEM_ERROR and not isinstance(exc, Refused):  # not there
             return None
         raise
     except RemotingError as exc:

@@ -189,14 +189,14 @@ def queue_cells(q: QueueOffset) -> tuple[str, ...]:
         q.topic,
         q.broker,
         str(q.queue_id),
-        count(q.broker_offset),
+        count(q.max_offset),
         count(q.consumer_offset),
         count(q.lag),
-        q.client or NONE,
+        q.client_id or NONE,
     )
 
 
-QUEUE_COLUMNS = ("Topic", "Broker", "Queue", "Broker offset", "Consumer offset", "Lag", "Client")
+QUEUE_COLUMNS = ("Topic", "Broker", "Queue", "Max offset", "Consumer offset", "Lag", "Client")
 
 
 def client_cells(c: ClientView) -> tuple[str, ...]:

@@ -401,7 +401,7 @@ class LiveSource:
             group=group,
             queues=tuple(
                 QueueOffset(
-                    q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, q.lag, q.client
+                    q.topic, q.broker_name, q.queue_id, q.max_offset, q.consumer_offset, q.lag, q.client_id
                 )
                 for q in queues
             ),

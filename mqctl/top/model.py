@@ -127,10 +127,10 @@ class QueueOffset:
     topic: str
     broker: str
     queue_id: int
-    broker_offset: int
+    max_offset: int
     consumer_offset: int
     lag: int
-    client: str | None
+    client_id: str | None
 
 
 @dataclass(frozen=True)

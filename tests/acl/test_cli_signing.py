@@ -282,3 +282,14 @@ def test_bench_signs_each_send_with_its_own_client_id(mq: RunCli) -> None:
     tail = mq("msg", "tail", "-t", "AclBench", "--from", "earliest", "--exit", "-o", "json", env=ADMIN_ENV)
     assert tail.code == 0, tail.stderr
     assert len({json.loads(line)["unique_key"] for line in tail.stdout.splitlines()}) == 4
+
+
+def test_broker_status_over_the_wire_is_signed(mq: RunCli, daemons: LocalCluster) -> None:
+    """``broker status -b`` asks as the other commands do: unsigned it is refused (exit 9), signed it
+    answers."""
+    addr = daemons.broker_addr
+    unsigned = mq("broker", "status", "-b", addr)
+    assert unsigned.code == AuthError.exit_code, unsigned.stderr
+    signed = mq("broker", "status", "-b", addr, "-o", "json", env=ADMIN_ENV)
+    assert signed.code == 0, signed.stderr
+    assert signed.json()["broker_name"] == daemons.broker.config.broker_name

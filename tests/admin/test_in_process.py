@@ -139,7 +139,7 @@ async def test_group_list_and_offset_show(admin: Admin) -> None:
     rows = await offsets.show(admin, "billing", "Lagging")
     lines = rendered(rows, "csv").splitlines()
     assert lines == [
-        "topic,broker_name,queue_id,min_offset,max_offset,committed,lag",
+        "topic,broker_name,queue_id,min_offset,max_offset,consumer_offset,lag",
         "Lagging,broker-a,0,0,3,1,2",
     ]
 

@@ -22,6 +22,7 @@ from tests.listeners import listening
 from tests.support.paths import ROOT
 from tests.support.ports import free_block, free_port
 from tests.support.up import mqctl_up
+from tests.support.waiting import wait_until
 
 #: Whether brokers here open a gRPC port (the grpc extra installed).
 GRPC = int(missing() is None)
@@ -122,7 +123,30 @@ async def test_up_acl_starts_an_acl_cluster_and_says_how_to_sign(
         assert secret.read_text() == kept
         listed = await asyncio.to_thread(mqctl, "topic", "list", "-o", "json")
         assert {"topic": "AclT"} in json.loads(listed.stdout), listed.stderr
-    assert mqctl("up", "--acl", "--slaves", "1", "--data", str(data)).returncode == 2
+
+
+@pytest.mark.slow
+async def test_up_acl_runs_slaves_that_sign_their_requests(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """`--acl --slaves 1` was refused: a slave signs nothing, so the ACL master refused its metadata sync
+    and its tail check. The slave signs them with the admin account now: a topic created on the master
+    reaches the slave's topic table, and nothing is refused or left unchecked."""
+    data, ns_port = tmp_path / "data", free_port()
+    secret = data / "acl" / "admin.secret"
+    args = ("--broker-port", "0", "--no-metrics", "--acl", "--slaves", "1")
+    async with mqctl_up(data, cli_env, ns_port, *args) as up:
+        assert "slave 127.0.0.1:" in up.ready and "ACL on" in up.ready
+        up.env.update(MQCTL_ACCESS_KEY="mqctl-admin", MQCTL_SECRET_KEY_FILE=str(secret))
+        await asyncio.to_thread(up.mq, "topic", "create", "-t", "AclSlaveT")
+        slave_topics = data / "store-slave1" / "config" / "topics.json"
+
+        async def synced() -> bool:
+            return slave_topics.exists() and "AclSlaveT" in slave_topics.read_text()
+
+        await wait_until(synced, timeout=60)  # (a slave syncs every 10 s)
+    assert up.code == 0
+    log = "".join(up.said) + up.after
+    assert "slave metadata sync" not in log and "not checked against its master" not in log, log
+    assert "synced TopicConfigFile from master" in log
 
 
 @pytest.mark.slow

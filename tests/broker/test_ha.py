@@ -885,7 +885,7 @@ async def test_queries_fall_back_to_the_slave_when_the_master_is_down(
     offsets = await asyncio.to_thread(mq, "-g", "AskG", "-t", "Ask", command=("offset", "show"))
     assert offsets.returncode == 0, offsets.stderr
     first = json.loads(offsets.stdout)[0]
-    assert (first["queue_id"], first["committed"], first["max_offset"]) == (0, 1, 1)
+    assert (first["queue_id"], first["consumer_offset"], first["max_offset"]) == (0, 1, 1)
     assert "reading from slave 1" in offsets.stderr
     progress = await asyncio.to_thread(mq, "-g", "AskG", command=("group", "progress"))
     assert progress.returncode == 0, progress.stderr

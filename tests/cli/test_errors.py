@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from daemon.config import ConfigError
+from daemon.remoting.codes import ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection
 from daemon.remoting.errors import (
     RemotingCommandError,
     RemotingConnectError,
     RemotingProtocolError,
     RemotingTimeoutError,
 )
+from daemon.remoting.server import RemotingServer
 from mqctl import errors
 from mqctl.errors import (
     EXIT_CODES,
@@ -31,9 +37,15 @@ from mqctl.errors import (
     translate,
 )
 from store.errors import CorruptRecordError, StoreLockedError
+from tests.daemons import LoopThread
 from tests.support.cli import RunCli
 
 ROOT = Path(__file__).resolve().parents[2]
+#: How a RocketMQ 4.9.8 broker's remark carries its ACL's refusal: the exception, then its first frame.
+ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
+VALIDATE_FRAME = (
+    "org.apache.rocketmq.acl.plain.PlainPermissionManager.validate(PlainPermissionManager.java:664)"
+)
 
 
 def test_every_error_class_has_a_unique_documented_exit_code() -> None:
@@ -200,7 +212,7 @@ def test_a_directory_given_for_a_file_is_a_usage_error(cli: RunCli, tmp_path: Pa
             "ACL: request code 17 from 127.0.0.1 carries no AccessKey and 127.0.0.1 is not white-listed",
             AuthError,
         ),
-        (1, "No accessKey is configured", BrokerError),  # 4.9.8's refusal
+        (1, f"{ACL_EXCEPTION}No accessKey is configured, {VALIDATE_FRAME}", AuthError),  # 4.9.8's refusal
     ],
 )
 def test_an_acl_refusal_of_an_unsigned_request_says_how_to_sign(code: int, remark: str, cls: type) -> None:
@@ -231,3 +243,64 @@ def test_a_broker_name_given_for_a_broker_address_is_a_usage_error(cli: RunCli) 
         assert result.code == UsageError.exit_code, result.stderr
         assert "'broker-a' is not HOST:PORT" in result.stderr and result.stderr.count("\n") == 1
     assert cli("broker", "clean", "-b", "127.0.0.1:1", "-n", "127.0.0.1:1").code == ConnectError.exit_code
+
+
+@contextmanager
+def refusing_broker(remark: str) -> Iterator[str]:
+    """A RocketMQ 4.9.8 broker with ACL on, as a request its validator refuses meets it: SYSTEM_ERROR
+    with the ``AclException`` (NettyRemotingAbstract#processRequestCommand). Yields its address."""
+
+    def refuse(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, remark)
+
+    loop = LoopThread()
+    server = RemotingServer(host="127.0.0.1", default_processor=refuse)
+    try:
+        loop.run(server.start())
+        yield f"127.0.0.1:{server.port}"
+    finally:
+        loop.run(server.stop())
+        loop.close()
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        "No accessKey is configured",
+        "No acl config for rocketmq2",
+        "Check signature failed for accessKey=rocketmq2",
+        "[10015:signature-failed] unable to calculate a request signature. error=bad key",
+        "Need admin permission for request code=26, but accessKey=rocketmq2 is not",
+    ],
+)
+def test_a_rocketmq_broker_acl_refusal_is_an_acl_error(cli: RunCli, words: str) -> None:
+    """A 4.9.8 broker refuses with SYSTEM_ERROR and its AclException's text: that exited 8 (any broker
+    error) with a Java class name and stack frame in the line, where ours (NO_PERMISSION) exits 9."""
+    with refusing_broker(f"{ACL_EXCEPTION}{words}, {VALIDATE_FRAME}") as addr:
+        result = cli("broker", "config", "get", "-b", addr, "-n", "127.0.0.1:1")
+    assert result.code == AuthError.exit_code, result.stderr
+    assert words in result.stderr and result.stderr.count("\n") == 1
+    assert "org.apache" not in result.stderr and f"broker {addr} refused it" in result.stderr
+    # (mqctl signed nothing here: a refusal that names the AccessKey says how to give one)
+    assert ("--access-key AK" in result.stderr) is ("accessKey" in words)
+
+
+async def test_a_rocketmq_acl_refusal_is_no_empty_answer() -> None:
+    """VIEW_MESSAGE_BY_ID takes SYSTEM_ERROR as "no message there": a 4.9.8 ACL refusal, the same code,
+    read as a missing message rather than as the refusal it is."""
+    from mqctl.admin import messaging
+    from mqctl.admin.client import Admin, Refused
+
+    server = RemotingServer(
+        host="127.0.0.1",
+        default_processor=lambda conn, request: request.make_response(
+            ResponseCode.SYSTEM_ERROR, f"{ACL_EXCEPTION}No acl config for rocketmq2, {VALIDATE_FRAME}"
+        ),
+    )
+    await server.start()
+    try:
+        async with Admin(["127.0.0.1:1"], timeout=10.0) as admin:
+            with pytest.raises(Refused):
+                await messaging.view_raw(admin, f"127.0.0.1:{server.port}", 0)
+    finally:
+        await server.stop()

@@ -170,18 +170,18 @@ def test_offset_reset_from_group_copies_its_offsets(mq: RunCli) -> None:
     assert done.code == 0, done.stderr
     assert [(q["queue_id"], q["new"]) for q in done.json()["queues"]] == [(0, 4), (1, 10)]
     shown = mq("offset", "show", "-g", "CG_Clone", "-t", TOPIC, "-o", "json").json()
-    assert [r["committed"] for r in shown] == [4, 10]
+    assert [r["consumer_offset"] for r in shown] == [4, 10]
     typo = mq(*args, "--from-group", f"{GROUP}_typo")
     assert typo.code == NotFoundError.exit_code and "--from-group" in typo.stderr, typo.stderr
 
 
 def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
     rows = mq("group", "progress", "-g", GROUP, "-t", TOPIC, "-o", "json").json()
-    assert [(r["queue_id"], r["broker_offset"], r["consumer_offset"], r["lag"]) for r in rows] == [
+    assert [(r["queue_id"], r["max_offset"], r["consumer_offset"], r["lag"]) for r in rows] == [
         (0, 10, 4, 6),
         (1, 10, 10, 0),
     ]
-    assert rows[0]["last_consumed_store_time_ms"] > 0 and rows[0]["client"] is None
+    assert rows[0]["last_consumed_store_time_ms"] > 0 and rows[0]["client_id"] is None
     assert rows[0]["last_consumed_store_time"].endswith("Z")  # ISO in JSON, with its _ms twin
     lagging = mq("group", "progress", "-g", GROUP, "-t", TOPIC, "--lag-over", "0", "-o", "json").json()
     assert [r["queue_id"] for r in lagging] == [0]
@@ -189,14 +189,14 @@ def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
 
 def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_path: Path) -> None:
     shown = mq("offset", "show", "-g", GROUP, "-t", TOPIC, "-o", "json").json()
-    assert [(r["committed"], r["lag"]) for r in shown] == [(4, 6), (10, 0)]
+    assert [(r["consumer_offset"], r["lag"]) for r in shown] == [(4, 6), (10, 0)]
     # a group no broker knows: the broker answers 0 for it, which read as "committed 0" for a typo
     typo = mq("offset", "show", "-g", f"{GROUP}_typo", "-t", TOPIC)
     assert typo.code == NotFoundError.exit_code and "does not exist on the brokers" in typo.stderr
 
     plan = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--shift-by", "-3", "-o", "json").json()
     assert plan["executed"] is False
-    assert [(q["current"], q["new"]) for q in plan["queues"]] == [(4, 1), (10, 7)]
+    assert [(q["consumer_offset"], q["new"]) for q in plan["queues"]] == [(4, 1), (10, 7)]
     offsets = loaded.broker.offsets
     assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == [4, 10]
 
@@ -348,8 +348,8 @@ def test_an_empty_csv_still_has_its_header_row(mq: RunCli) -> None:
     empty = mq("group", "progress", "-g", GROUP, "--lag-over", "1000000", "-o", "csv")
     assert empty.code == 0, empty.stderr
     assert empty.stdout.splitlines() == [
-        "topic,broker_name,queue_id,broker_offset,consumer_offset,lag,last_consumed_store_time,"
-        "last_consumed_store_time_ms,client"
+        "topic,broker_name,queue_id,max_offset,consumer_offset,lag,last_consumed_store_time,"
+        "last_consumed_store_time_ms,client_id"
     ]
 
 
@@ -395,7 +395,7 @@ def test_resetting_a_pop_groups_offsets_moves_its_next_pop(mq: RunCli, loaded: L
 
     def committed() -> int:
         rows = mq("offset", "show", "-g", "CG_PopReset", "-t", TOPIC, "-o", "json").json()
-        return next(r["committed"] for r in rows if r["queue_id"] == 1)
+        return next(r["consumer_offset"] for r in rows if r["queue_id"] == 1)
 
     def reset(offset: int) -> None:
         done = mq(
@@ -421,3 +421,54 @@ def test_resetting_a_pop_groups_offsets_moves_its_next_pop(mq: RunCli, loaded: L
     assert loaded.loop.run(pop_offsets()) == list(range(3, 10))
     assert committed() == 3
     loaded.loop.run(wire.client.close())
+
+
+#: Names one concept had in different group and offset commands: only the first may appear in their output.
+OFFSET_SYNONYMS = (
+    ("max_offset", "broker_offset", "brokerOffset"),
+    ("consumer_offset", "committed", "current", "consumerOffset"),
+    ("client_id", "client", "clientId"),
+)
+
+
+def test_group_and_offset_commands_name_each_concept_once(mq: RunCli, tmp_path: Path) -> None:
+    """group progress called a queue's end ``broker_offset`` and the group's offset ``consumer_offset``;
+    offset show called them ``max_offset`` and ``committed``, offset reset ``current``; progress's owner
+    was ``client`` where group connections say ``client_id``. One name each, in JSON, YAML and CSV, every
+    one in the glossary."""
+    import re
+
+    import yaml
+
+    from tests.cli.test_msg import GLOSSARY, _fields
+
+    group = "CG_Names"
+    reset = ("offset", "reset", "-g", group, "-t", TOPIC)
+    made = mq(*reset, "--to-offset", "2", "--create-group", "--execute", "--yes")
+    assert made.code == 0, made.stderr
+    plan = str(tmp_path / "p.json")
+    commands = [
+        ("group", "progress", "-g", group, "-t", TOPIC),
+        ("group", "list", "--progress"),
+        ("group", "show", "-g", group),
+        ("group", "connections", "-g", group),
+        ("offset", "show", "-g", group, "-t", TOPIC),
+        (*reset, "--shift-by", "-1", "--export", plan),
+    ]
+    found: dict[str, list[object]] = {}
+    headers: set[str] = set()
+    for args in commands:
+        for fmt in ("json", "yaml", "csv"):
+            result = mq(*args, "-o", fmt)
+            assert result.code == 0, (args, fmt, result.stderr)
+            if fmt == "csv":
+                headers.update(re.findall(r"[a-z_]+", result.stdout.splitlines()[0]))
+            else:
+                _fields(yaml.safe_load(result.stdout) if fmt == "yaml" else result.json(), found)
+    _fields(json.loads((tmp_path / "p.json").read_text())["queues"], found)
+    for preferred, *old in OFFSET_SYNONYMS:
+        assert not set(old) & (set(found) | headers), f"{sorted(set(old) & set(found))}: call it {preferred}"
+        assert preferred in found and preferred in headers
+    first_cells = (line.split("|")[1] for line in GLOSSARY.read_text().splitlines() if line.startswith("| `"))
+    documented = {name for cell in first_cells for name in re.findall(r"`([a-z_]+)`", cell)}
+    assert not set(found) - documented, f"not in {GLOSSARY.name}: {sorted(set(found) - documented)}"

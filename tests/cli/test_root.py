@@ -175,6 +175,8 @@ def test_completing_a_noun_imports_none_and_its_commands_that_noun_alone() -> No
     assert _nouns_imported([], nouns) == (0, [], "topic\ntimer\ntls\ntop\n")
     commands = {"_MQCTL_COMPLETE": "complete_bash", "COMP_WORDS": "mqctl topic cr", "COMP_CWORD": "2"}
     assert _nouns_imported([], commands) == (0, ["mqctl.cli.topic"], "create\n")
+    line = {"_MQCTL_COMPLETE": "complete_bash", "_MQCTL_COMPLETE_LINE": "mqctl topic cr"}  # the script's
+    assert _nouns_imported([], line) == (0, ["mqctl.cli.topic"], "create\n")
 
 
 def test_each_noun_has_the_registrys_help_and_no_other() -> None:

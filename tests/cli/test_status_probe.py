@@ -13,6 +13,7 @@ import pytest
 from mqctl.services import processes
 from mqctl.services.processes import probe
 from tests.daemons import local_cluster
+from tests.support.cli import RunCli
 from tests.support.ports import free_port
 
 
@@ -84,3 +85,50 @@ def test_a_reset_as_the_connect_returns_is_a_listener_and_a_refusal_is_not(
     assert processes.port_open("127.0.0.1", free_port()) is True
     monkeypatch.undo()
     assert processes.port_open("127.0.0.1", free_port()) is False
+
+
+def test_broker_status_asks_a_broker_over_the_wire(tmp_path: Path, cli: RunCli) -> None:
+    """``broker status`` read only a broker on this host's store; -b HOST:PORT and --cluster ask any
+    broker by its address (or every master), with the local form's field names and its identity."""
+    with local_cluster(tmp_path) as cluster:
+        addr, config = cluster.broker_addr, cluster.broker.config
+        local = cli("broker", "status", "--store", config.store_path_root_dir, "-o", "json")
+        remote = cli("broker", "status", "-b", addr, "-o", "json")
+        every = cli(
+            "broker",
+            "status",
+            "--cluster",
+            config.broker_cluster_name,
+            "-n",
+            cluster.namesrv_addr,
+            "-o",
+            "json",
+        )
+        unknown = cli("broker", "status", "--cluster", "NoSuchCluster", "-n", cluster.namesrv_addr)
+    assert remote.code == 0, remote.stderr
+    shown = remote.json()
+    assert (shown["state"], shown["address"], shown["reachable"]) == ("running", addr, True)
+    assert (shown["cluster"], shown["broker_name"], shown["broker_id"]) == (
+        config.broker_cluster_name,
+        config.broker_name,
+        0,
+    )
+    assert shown["store"] == config.store_path_root_dir and shown["version"]
+    assert "pid" not in shown and "process" not in shown  # the process is the local host's to see
+    # the local form's names: the probe's figures, and what it says of the store and its listeners
+    local_fields = processes.Probe.__required_keys__ | processes.Probe.__optional_keys__
+    local_fields |= {"state", "store", "address", "metrics", "grpc"}
+    assert set(shown) - local_fields == {"cluster", "broker_name", "broker_id"}
+    assert local.json()["store"] == shown["store"]
+    assert every.code == 0, every.stderr
+    assert [row["address"] for row in every.json()] == [addr]
+    assert unknown.code == 3 and "NoSuchCluster" in unknown.stderr
+
+
+def test_broker_status_over_the_wire_is_validated_and_says_an_absent_broker(cli: RunCli) -> None:
+    name = cli("broker", "status", "-b", "broker-a")
+    assert name.code == 2 and "'broker-a' is not HOST:PORT" in name.stderr, name.stderr
+    both = cli("broker", "status", "-b", "127.0.0.1:1", "--store", "/nonexistent")
+    assert both.code == 2 and "not both" in both.stderr, both.stderr
+    down = cli("broker", "status", "-b", f"127.0.0.1:{free_port()}", "--timeout", "2")
+    assert down.code == 5, down.stderr

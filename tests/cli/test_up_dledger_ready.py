@@ -107,3 +107,33 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
     except FileNotFoundError:
         return True
+
+
+@pytest.mark.slow
+async def test_an_acl_dledger_group_copies_the_masters_metadata_signed(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """``--acl --dledger 3`` was refused: a member signs nothing, so the ACL master refused the copy of its
+    topics and groups each member takes. Members sign it with the admin account now (their broker.conf,
+    which holds its secret, owner-only), and a topic created on the master reaches the others."""
+    import stat
+
+    data = tmp_path / "data"
+    args = ("--dledger", "3", "--broker-port", "0", "--no-metrics", "--acl")
+    async with mqctl_up(data, cli_env, free_port(), *args) as up:
+        assert "ACL on: access key mqctl-admin" in up.ready
+        stores = [data / f"store-broker-a-n{i}" for i in range(3)]
+        assert {stat.S_IMODE((s / "broker.conf").stat().st_mode) for s in stores} == {0o600}
+        up.env.update(
+            MQCTL_ACCESS_KEY="mqctl-admin", MQCTL_SECRET_KEY_FILE=str(data / "acl" / "admin.secret")
+        )
+        await asyncio.to_thread(up.mq, "topic", "create", "-t", "AclMemberT")
+
+        def holding() -> int:
+            files = [s / "config" / "topics.json" for s in stores]
+            return sum(f.exists() and "AclMemberT" in f.read_text() for f in files)
+
+        await wait_until(lambda: holding() >= 2, timeout=90)  # the followers (members copy every 10 s)
+    assert up.code == 0
+    logs = "".join((s / "broker.log").read_text() for s in stores if (s / "broker.log").exists())
+    assert "slave metadata sync" not in logs, logs

@@ -136,3 +136,21 @@ def test_unescaped_trailing_blanks_are_dropped_escaped_ones_kept_and_written_esc
     text = "brokerName=broker-a \t\nmarker=a\\  \nempty=   \n"
     assert parse_properties(text) == {"brokerName": "broker-a", "marker": "a ", "empty": ""}
     assert parse_properties(update_properties("", {"a": "x  ", "b": " "})) == {"a": "x  ", "b": " "}
+
+
+def test_inner_credentials_are_checked_at_start_and_masked() -> None:
+    """A broker signs its own requests with innerClientAuthenticationCredentials (RocketMQ 5.x's JSON):
+    a malformed value fails the start rather than every request; over the wire it shows masked."""
+    from daemon.broker.config import BrokerConfig
+    from daemon.config import ConfigError, to_properties
+
+    for bad in ('{"accessKey": "ak"}', "ak:sk", '{"accessKey": "", "secretKey": "sk"}', "[1]"):
+        with pytest.raises(ConfigError, match="innerClientAuthenticationCredentials"):
+            BrokerConfig(inner_client_authentication_credentials=bad)
+    config = BrokerConfig(
+        inner_client_authentication_credentials='{"accessKey": "ak", "secretKey": "s3cret"}'
+    )
+    assert config.inner_credentials() == ("ak", "s3cret") and BrokerConfig().inner_credentials() is None
+    shown = to_properties(config, mask_secrets=True)
+    assert "innerClientAuthenticationCredentials=" in shown and "s3cret" not in shown
+    assert "s3cret" not in repr(config)

@@ -152,10 +152,10 @@ async def test_drill_down_shows_queue_offsets_and_owner(cluster: LocalCluster, t
                 q.topic,
                 q.broker_name,
                 str(q.queue_id),
-                f"{q.broker_offset:,}",
+                f"{q.max_offset:,}",
                 f"{q.consumer_offset:,}",
                 f"{q.lag:,}",
-                q.client or "-",
+                q.client_id or "-",
             ]
             for q in expected
         ]
