@@ -229,6 +229,21 @@ class InMemoryMessageStore:
             self._set_aside.update((offset, why) for offset, _size, why in records)
         return ""
 
+    @property
+    def replica_mark(self) -> int:
+        """Nothing outlives the process: whatever this store holds it took from its master."""
+        return len(self._log)
+
+    @property
+    def held_back(self) -> int:
+        return 0
+
+    def replica_checked(self, end: int) -> None:
+        pass
+
+    def serve_unchecked(self) -> None:
+        pass
+
     def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
         """Drop the log from ``cut`` on with its queue units and index entries (no files: kept nowhere)."""
         with self._lock:
