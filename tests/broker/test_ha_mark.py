@@ -13,14 +13,17 @@ import pytest
 from daemon.broker.broker import Broker
 from daemon.broker.headers import QueryMessageRequestHeader
 from daemon.remoting.bodies import KVTable
+from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store.record import decode_msg_id, decode_records
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import SMALL, Group, master_and_slave, pull_all, start_slave
-from tests.support.broker import replicated, start_broker
+from tests.broker.test_ha_integrity import FakeMaster, slave_of
+from tests.support.broker import BrokerClient, replicated, start_broker
 from tests.support.cli import RunCli
-from tests.support.ports import free_block
+from tests.support.ports import free_block, free_port
+from tests.support.waiting import wait_until
 
 TOPIC = "Mark"
 
@@ -149,3 +152,39 @@ async def test_a_slave_promoted_and_demoted_back_holds_its_own_records_until_che
         served = await everything(g, g.slave)
         assert [len(q) for q in served] == [10, 10, 10, 10]
         assert all(b.startswith(b"common") for q in served for b in q)
+
+
+@pytest.mark.slow
+async def test_a_slave_whose_master_cannot_be_asked_serves_past_its_mark_once_it_reaches_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no NameServer to name its master's broker address the check cannot run: a slave opened past
+    its mark holds those records back while its master's HA port does not answer, then serves them
+    unchecked once it connects (as before the mark), saying so."""
+    root = tmp_path / "slave"
+    client = RemotingClient()
+    try:
+        alone = await start_broker(root, **SMALL)
+        for i in range(5):
+            assert (
+                await BrokerClient(alone.addr, client).send(TOPIC, f"own-{i}".encode(), queue_id=0)
+            ).code == 0
+        await alone.stop()
+        port = free_port()
+        slave = await slave_of(root, f"127.0.0.1:{port}")  # nobody listens there yet
+        try:
+            on_slave = BrokerClient(slave.addr, client)
+            assert slave.store.held_back > 0
+            assert await pull_all(on_slave, TOPIC, 0) == []
+            server = await asyncio.start_server(FakeMaster(b"").serve, "127.0.0.1", port)
+            try:
+                await wait_until(lambda: slave.store.held_back == 0)
+                assert len(await pull_all(on_slave, TOPIC, 0)) == 5
+                assert slave.store.replica_mark == 0  # nothing was checked
+                assert "unchecked" in caplog.text
+            finally:
+                server.close()
+        finally:
+            await slave.stop()
+    finally:
+        await client.close()
