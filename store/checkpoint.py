@@ -9,7 +9,7 @@ of a 1 GiB CommitLog file (RocketMQ's file-granular rule, docs/store-format.md �
 the active index file instead of deleting it for being newer than ``indexMsgTimestamp``.
 
 The replica mark (another mqctl extension, at byte 160) is the CommitLog offset up to which the store is
-known to hold its master's records (docs/replication.md §divergence): a slave that cannot reach its master
+known to hold its master's records (docs/replication.md §the-replica-mark): a slave that cannot reach its master
 serves nothing past it. It is written in the same ``pwrite`` of the first sector as the longs it is checked
 against, never past what the CommitLog had flushed before, so neither a killed process nor a power loss
 leaves a mark that claims more than the log holds.

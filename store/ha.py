@@ -398,8 +398,8 @@ class ReplicaStore(Protocol):
 
     @property
     def replica_mark(self) -> int:
-        """Where the CommitLog stops being known to hold its master's records (docs/replication.md
-        §divergence): a slave that restarts before its master answers serves nothing past it."""
+        """Where the CommitLog stops being known to hold its master's records: a slave that restarts
+        before its master answers serves nothing past it (docs/replication.md §the-replica-mark)."""
         ...
 
     @property

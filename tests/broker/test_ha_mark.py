@@ -1,5 +1,5 @@
 """The replica mark: a slave that restarts while its master is down serves only what it knows to be its
-master's (docs/replication.md §divergence)."""
+master's (docs/replication.md §the-replica-mark)."""
 
 from __future__ import annotations
 

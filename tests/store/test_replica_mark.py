@@ -1,5 +1,5 @@
 """The replica mark in the checkpoint: how far a slave's CommitLog is known to be its master's
-(docs/replication.md §divergence), what an older store gets, and that a crash never leaves it past what
+(docs/replication.md §the-replica-mark), what an older store gets, and that a crash never leaves it past what
 the CommitLog holds."""
 
 from __future__ import annotations
