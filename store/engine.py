@@ -338,9 +338,9 @@ class DefaultMessageStore:
         self._crc_checked_from = 0  # records below this offset were not CRC-checked by recovery
         self.healer = Healer(self)
         self._no_space = False  # the last put failed for want of space (logged once)
-        #: The replica mark (docs/replication.md §the-replica-mark): the CommitLog is known to hold its master's
-        #: records below it. Records a slave appends from its master's stream right at it move it; a
-        #: master's own puts never do.
+        #: The replica mark (docs/replication.md §the-replica-mark): the CommitLog is known to hold its
+        #: master's records below it. Records a slave appends from its master's stream right at it move it;
+        #: a master's own puts never do.
         self.replica_mark = 0
         #: A slave's reads stop here until its log is checked against its master's (-1: they do not):
         #: dispatch builds no ConsumeQueue unit nor index entry past it, and a lookup by offset finds nothing.
@@ -525,10 +525,11 @@ class DefaultMessageStore:
 
     def _load_replica_mark(self) -> None:
         """The mark as the checkpoint has it, never past the recovered log's end (see
-        docs/replication.md §the-replica-mark). A store without one (older, or RocketMQ's) opened as a slave is taken as its master's
-        to its end, as it was served before the mark; opened as a master, as nobody's (its own records are
-        not its future master's). A void one (a broker that knows no mark rewrote the checkpoint since, or
-        a torn write) takes nothing as matched. A slave serves nothing past the mark until it is checked."""
+        docs/replication.md §the-replica-mark). A store without one (older, or RocketMQ's) opened as a
+        slave is taken as its master's to its end, as it was served before the mark; opened as a master,
+        as nobody's (its own records are not its future master's). A void one (a broker that knows no mark
+        rewrote the checkpoint since, or a torn write) takes nothing as matched. A slave serves nothing
+        past the mark until it is checked."""
         cp = self.checkpoint
         assert cp is not None
         cl = self.commit_log

@@ -61,6 +61,9 @@ def test_a_masters_own_puts_never_move_the_mark_and_an_old_store_is_a_slaves_to_
         assert (slave.replica_mark, slave.held_back) == (0, end)
         assert slave.get_max_offset("T", 0) == 0  # nothing served until checked
         assert slave.look_message_by_offset(0) is None
+        with slave._put_lock:  # a queue healed from the CommitLog meanwhile gets no unit past the mark
+            slave.healer.rebuild_queues({("T", 0): "a test's"})
+        assert slave.get_max_offset("T", 0) == 0
         slave.replica_checked(end)
         slave.dispatch()
         assert (slave.replica_mark, slave.held_back, slave.get_max_offset("T", 0)) == (end, 0, 5)
