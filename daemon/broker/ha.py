@@ -636,7 +636,9 @@ class HASlave:
     Before each connection the slave compares its last record with the master's at the same offset
     (``master_records``; None: not checked, as without a NameServer to name the master's broker
     address). Records the master does not hold at the same offsets are set aside
-    (:meth:`ReplicaStore.set_aside_replica_tail`) and the slave reports the end of what they share.
+    (:meth:`ReplicaStore.set_aside_replica_tail`) and the slave reports the end of what they share. The
+    check moves the store's replica mark to that end and releases what the store held back past the mark
+    (:meth:`ReplicaStore.replica_checked`); a master that cannot be asked releases it at connection.
 
     ``after_registration``: the first connection waits for :meth:`registered`. The master admits only the
     slaves its NameServers list (:class:`SlaveGate`), and ``haMasterAddress`` names the master before this
