@@ -229,15 +229,6 @@ class InMemoryMessageStore:
             self._set_aside.update((offset, why) for offset, _size, why in records)
         return ""
 
-    @property
-    def replica_mark(self) -> int:
-        """Nothing outlives the process: whatever this store holds it took from its master."""
-        return len(self._log)
-
-    @property
-    def held_back(self) -> int:
-        return 0
-
     def replica_checked(self, end: int) -> None:
         pass
 
@@ -429,6 +420,10 @@ class InMemoryMessageStore:
     @property
     def max_phy_offset(self) -> int:
         return len(self._log)
+
+    #: Nothing outlives the process: whatever this store holds it took from its master, none held back.
+    replica_mark = max_phy_offset
+    held_back = 0
 
     @property
     def min_phy_offset(self) -> int:
