@@ -99,6 +99,8 @@ async def test_a_slave_that_ran_as_a_master_serves_none_of_its_own_records_while
         assert status.code == 0, status.stderr
         [row] = [r for r in json.loads(status.stdout) if r["broker_id"] == 1]
         assert (row["replica_mark"], row["held_back_bytes"]) == (mark, held)
+        checked = await asyncio.to_thread(cli, "check", "ha", env={"NAMESRV_ADDR": g.ns_addr})
+        assert f"slave {g.slave.addr} holds back {held} bytes past its replica mark" in checked.stdout
 
         await restart_master(g, tmp_path, fixed)
         await send_common(g, 8, "later")
