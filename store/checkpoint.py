@@ -7,12 +7,19 @@ ConsumeQueue units and index entries that were on disk too when the checkpoint w
 index file's header as it was then. Abnormal recovery re-dispatches from that offset instead of from the start
 of a 1 GiB CommitLog file (RocketMQ's file-granular rule, docs/store-format.md §abnormal-recovery), and keeps
 the active index file instead of deleting it for being newer than ``indexMsgTimestamp``.
+
+The replica mark (another mqctl extension, at byte 160) is the CommitLog offset up to which the store is
+known to hold its master's records (docs/replication.md §the-replica-mark): a slave that cannot reach its master
+serves nothing past it. It is written in the same ``pwrite`` of the first sector as the longs it is checked
+against, never past what the CommitLog had flushed before, so neither a killed process nor a power loss
+leaves a mark that claims more than the log holds.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import threading
 import zlib
 from dataclasses import dataclass
 
@@ -28,6 +35,14 @@ _RECOVERY_MAGIC = b"mqctlRP2"
 # nothing of what that broker wrote, nor of a recovery of its that cut below it)
 _RECOVERY = struct.Struct(">8sqqqqqqii")
 _CRC = struct.Struct(">I")
+REPLICA_MARK_AT = 160
+_MARK_MAGIC = b"mqctlRM1"
+# magic, offset; then the CRC32 of the three longs at byte 0 and both: a broker that does not know the mark
+# and rewrote the longs since (a 4.9.8 one) voids it, for it may have written records of its own past it
+_MARK = struct.Struct(">8sq")
+#: What one write covers: the longs, RocketMQ 5.x's fields after them (kept as read), the recovery point and
+#: the replica mark, all in the first sector, which a disk writes whole.
+_PAGE = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +97,23 @@ def _decode_recovery(data: bytes, header: bytes) -> RecoveryPoint | None:
     return RecoveryPoint(offset, index)
 
 
+def _encode_mark(offset: int, header: bytes) -> bytes:
+    fields = _MARK.pack(_MARK_MAGIC, offset)
+    return fields + _CRC.pack(zlib.crc32(header + fields))
+
+
+def _decode_mark(data: bytes, header: bytes) -> tuple[int | None, bool]:
+    """The replica mark and whether one was there: ``(None, False)`` when absent (a store from before it,
+    or RocketMQ's), ``(None, True)`` when void (damaged, or the longs were rewritten since it was)."""
+    fields = data[: _MARK.size]
+    if len(data) < _MARK.size + _CRC.size or fields[:8] != _MARK_MAGIC:
+        return None, False
+    offset = _MARK.unpack(fields)[1]
+    if _CRC.unpack_from(data, _MARK.size)[0] != zlib.crc32(header + fields) or offset < 0:
+        return None, True
+    return offset, True
+
+
 class StoreCheckpoint:
     """Timestamps recovery uses to pick where abnormal recovery starts
     (docs/store-format.md §abnormal-recovery), and our recovery point.
@@ -98,14 +130,21 @@ class StoreCheckpoint:
         self.logics_msg_timestamp = 0
         self.index_msg_timestamp = 0
         self.recovery_point: RecoveryPoint | None = None
+        #: The replica mark (see the module); None: none to write, or none read (see ``replica_mark_found``).
+        self.replica_mark: int | None = None
+        #: Whether the file held a mark when read, valid or void.
+        self.replica_mark_found = False
         self._fd: int | None = None
+        self._page = bytearray(_PAGE)
+        self._lock = threading.Lock()  # one composer of the page at a time: its fields agree with each other
         if read_only and not os.path.exists(path):
             return
         fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
-        data = os.pread(fd, _LAYOUT.size, 0)
-        self.recovery_point = _decode_recovery(
-            os.pread(fd, _RECOVERY.size + _CRC.size, RECOVERY_POINT_AT), data
-        )
+        page = os.pread(fd, _PAGE, 0)
+        self._page[: len(page)] = page
+        data = page[: _LAYOUT.size]
+        self.recovery_point = _decode_recovery(page[RECOVERY_POINT_AT:], data)
+        self.replica_mark, self.replica_mark_found = _decode_mark(page[REPLICA_MARK_AT:], data)
         if read_only:
             os.close(fd)
         else:
@@ -120,15 +159,34 @@ class StoreCheckpoint:
             )
 
     def flush(self) -> None:
-        """Write the fields (and the recovery point, when there is one) and force them to disk."""
-        if self._fd is None:
+        """Write the fields (and the recovery point and replica mark, those there are) and force them to
+        disk."""
+        self.write()
+        self.sync()
+
+    def write(self) -> None:
+        """The fields, in one ``pwrite`` of the first sector (to the page cache: :meth:`sync` forces it)."""
+        fd = self._fd
+        if fd is None:
             return
-        header = _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp)
-        os.pwrite(self._fd, header, 0)
-        point = self.recovery_point
-        if point is not None:
-            os.pwrite(self._fd, _encode_recovery(point, header), RECOVERY_POINT_AT)
-        os.fdatasync(self._fd)
+        with self._lock:
+            page = self._page
+            header = _LAYOUT.pack(
+                self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp
+            )
+            page[: _LAYOUT.size] = header
+            point = self.recovery_point
+            if point is not None:
+                recovery = _encode_recovery(point, header)
+                page[RECOVERY_POINT_AT : RECOVERY_POINT_AT + len(recovery)] = recovery
+            if self.replica_mark is not None:
+                mark = _encode_mark(self.replica_mark, header)
+                page[REPLICA_MARK_AT : REPLICA_MARK_AT + len(mark)] = mark
+            os.pwrite(fd, page, 0)
+
+    def sync(self) -> None:
+        if self._fd is not None:
+            os.fdatasync(self._fd)
 
     def recovery_limit(self, *, index_safe: bool) -> int:
         """Newest store timestamp abnormal recovery may trust: min of the fields minus 3 s

@@ -111,6 +111,9 @@ __all__ = [
 _PUT_OK: Final = PutMessageStatus.PUT_OK  # read on every put (store/native.py: enum members as Final names)
 _WARM_AHEAD_BYTES = 8 * 1024 * 1024
 _RETRY_CHUNK = 1024 * 1024  # CommitLog bytes the flush loop's dispatch retry takes per hold of the put lock
+#: The least time between two writes of a replicating slave's replica mark: what a slave that crashed holds
+#: back, at most, until its master answers again.
+MARK_WRITE_INTERVAL_MS = 1000
 _SYNCFS_QUEUES = 64  # a flush due on this many ConsumeQueues syncs their file system once instead
 #: ConsumeQueues a flush looks at between two pauses: the scan is compiled code that never lets another
 #: thread have the GIL, so a checkpoint over 10,000 queues would otherwise hold the event loop for all of it.
@@ -337,6 +340,15 @@ class DefaultMessageStore:
         self._crc_checked_from = 0  # records below this offset were not CRC-checked by recovery
         self.healer = Healer(self)
         self._no_space = False  # the last put failed for want of space (logged once)
+        #: The replica mark (docs/replication.md §the-replica-mark): the CommitLog is known to hold its
+        #: master's records below it. Records a slave appends from its master's stream right at it move it;
+        #: a master's own puts never do.
+        self.replica_mark = 0
+        #: A slave's reads stop here until its log is checked against its master's (-1: they do not):
+        #: dispatch builds no ConsumeQueue unit nor index entry past it, and a lookup by offset finds nothing.
+        self.held_from = -1
+        #: The mark as the checkpoint last wrote it (the flush loop writes it again when it moved).
+        self._mark_on_disk = -1
 
     # ================================================================== lifecycle
 
@@ -371,6 +383,7 @@ class DefaultMessageStore:
                     point.index if point is not None else None,
                 )
             self._recover(point)
+            self._load_replica_mark()
             self.configs.load()
         except BaseException:
             self._release_lock()
@@ -385,6 +398,10 @@ class DefaultMessageStore:
         if self.read_only or self._running:
             return
         index_from = self.healer.check_on_start()
+        if self.held_from >= 0:  # units a master or an unchecked tail dispatched: built again when checked
+            for cq in self._cqs.values():
+                cq.truncate_dirty(self.held_from)
+            self._rebuild_queue_table()
         self.reput_from_offset = max(self._max_cq_phy_offset(), self.commit_log.min_offset)
         if index_from is not None:
             self.reput_from_offset = min(self.reput_from_offset, index_from)
@@ -507,6 +524,44 @@ class DefaultMessageStore:
             if unit is None:
                 return
             cq.put_unit(unit[0], unit[1], 0, qoff)
+
+    def _load_replica_mark(self) -> None:
+        """The mark as the checkpoint has it, never past the recovered log's end (see
+        docs/replication.md §the-replica-mark). A store without one (older, or RocketMQ's) opened as a
+        slave is taken as its master's to its end, as it was served before the mark; opened as a master,
+        as nobody's (its own records are not its future master's). A void one (a broker that knows no mark
+        rewrote the checkpoint since, or a torn write) takes nothing as matched. A slave serves nothing
+        past the mark until it is checked."""
+        cp = self.checkpoint
+        assert cp is not None
+        cl = self.commit_log
+        end = cl.max_offset
+        slave = self.config.broker_role == SLAVE and not self.config.enable_dleger_commit_log
+        mark = cp.replica_mark
+        if mark is None:
+            mark = end if slave and not cp.replica_mark_found else 0
+            if cp.replica_mark_found and end > cl.min_offset:
+                log.warning(
+                    "the checkpoint's replica mark is void (a broker that does not keep it wrote the "
+                    "checkpoint since, or a torn write): none of this store's records is taken as its master's "
+                    "until a slave checks them"
+                )
+        self.replica_mark = max(min(mark, end), cl.min_offset)
+        cp.replica_mark = self.replica_mark
+        if slave and not self.read_only and self.replica_mark < end:
+            self.held_from = self.replica_mark
+            log.warning(
+                "this slave's CommitLog is known to be its master's up to offset %d: the %d byte(s) after it "
+                "are not served until they are checked against the master",
+                self.replica_mark,
+                end - self.replica_mark,
+            )
+
+    def _read_end(self) -> int:
+        """Where dispatch stops: the CommitLog's end, or where a slave's unchecked records start."""
+        held = self.held_from
+        end = self.commit_log.max_offset
+        return end if held < 0 or held > end else held
 
     def _max_cq_phy_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self._cqs.values()), default=0)
@@ -795,7 +850,7 @@ class DefaultMessageStore:
         if self.read_only:
             return 0
         with self._put_lock:
-            n = self._reput_until(self.commit_log.max_offset)
+            n = self._reput_until(self._read_end())
             self._rebuild_queue_table()
             return n
 
@@ -868,8 +923,9 @@ class DefaultMessageStore:
     def _retry_dispatch(self, end: int | None = None) -> None:
         """Dispatch the records a put stored but could not dispatch (its ERROR said so), up to ``end``;
         quiet while the disk is still full. Call under the put lock."""
+        limit = self._read_end()
         try:
-            self._reput_until(self.commit_log.max_offset if end is None else end)
+            self._reput_until(limit if end is None else min(end, limit))
         except OSError as e:
             if not is_no_space(e):
                 raise
@@ -886,7 +942,7 @@ class DefaultMessageStore:
         cursor = self.reput_from_offset
         if not self.commit_log.dispatch_on_put or (self.config.broker_role == SLAVE and cursor != last_seen):
             return cursor
-        while not self._stop.is_set() and self.reput_from_offset < self.commit_log.max_offset:
+        while not self._stop.is_set() and self.reput_from_offset < self._read_end():
             with self._put_lock:
                 before = self.reput_from_offset
                 self._retry_dispatch(before + _RETRY_CHUNK)
@@ -1064,7 +1120,7 @@ class DefaultMessageStore:
     def _commit_log_flush_loop(self) -> None:
         cfg = self.config
         cl = self.commit_log
-        last_thorough = self.clock.now_ms()
+        last_thorough = last_mark = self.clock.now_ms()
         while not self._stop.is_set():
             if cfg.sync_flush:
                 with self._gc_cond:
@@ -1072,18 +1128,25 @@ class DefaultMessageStore:
                     self._gc_pending = False
             elif self._stop.wait(cfg.flush_interval_commit_log / 1000):
                 break
+            mark = self.replica_mark  # (read before the end: never past it)
             target = cl.max_offset
             ts = cl.last_store_timestamp
             dirty = target - cl.files.flushed_offset
             now = self.clock.now_ms()
             thorough = now - last_thorough >= cfg.flush_commit_log_thorough_interval
+            # a replicating slave's mark: written once the CommitLog is flushed past it, at most this often
+            # (a checkpoint sync per CommitLog flush would double a SYNC_FLUSH slave's syncs)
+            mark_due = mark != self._mark_on_disk and now - last_mark >= MARK_WRITE_INTERVAL_MS
             if dirty <= 0:
                 if target > self._flushed_offset:  # e.g. the start-up position; nothing to sync
                     with self._gc_cond:
                         self._flushed_offset = target
                         self._gc_cond.notify_all()
+                if mark_due:
+                    self._write_mark(mark)
+                    last_mark = now
                 continue
-            if cfg.sync_flush or thorough or dirty >= cfg.flush_commit_log_least_pages * 4096:
+            if cfg.sync_flush or thorough or mark_due or dirty >= cfg.flush_commit_log_least_pages * 4096:
                 try:
                     cl.flush()
                 except (OSError, ValueError):
@@ -1093,6 +1156,9 @@ class DefaultMessageStore:
                     last_thorough = now
                 if self.checkpoint is not None and ts:
                     self.checkpoint.physic_msg_timestamp = ts
+                if mark_due:
+                    self._write_mark(mark)
+                    last_mark = now
                 with self._gc_cond:
                     self._flushed_offset = max(self._flushed_offset, target)
                     self.flush_count += 1
@@ -1200,6 +1266,19 @@ class DefaultMessageStore:
             except ValueError:
                 log.exception("commit log warm-up failed")
 
+    def _write_mark(self, mark: int) -> None:
+        """Write the replica mark, ``mark`` being flushed in the CommitLog already. Composed under the put
+        lock, whose holder is the only one to lower the mark (a cut tail): a value taken before a cut is
+        never written after it."""
+        cp = self.checkpoint
+        if cp is None:
+            return
+        with self._put_lock:
+            cp.replica_mark = min(mark, self.replica_mark)
+            self._mark_on_disk = cp.replica_mark
+            cp.write()
+        cp.sync()
+
     def _checkpoint(self, *, locked: bool = False, every_queue: bool = True) -> None:
         """Flush CommitLog, ConsumeQueues and index files, then write the checkpoint: its timestamps and
         our recovery point (the dispatch cursor and the active index file's header, taken first under
@@ -1212,6 +1291,7 @@ class DefaultMessageStore:
         with contextlib.nullcontext() if locked else self._put_lock:
             self.index.write_header()
             point = RecoveryPoint(self.reput_from_offset, self.index.snapshot())
+            mark = self.replica_mark
             physic_ts = self.commit_log.last_store_timestamp
             logics_ts = self._logics_ts
             dirty = self._take_dirty()
@@ -1227,8 +1307,12 @@ class DefaultMessageStore:
             cp.physic_msg_timestamp = max(cp.physic_msg_timestamp, physic_ts)
         if logics_ts:
             cp.logics_msg_timestamp = logics_ts
-        cp.recovery_point = point
-        cp.flush()
+        with contextlib.nullcontext() if locked else self._put_lock:
+            cp.recovery_point = point
+            cp.replica_mark = min(mark, self.replica_mark)  # (see _write_mark)
+            self._mark_on_disk = cp.replica_mark
+            cp.write()
+        cp.sync()
 
     def _take_dirty(self) -> list[ConsumeQueue]:
         """The queues written since the last call, the list emptied (call under the put lock)."""
@@ -1347,6 +1431,10 @@ class DefaultMessageStore:
                     return False
             elif offset % size:
                 return False  # an empty slave starts at a file boundary, as the master sends it
+            else:
+                self.replica_mark = offset  # (nothing below it to be anyone's)
+            # the master's bytes at its offsets: matched, when all before them is
+            follows = offset == self.replica_mark
             view = memoryview(data)
             while view:
                 mf = files.last_file_for_append(offset)
@@ -1362,6 +1450,8 @@ class DefaultMessageStore:
                 mf.wrote_position = at + n
                 offset += n
                 view = view[n:]
+                if follows:
+                    self.replica_mark = offset
         return True
 
     def dispatch_replica(self, max_bytes: int = DISPATCH_CHUNK) -> bool:
@@ -1372,7 +1462,7 @@ class DefaultMessageStore:
             if self.reput_from_offset < cl.min_offset:
                 self.reput_from_offset = cl.min_offset
             start = self.reput_from_offset
-        walk = cl.walk(start, min(cl.max_offset, start + max_bytes))
+        walk = cl.walk(start, min(self._read_end(), start + max_bytes))
         infos = list(walk)
         touched: set[tuple[str, int]] = set()
         with self._put_lock:
@@ -1423,6 +1513,30 @@ class DefaultMessageStore:
         from store.replica_tail import set_aside_replica_tail  # (it reaches into this class)
 
         return set_aside_replica_tail(self, cut, why)
+
+    def replica_checked(self, end: int) -> None:
+        """The divergence check found this log its master's up to ``end`` (its end then, or where it cut):
+        the mark moves there, written at once, and reads are no longer held back."""
+        with self._put_lock:
+            self.replica_mark = max(self.replica_mark, min(end, self.commit_log.max_offset))
+            self.held_from = -1
+            mark = self.replica_mark
+        if self.read_only or self.checkpoint is None:
+            return
+        self.commit_log.flush()  # (the mark never claims what the disk may not hold)
+        self._write_mark(mark)
+
+    def serve_unchecked(self) -> None:
+        """Serve past the mark without a check (a master that refuses to be asked; a slave with no
+        NameServer to name it): what was served before the mark. The mark stays where it is."""
+        with self._put_lock:
+            self.held_from = -1
+
+    @property
+    def held_back(self) -> int:
+        """The CommitLog bytes a slave holds and does not serve until they are checked."""
+        held = self.held_from
+        return 0 if held < 0 else max(self.commit_log.max_offset - held, 0)
 
     # ================================================================== reads
 
@@ -1608,6 +1722,8 @@ class DefaultMessageStore:
         be trusted to say what to copy).
         """
         cl = self.commit_log
+        if 0 <= self.held_from <= phys_offset:  # a slave's unchecked record: not served (nor looked into)
+            return None
         mf = cl.files.find_file(phys_offset)
         path = mf.path if mf is not None else ""
         if cl.set_aside and phys_offset in cl.set_aside:

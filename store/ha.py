@@ -396,6 +396,26 @@ class ReplicaStore(Protocol):
         they were copied ("" when nowhere)."""
         ...
 
+    @property
+    def replica_mark(self) -> int:
+        """Where the CommitLog stops being known to hold its master's records: a slave that restarts
+        before its master answers serves nothing past it (docs/replication.md §the-replica-mark)."""
+        ...
+
+    @property
+    def held_back(self) -> int:
+        """The bytes past the mark this slave holds and does not serve until they are checked."""
+        ...
+
+    def replica_checked(self, end: int) -> None:
+        """The divergence check found the log its master's up to ``end``: the mark moves there (on disk
+        too) and nothing is held back any longer."""
+        ...
+
+    def serve_unchecked(self) -> None:
+        """Serve past the mark without a check (the master cannot be asked); the mark stays."""
+        ...
+
     def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
         """Take everything from ``cut`` on out of service: the CommitLog's bytes and what was dispatched from
         them, kept where the store keeps what it sets aside (a file store: ``quarantine/<UTC>/``). A slave

@@ -261,6 +261,7 @@ class HealedStore(Protocol):
     def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue: ...
     def set_aside_read(self, path: str, offset: int, size: int, why: str) -> None: ...
     def _queues_replaced(self) -> None: ...
+    def _read_end(self) -> int: ...
 
 
 class Healer:
@@ -439,7 +440,8 @@ class Healer:
         after = {key: anchors[key][0] if key in anchors else -1 for key in bad}
         start = min(anchors[key][1] if key in anchors else cl.min_offset for key in bad)
         started = time.perf_counter()
-        walk = cl.walk(start, cl.max_offset)
+        end = store._read_end()  # (a slave's records past its replica mark get no unit until checked)
+        walk = cl.walk(start, end)
         for info in walk:
             key = (info.topic, info.queue_id)
             units = found.get(key)
@@ -450,7 +452,7 @@ class Healer:
             ):
                 code = unit_tags_code(info.topic, info.properties, info.store_timestamp, delay_ms)
                 units.append((info.queue_offset, info.commit_log_offset, info.size, code))
-        complete = walk.offset >= cl.max_offset
+        complete = walk.offset >= end
         for key, units in found.items():
             old = store._cqs.get(key)
             next_offset = old.next_offset if old is not None and not complete else 0

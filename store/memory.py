@@ -229,6 +229,12 @@ class InMemoryMessageStore:
             self._set_aside.update((offset, why) for offset, _size, why in records)
         return ""
 
+    def replica_checked(self, end: int) -> None:
+        pass
+
+    def serve_unchecked(self) -> None:
+        pass
+
     def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
         """Drop the log from ``cut`` on with its queue units and index entries (no files: kept nowhere)."""
         with self._lock:
@@ -414,6 +420,10 @@ class InMemoryMessageStore:
     @property
     def max_phy_offset(self) -> int:
         return len(self._log)
+
+    #: Nothing outlives the process: whatever this store holds it took from its master, none held back.
+    replica_mark = max_phy_offset
+    held_back = 0
 
     @property
     def min_phy_offset(self) -> int:

@@ -42,6 +42,9 @@ def set_aside_replica_tail(store: DefaultMessageStore, cut: int, why: str) -> tu
             manifest.why = why
             manifest.save()
         store.commit_log.truncate(cut)
+        store.replica_mark = min(store.replica_mark, cut)
+        if store.held_from > cut:
+            store.held_from = cut
         held = store.commit_log.set_aside  # records set aside in place that were cut go with the cut
         for offset in [o for o in held if o >= cut]:
             del held[offset]

@@ -838,7 +838,8 @@ class Broker:
         """A restarted slave's store may end in records its master does not hold (it ran apart from it, or
         the master came back from an older disk): when the master answers within a few seconds they are
         set aside before the port accepts, so no client is ever served them. A master that does not
-        answer keeps the slave from nothing: it serves what it holds, checked when the master is back."""
+        answer keeps the slave from nothing it knows to be the master's: it serves up to its replica mark,
+        the rest once the master is back and the check passed or cut it."""
         slave = self.ha_slave
         if slave is None or slave.master_records is None or self.store.max_phy_offset == 0:
             return
@@ -855,7 +856,11 @@ class Broker:
         if not checked:
             log.warning(
                 "serving before this slave's last record is checked against its master (not answering): "
-                "it is checked before replication resumes"
+                "%s; it is checked before replication resumes",
+                f"{slave.store.held_back} byte(s) past offset {slave.store.replica_mark}, where its log is known "
+                "to be its master's, are held back until then"
+                if slave.store.held_back
+                else "its whole log is known to be its master's",
             )
 
     async def _registered_groups(self, why: str) -> list[dict[int, str]]:

@@ -659,7 +659,9 @@ class HASlave:
     Before each connection the slave compares its last record with the master's at the same offset
     (``master_records``; None: not checked, as without a NameServer to name the master's broker
     address). Records the master does not hold at the same offsets are set aside
-    (:meth:`ReplicaStore.set_aside_replica_tail`) and the slave reports the end of what they share.
+    (:meth:`ReplicaStore.set_aside_replica_tail`) and the slave reports the end of what they share. The
+    check moves the store's replica mark to that end and releases what the store held back past the mark
+    (:meth:`ReplicaStore.replica_checked`); a master that cannot be asked releases it at connection.
 
     ``after_registration``: the first connection waits for :meth:`registered`. The master admits only the
     slaves its NameServers list (:class:`SlaveGate`), and ``haMasterAddress`` names the master before this
@@ -748,6 +750,10 @@ class HASlave:
                 with contextlib.suppress(TimeoutError):  # (not wait_for, as above)
                     async with asyncio.timeout(RECONNECT_DELAY):
                         await self._wake.wait()
+                if not self.master_addr:
+                    # (a slave that started while its master was down learnt no HA address: asked of the
+                    # NameServers, not at the next registration a period away, while it holds records back)
+                    await self._ask_again()
                 continue
             if not await self.check_tail():
                 await asyncio.sleep(RECONNECT_DELAY)
@@ -767,6 +773,7 @@ class HASlave:
                 continue
             log.info("HA connected to master %s, reporting offset %d", addr, self.store.max_phy_offset)
             self.connected = True
+            self._serve_unchecked()
             local = writer.get_extra_info("sockname")
             self.local_addr = f"{local[0]}:{local[1]}" if local else None
             try:
@@ -816,6 +823,7 @@ class HASlave:
             log.warning("HA: this slave's last record cannot be checked against its master: %s", exc)
             return True
         if cut >= end:
+            await self._checked(end)
             return True
         why = (
             f"the slave's CommitLog differs from its master's from offset {cut} to its end {end} (a store "
@@ -835,7 +843,35 @@ class HASlave:
             f" in {where}" if where else "",
             cut,
         )
+        await self._checked(cut)
         return True
+
+    async def _checked(self, end: int) -> None:
+        """The log is the master's up to ``end``: the replica mark moves there and what was held back is
+        served (dispatched now)."""
+        store = self.store
+        held = store.held_back
+        await asyncio.to_thread(store.replica_checked, end)
+        if held:
+            log.info(
+                "HA: this slave's log checked against its master: serving the %d byte(s) held back", held
+            )
+            self._appended.set()
+
+    def _serve_unchecked(self) -> None:
+        """Connected to a master that cannot be asked for its records: serve what the mark held back, as
+        before the mark (the WARNING that the tail is unchecked was given)."""
+        store = self.store
+        held = store.held_back
+        if held:
+            store.serve_unchecked()
+            log.warning(
+                "HA: serving the %d byte(s) of this slave's log past its replica mark (offset %d) unchecked: "
+                "its master cannot be asked for its records",
+                held,
+                store.replica_mark,
+            )
+            self._appended.set()
 
     def _set_aside(self, damaged: list[tuple[int, int, str]]) -> None:
         """Records whose only fault is their body CRC: the master's recovery set them aside in place (it
@@ -913,6 +949,8 @@ HA_RUNTIME_KEYS = frozenset(
         "haMasterLastReadTimestamp",
         "haDivergedRecords",
         "haDivergedQuarantine",
+        "haReplicaMark",
+        "haHeldBackBytes",
         "storeQuarantines",
         "storeQuarantinedRecords",
     }
@@ -926,7 +964,8 @@ def ha_runtime_info(
 
     A master lists its slaves as ``addr/ackedOffset/lagSeconds`` joined by ``;`` (``addr``: the slave's end of
     its HA connection); a slave shows its master's HA address, whether it is connected and its own end of
-    that connection (``haClientAddress``), by which a reader of both finds which registered slave is which.
+    that connection (``haClientAddress``), by which a reader of both finds which registered slave is which,
+    and its replica mark with the bytes past it held back unchecked (``haReplicaMark``, ``haHeldBackBytes``).
     Offsets are CommitLog offsets; lag is the reader's sum. A store holding ``quarantines`` (data recovery
     or replication set aside, until the operator removes it) says how many and the records in them; of a
     divergent tail set aside, how many records and the newest one.
@@ -950,6 +989,8 @@ def ha_runtime_info(
         if slave.local_addr:
             info["haClientAddress"] = slave.local_addr
         info["haMasterLastReadTimestamp"] = str(slave.last_read_ms)
+        info["haReplicaMark"] = str(slave.store.replica_mark)
+        info["haHeldBackBytes"] = str(slave.store.held_back)
     return info
 
 

@@ -36,6 +36,11 @@ class HAStatus:
     #: Records this broker set aside because they were not its master's (a divergent tail), and where.
     diverged_records: int | None = None
     quarantine: str | None = None
+    #: A slave's replica mark: the CommitLog offset up to which its log is known to be its master's.
+    replica_mark: int | None = None
+    #: The bytes past the mark a slave holds and does not serve until its master answers the divergence
+    #: check (it restarted while its master was down); None when it holds none back.
+    held_back_bytes: int | None = None
     #: DLedger mode: the member's id in ``dLegerPeers`` (n0, n1...): what ``peers`` and ``ha transfer --to``
     #: name it by.
     member: str | None = None
@@ -67,6 +72,7 @@ NARROW = (
     "lag_bytes",
     "lag_seconds",
     "diverged_records",
+    "held_back_bytes",
     "error",
 )
 
@@ -118,6 +124,8 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         out.peers = out.peer_ha_addrs  # its master's broker address once the group is read (_name_peers)
         out.acked_offset = out.commitlog_max_offset
         out._ha_client = table.get("haClientAddress") or None
+        out.replica_mark = _int(table.get("haReplicaMark"))
+        out.held_back_bytes = _int(table.get("haHeldBackBytes")) or None
     elif "haSlaveCount" in table:
         slaves = [s.split("/") for s in table.get("haSlaves", "").split(";") if s]
         out.connected = bool(slaves)

@@ -442,7 +442,8 @@ async def test_a_slave_that_ran_as_a_master_sets_its_tail_aside_and_serves_the_m
         assert len(theirs) == 200
         assert await bodies_at_every_offset(on_slave, "Div", 4) == theirs
         [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
-        assert quarantine.records == 30 and quarantine.units == 30
+        # (their ConsumeQueue units went when the slave opened past its replica mark: none to copy)
+        assert quarantine.records == 30 and quarantine.units == 0
         assert "differs from its master's" in quarantine.why
         info = await g.client.invoke(
             g.slave.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)

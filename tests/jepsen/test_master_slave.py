@@ -13,8 +13,12 @@ from typing import cast
 
 import pytest
 
-from tests.jepsen.checker import CheckResult, check_resumed
-from tests.jepsen.client import Producer, ScriptProducer, master_of, real_clients, settled
+from daemon.remoting.bodies import KVTable
+from daemon.remoting.codes import RequestCode
+from daemon.remoting.command import RemotingCommand
+from store.checkpoint import StoreCheckpoint
+from tests.jepsen.checker import CheckResult, check, check_resumed
+from tests.jepsen.client import Producer, ScriptProducer, master_of, read_topic, real_clients, settled
 from tests.jepsen.harness import Run, jepsen_run, running
 from tests.jepsen.nodes import Node, stop_all
 from tests.jepsen.proxy import Mode
@@ -138,6 +142,44 @@ async def test_sigkill_of_the_sync_master_loses_no_acknowledged_send(
             result = await g.settled(node)
             assert result.valid, f"{node.name}: {result.summary()}"
         assert check_resumed(g.history.ops, restarted).valid
+
+
+def marked(node: Node) -> int | None:
+    """The replica mark in ``node``'s checkpoint file, as a restart would read it."""
+    return StoreCheckpoint(str(node.store / "checkpoint"), read_only=True).replica_mark
+
+
+async def runtime_info(g: MasterSlave, node: Node) -> dict[str, str]:
+    answer = await g.client.invoke(node.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+    return KVTable.loads(answer.body).table
+
+
+async def test_a_slave_killed_as_it_replicates_and_restarted_with_its_master_down_serves_up_to_its_mark(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SIGKILL of the slave while records stream in (between a replicated write and the write of its
+    replica mark), then of the master. The slave restarted alone has a mark its log holds, serves nothing
+    that was not sent, and holds back what lies past the mark; once the master is back the check releases
+    it and the slave serves every SEND_OK."""
+    async with master_slave(tmp_path, cli_env, proxied_ha=False) as g:
+        async with running(g.producers):
+            await g.acked_at_least(150)
+            await wait_until(lambda: bool(marked(g.slave)))  # (its flush loop wrote a mark once)
+            await g.acked_at_least(g.acked() + 100)
+            g.nemesis.kill(g.slave)
+            g.nemesis.kill(g.master)
+        g.nemesis.restart(g.slave)
+        await g.slave.ready(g.client)
+        table = await runtime_info(g, g.slave)
+        mark, end = int(table["haReplicaMark"]), int(table["commitLogMaxOffset"])
+        assert 0 < mark <= end and int(table["haHeldBackBytes"]) == end - mark
+        alone = check(list(g.history.ops), await read_topic(g.client, g.slave.addr, TOPIC, QUEUES))
+        assert alone.kinds() <= {"lost"}, alone.summary()  # (what it holds back is not read yet)
+        g.nemesis.restart(g.master)
+        await g.master.ready(g.client)
+        result = await g.settled(g.slave)
+        assert result.valid, result.summary()
+        assert (await runtime_info(g, g.slave))["haHeldBackBytes"] == "0"
 
 
 @pytest.mark.parametrize("fault", ["stall", "refuse", "pause", "slow"])

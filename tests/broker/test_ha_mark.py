@@ -1,0 +1,192 @@
+"""The replica mark: a slave that restarts while its master is down serves only what it knows to be its
+master's (docs/replication.md §the-replica-mark)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.broker.broker import Broker
+from daemon.broker.headers import QueryMessageRequestHeader
+from daemon.remoting.bodies import KVTable
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from store.record import decode_msg_id, decode_records
+from store.replica_tail import diverged_quarantines
+from tests.broker.test_ha import SMALL, Group, master_and_slave, pull_all, start_slave
+from tests.broker.test_ha_integrity import FakeMaster, slave_of
+from tests.support.broker import BrokerClient, replicated, start_broker
+from tests.support.cli import RunCli
+from tests.support.ports import free_block, free_port
+from tests.support.waiting import wait_until
+
+TOPIC = "Mark"
+
+
+def fixed_ports() -> dict[str, Any]:
+    """A master that comes back where its slave knows it."""
+    port = free_block(4) + 2
+    return {"listen_port": port, "ha_listen_port": port + 1}
+
+
+async def restart_master(g: Group, tmp_path: Path, fixed: dict[str, Any]) -> None:
+    g.master = await start_broker(tmp_path / "master", **{**SMALL, "namesrv_addr": g.ns_addr, **fixed})
+
+
+async def runtime(g: Group, broker: Broker) -> dict[str, str]:
+    info = await g.client.invoke(broker.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+    return KVTable.loads(info.body).table
+
+
+async def everything(g: Group, broker: Broker) -> list[list[bytes]]:
+    return [await pull_all(g.on(broker), TOPIC, q) for q in range(4)]
+
+
+async def send_common(g: Group, n: int, what: str) -> None:
+    for i in range(n):
+        assert (await g.on(g.master).send(TOPIC, f"{what}-{i}".encode() * 20, queue_id=i % 4)).code == 0
+
+
+async def slave_stopped_after(g: Group, n: int) -> int:
+    """``n`` sends to the master, replicated, then the slave stopped: its end, where its mark is."""
+    await send_common(g, n, "common")
+    await replicated(g.master, g.slave)
+    mark = g.slave.store.max_phy_offset
+    await g.slave.stop()
+    return mark
+
+
+@pytest.mark.slow
+async def test_a_slave_that_ran_as_a_master_serves_none_of_its_own_records_while_its_master_is_down(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """The slave's store ran as a master on its own (30 records its master never had), then restarted as
+    a slave while its master was down: it served those 30 by pull, by offset and by key. Now it serves the
+    100 it took from its master, holds the 30 back (shown by 'broker ha status'), and once the master is
+    back the check sets them aside and the mark moves to the master's end."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        mark = await slave_stopped_after(g, 100)
+        alone = await start_broker(tmp_path / "slave", **SMALL)  # the slave's store, a master on its own
+        foreign = []
+        for i in range(30):
+            r = await g.on(alone).send(TOPIC, f"foreign-{i}".encode() * 20, queue_id=i % 4, keys=f"fk{i}")
+            assert r.code == 0
+            foreign.append(decode_msg_id(r.ext_fields["msgId"])[1])
+        await alone.stop()
+        await g.master.stop()  # the master is down when the slave comes back
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        on_slave = g.on(g.slave)
+        served = await everything(g, g.slave)
+        assert not any(b.startswith(b"foreign") for q in served for b in q)
+        assert [len(q) for q in served] == [25, 25, 25, 25]
+        viewed = await on_slave.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(foreign[0])})
+        assert viewed.code != ResponseCode.SUCCESS
+        ext = QueryMessageRequestHeader(TOPIC, "fk7", 64, 0, 2**62).to_ext_fields()
+        queried = await on_slave.call(RequestCode.QUERY_MESSAGE, ext)
+        assert not decode_records(queried.body or b"")
+        table = await runtime(g, g.slave)
+        assert int(table["haReplicaMark"]) == mark
+        held = g.slave.store.max_phy_offset - mark
+        assert held > 0 and int(table["haHeldBackBytes"]) == held
+        status = await asyncio.to_thread(cli, "broker", "ha", "status", "-n", g.ns_addr, "-o", "json")
+        assert status.code == 0, status.stderr
+        [row] = [r for r in json.loads(status.stdout) if r["broker_id"] == 1]
+        assert (row["replica_mark"], row["held_back_bytes"]) == (mark, held)
+        checked = await asyncio.to_thread(cli, "check", "ha", env={"NAMESRV_ADDR": g.ns_addr})
+        assert f"slave {g.slave.addr} holds back {held} bytes past its replica mark" in checked.stdout
+
+        await restart_master(g, tmp_path, fixed)
+        await send_common(g, 8, "later")
+        await replicated(g.master, g.slave)
+        [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
+        assert quarantine.records == 30
+        assert await everything(g, g.slave) == await everything(g, g.master)
+        table = await runtime(g, g.slave)
+        assert int(table["haReplicaMark"]) == g.master.store.max_phy_offset
+        assert table["haHeldBackBytes"] == "0"
+
+
+@pytest.mark.slow
+async def test_a_slave_that_always_was_one_serves_everything_with_its_master_down(tmp_path: Path) -> None:
+    """Its whole log came from its master's stream: restarted while the master is down, it serves all of
+    it (nothing is held back), and the mark it wrote at its stop is its end."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 60, "m")
+        await replicated(g.master, g.slave)
+        want = await everything(g, g.master)
+        end = g.master.store.max_phy_offset
+        await g.slave.stop()
+        await g.master.stop()
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        assert (g.slave.store.replica_mark, g.slave.store.held_back) == (end, 0)
+        assert await everything(g, g.slave) == want
+        await restart_master(g, tmp_path, fixed)
+        await send_common(g, 4, "after")
+        await replicated(g.master, g.slave)
+        assert not diverged_quarantines(str(tmp_path / "slave"))
+        assert g.slave.store.replica_mark == g.master.store.max_phy_offset
+
+
+@pytest.mark.slow
+async def test_a_slave_promoted_and_demoted_back_holds_its_own_records_until_checked(tmp_path: Path) -> None:
+    """An operator made the slave a master (its records, the old master's, stay matched), it took sends of
+    its own, then was made a slave again with its old master down: the sends it took as a master are held
+    back, what it replicated is served."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        mark = await slave_stopped_after(g, 40)
+        await g.master.stop()
+        promoted = await start_broker(tmp_path / "slave", **{**SMALL, "namesrv_addr": g.ns_addr})
+        assert promoted.store.replica_mark == mark  # a master's own puts never move it
+        for i in range(12):
+            assert (await g.on(promoted).send(TOPIC, f"own-{i}".encode(), queue_id=i % 4)).code == 0
+        await promoted.stop()
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        assert g.slave.store.replica_mark == mark and g.slave.store.held_back > 0
+        served = await everything(g, g.slave)
+        assert [len(q) for q in served] == [10, 10, 10, 10]
+        assert all(b.startswith(b"common") for q in served for b in q)
+
+
+@pytest.mark.slow
+async def test_a_slave_whose_master_cannot_be_asked_serves_past_its_mark_once_it_reaches_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no NameServer to name its master's broker address the check cannot run: a slave opened past
+    its mark holds those records back while its master's HA port does not answer, then serves them
+    unchecked once it connects (as before the mark), saying so."""
+    root = tmp_path / "slave"
+    client = RemotingClient()
+    try:
+        alone = await start_broker(root, **SMALL)
+        for i in range(5):
+            assert (
+                await BrokerClient(alone.addr, client).send(TOPIC, f"own-{i}".encode(), queue_id=0)
+            ).code == 0
+        await alone.stop()
+        port = free_port()
+        slave = await slave_of(root, f"127.0.0.1:{port}")  # nobody listens there yet
+        try:
+            on_slave = BrokerClient(slave.addr, client)
+            assert slave.store.held_back > 0
+            assert await pull_all(on_slave, TOPIC, 0) == []
+            server = await asyncio.start_server(FakeMaster(b"").serve, "127.0.0.1", port)
+            try:
+                await wait_until(lambda: slave.store.held_back == 0)
+                assert len(await pull_all(on_slave, TOPIC, 0)) == 5
+                assert slave.store.replica_mark == 0  # nothing was checked
+                assert "unchecked" in caplog.text
+            finally:
+                server.close()
+        finally:
+            await slave.stop()
+    finally:
+        await client.close()

@@ -1,0 +1,183 @@
+"""The replica mark in the checkpoint: how far a slave's CommitLog is known to be its master's
+(docs/replication.md §the-replica-mark), what an older store gets, and that a crash never leaves it past what
+the CommitLog holds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import threading
+from pathlib import Path
+
+import pytest
+
+from store.checkpoint import REPLICA_MARK_AT, StoreCheckpoint
+from store.config import SLAVE
+from store.engine import DefaultMessageStore
+from store.message import Message
+from tests.support.stores import small_config
+from tests.support.waiting import wait_for
+
+FILE = 256 * 1024
+
+
+def put(store: DefaultMessageStore, n: int, topic: str = "T") -> None:
+    for i in range(n):
+        assert store.put_message(Message(topic, f"record-{i}".encode() * 30, queue_id=0)).ok
+
+
+def wipe_mark(root: Path) -> None:
+    """The checkpoint as a store from before the mark has it."""
+    with open(root / "checkpoint", "r+b") as f:
+        f.seek(REPLICA_MARK_AT)
+        f.write(bytes(32))
+
+
+def mark_on_disk(root: Path) -> int | None:
+    return StoreCheckpoint(str(root / "checkpoint"), read_only=True).replica_mark
+
+
+def test_a_masters_own_puts_never_move_the_mark_and_an_old_store_is_a_slaves_to_its_end(
+    tmp_path: Path,
+) -> None:
+    """Without a mark (a store from before it) a store opened as a slave is taken as its master's to its
+    end, as it was served before; opened as a master, none of it is (its own records are nobody's)."""
+    root = tmp_path / "s"
+    with DefaultMessageStore(small_config(root)) as store:
+        put(store, 5)
+        end = store.max_phy_offset
+        assert store.replica_mark == 0
+    assert mark_on_disk(root) == 0
+    wipe_mark(root)
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE)) as slave:
+        assert (slave.replica_mark, slave.held_back) == (end, 0)
+        assert slave.get_max_offset("T", 0) == 5
+    assert mark_on_disk(root) == end
+    wipe_mark(root)
+    with DefaultMessageStore(small_config(root)) as master:
+        assert master.replica_mark == 0
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE)) as slave:
+        assert (slave.replica_mark, slave.held_back) == (0, end)
+        assert slave.get_max_offset("T", 0) == 0  # nothing served until checked
+        assert slave.look_message_by_offset(0) is None
+        with slave._put_lock:  # a queue healed from the CommitLog meanwhile gets no unit past the mark
+            slave.healer.rebuild_queues({("T", 0): "a test's"})
+        assert slave.get_max_offset("T", 0) == 0
+        slave.replica_checked(end)
+        slave.dispatch()
+        assert (slave.replica_mark, slave.held_back, slave.get_max_offset("T", 0)) == (end, 0, 5)
+    assert mark_on_disk(root) == end
+
+
+def test_a_mark_a_broker_that_does_not_know_it_outlived_is_void(tmp_path: Path) -> None:
+    """A 4.9.8 broker rewrites the checkpoint's longs and knows nothing of the mark: it may have written
+    records of its own past it, so the mark is void and nothing is taken as the master's."""
+    root = tmp_path / "s"
+    with DefaultMessageStore(small_config(root)) as master:
+        put(master, 4)
+        end = master.max_phy_offset
+    wipe_mark(root)
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE)) as slave:
+        assert slave.replica_mark == end
+    with open(root / "checkpoint", "r+b") as f:  # as RocketMQ's StoreCheckpoint#flush writes it
+        f.write(struct.pack(">qqq", 1, 2, 3))
+    checkpoint = StoreCheckpoint(str(root / "checkpoint"), read_only=True)
+    assert checkpoint.replica_mark is None and checkpoint.replica_mark_found
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE)) as slave:
+        assert (slave.replica_mark, slave.held_back) == (0, end)
+
+
+def source_log(root: Path, n: int) -> tuple[bytes, list[int]]:
+    """A master's CommitLog bytes of ``n`` records and where each record ends."""
+    with DefaultMessageStore(small_config(root, mapped_file_size_commit_log=FILE)) as store:
+        put(store, n, "Src")
+        data = bytes(store.commit_log.files.files[0].view[: store.max_phy_offset])
+    ends, pos = [], 0
+    while pos < len(data):
+        pos += struct.unpack_from(">i", data, pos)[0]
+        ends.append(pos)
+    return data, ends
+
+
+def power_loss_image(root: Path, image: Path, store: DefaultMessageStore) -> int | None:
+    """What the disk may hold after a power loss now: the checkpoint as written, and the CommitLog as far
+    as it was flushed after the checkpoint was read (unflushed pages are lost). Returns the mark in it
+    (None: the read met a write of the checkpoint, no image)."""
+    checkpoint = (root / "checkpoint").read_bytes()
+    flushed = store.commit_log.files.flushed_offset
+    os.makedirs(image / "commitlog")
+    (image / "checkpoint").write_bytes(checkpoint)
+    (image / "abort").write_bytes(b"")
+    for mf in store.commit_log.files.files:
+        kept = max(0, min(flushed - mf.file_from_offset, mf.file_size))
+        with open(image / "commitlog" / os.path.basename(mf.path), "wb") as f:
+            f.write(bytes(mf.view[:kept]))
+            f.truncate(mf.file_size)
+    mark = mark_on_disk(image)
+    if mark is None:
+        shutil.rmtree(image)
+    return mark
+
+
+@pytest.mark.slow
+def test_a_crash_between_a_replicated_write_and_the_marks_write_never_leaves_the_mark_past_the_log(
+    tmp_path: Path,
+) -> None:
+    """A slave takes its master's records while its flush loop writes the mark. At any moment, the mark on
+    disk is within what the CommitLog had flushed, so a power loss then leaves a mark the log holds: the
+    store recovered from that image serves the records below the mark and holds back the rest."""
+    data, ends = source_log(tmp_path / "src", 500)
+    root = tmp_path / "slave"
+    config = small_config(
+        root, broker_role=SLAVE, mapped_file_size_commit_log=FILE, flush_interval_commit_log=20
+    )
+    store = DefaultMessageStore(config)
+    store.open()
+    store.start()
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def feed() -> None:
+        try:
+            at = 0
+            for i in range(0, len(ends), 5):
+                end = ends[min(i + 4, len(ends) - 1)]
+                assert store.append_replica(at, data[at:end])
+                store.dispatch_replica()
+                at = end
+                done.wait(0.01)
+        except BaseException as e:
+            failure.append(e)
+        finally:
+            done.set()
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    images = []
+    try:
+        while not done.wait(0.002):
+            mark = mark_on_disk(root) or 0
+            assert mark <= store.commit_log.files.flushed_offset  # never past what the log had flushed
+            if len(images) < 3 and 0 < mark < store.max_phy_offset:
+                image = tmp_path / f"image{len(images)}"
+                imaged = power_loss_image(root, image, store)
+                if imaged is not None:
+                    images.append((image, imaged))
+        feeder.join()
+        assert not failure, failure
+        wait_for(lambda: mark_on_disk(root) == len(data), "the mark at the log's end")
+    finally:
+        done.set()
+        feeder.join()
+        store.shutdown()
+    assert images, "no mark was written while records arrived"
+    for image, mark in images:
+        with DefaultMessageStore(
+            small_config(image, broker_role=SLAVE, mapped_file_size_commit_log=FILE)
+        ) as crashed:
+            assert mark <= crashed.max_phy_offset
+            assert crashed.replica_mark == mark
+            assert crashed.held_back == crashed.max_phy_offset - mark
+            assert crashed.get_max_offset("Src", 0) == sum(1 for e in ends if e <= mark)
+        shutil.rmtree(image)
