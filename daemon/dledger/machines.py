@@ -719,6 +719,13 @@ class Node:
             # answered as a member whose log is ahead: a candidate (4.9.8's or ours) asks again in the same
             # term a while later. (ALREADY_VOTED has it stand in a later term every round, outrunning the
             # member that could win: a group whose emptied member waits for the old leader livelocked.)
+            log.info(
+                "[%s] abstains: no vote for %s in term %d (%s)",
+                m.self_id,
+                req.leader_id,
+                req.term,
+                self.abstaining,
+            )
             return answer(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
         m.set_vote(req.leader_id)
         return answer(VoteResult.ACCEPT)
