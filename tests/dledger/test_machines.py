@@ -1195,3 +1195,23 @@ def test_a_probe_changes_nothing_on_the_member_asked() -> None:
         2,
         None,
     )
+
+
+def test_every_member_restarted_one_without_its_vote_file_and_the_group_elects() -> None:
+    """It abstains while the other two elect (or, no leader heard for an election timeout, moves past every
+    term they answered): it votes in no term it may have voted in before, and the group serves on."""
+    c = Cluster(seed=13, loss=0.0, careful=True)
+    c.run(5000)
+    c.run(1000, append_every=50)
+    before = max(d.term for d in c.disks.values())
+    for p in PEERS:
+        c.crash(p)
+    c.disks["n0"].term, c.disks["n0"].vote, c.disks["n0"].voted = 0, None, False
+    for p in PEERS:
+        c.start(p)
+    node = c.nodes["n0"]
+    assert node is not None and node.abstaining == PROBING
+    c.run(15_000, append_every=100)
+    assert node.abstaining == VOTING and c.disks["n0"].term > before
+    assert c.leader() is not None
+    c.check_acked_everywhere()
