@@ -60,6 +60,9 @@ CHECKPOINT_FILE = "checkpoint"
 END_INDEX_KEY = "endIndex"
 COMMITTED_INDEX_KEY = "committedIndex"
 TERM_FILE = "currterm"
+#: (ours) beside ``currterm``: that the member abstains from elections, and at which stage, until it holds
+#: what its group committed (it lost its store, or its vote file); no file: it votes
+ABSTAIN_FILE = "abstain"
 TERM_KEY = "currTerm"
 VOTE_KEY = "voteLeader"
 
@@ -525,6 +528,31 @@ def load_term(dledger_dir: str) -> tuple[int, str | None]:
 def persist_term(dledger_dir: str, term: int, vote_for: str | None) -> None:
     """Persist (currTerm, voteLeader) before answering a vote, as ``MemberState#persistTerm`` does."""
     write_small_file(os.path.join(dledger_dir, TERM_FILE), encode_term(term, vote_for))
+
+
+def term_kept(dledger_dir: str) -> bool:
+    """Whether the member's vote file (or its ``.bak``) is there: without it, what it voted is lost."""
+    path = os.path.join(dledger_dir, TERM_FILE)
+    return os.path.exists(path) or os.path.exists(path + ".bak")
+
+
+def load_abstention(dledger_dir: str) -> str:
+    """The abstention the member kept (see :data:`ABSTAIN_FILE`); "" when it votes."""
+    return (read_small_file(os.path.join(dledger_dir, ABSTAIN_FILE)) or "").strip()
+
+
+def persist_abstention(dledger_dir: str, state: str) -> None:
+    """Keep the abstention's stage, durably; "" removes the file (the member votes)."""
+    path = os.path.join(dledger_dir, ABSTAIN_FILE)
+    if state:
+        write_small_file(path, state + "\n")
+        return
+    for p in (path, path + ".bak"):
+        try:
+            os.remove(p)
+        except FileNotFoundError:
+            continue
+        sync_directory(dledger_dir)
 
 
 # ------------------------------------------------------------------------------------ the contract

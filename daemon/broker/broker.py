@@ -621,6 +621,7 @@ class Broker:
             commit_log.directory,
             timings,
             c.preferred_leader_id or None,
+            c.vote_when_emptied,
         )
         # haTls puts the DLedger channel on mutual TLS with the keys the HA stream would use: TLS-only
         # whatever tls.server.mode says (a member is no client that may need plaintext)

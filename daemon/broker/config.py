@@ -368,6 +368,10 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     min_vote_interval_ms: int = 300
     max_vote_interval_ms: int = 1000
     max_wait_ack_time_ms: int = 2500
+    #: A member started without its DLedger store (or vote file) votes and stands at once rather than
+    #: abstaining until it caught up with a leader: for a group that lost a majority's stores, the
+    #: operator's word that what the others hold is all there is (docs/dledger.md)
+    vote_when_emptied: bool = False
     #: Replication on mutual TLS: the HA listener demands a client certificate its trust file verifies,
     #: and a slave presents one (`tls.client.*`, else the `tls.server.*` pair) and verifies the master's.
     ha_tls: bool = False

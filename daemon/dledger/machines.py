@@ -91,6 +91,18 @@ COMPARE_RETRY_MS = 500
 #: How often a leader looks whether to hand leadership to the preferred one (``checkPreferredLeader``).
 PREFERRED_CHECK_MS = 1000
 
+#: `Node.abstaining`: it votes (and stands) as Raft has it
+VOTING: Final = ""
+#: it started without its log or its vote file: it asks its peers whether the group has a history
+PROBING: Final = "probing"
+#: the group has a history this member's store lost: it waits until it holds, committed, an entry of its
+#: leader's term (everything committed before is then in its log)
+CATCHING_UP: Final = "catching-up"
+#: `Out.epoch` of a probe: a vote asked in term -1 with an empty log, which DLedger's ``handleVote`` (and
+#: ours) refuses before it looks at any vote: REJECT_EXPIRED_LEDGER_TERM from a member holding a log, else
+#: REJECT_EXPIRED_VOTE_TERM with its term. Nothing changes on the member asked; a 4.9.8 member answers it.
+PROBE_EPOCH: Final = -1
+
 
 @dataclass(slots=True)
 class Timings:
@@ -365,6 +377,22 @@ class Node:
         self.damaged = -1
         #: whether this member may run for leader now (its owner: not while its store refuses writes)
         self.can_lead: Callable[[], bool] = lambda: True
+        #: VOTING, or PROBING / CATCHING_UP: it lost (or never had) its store, and grants no vote and
+        #: stands for no election until it knows it holds what the group committed (`abstain`)
+        self.abstaining = VOTING
+        #: what it lost, in words (`abstain`)
+        self.abstain_why = ""
+        #: (catching up) the leader's commit index as its first push in this term said it, and that term
+        self._catch_up_to = -1
+        self._catch_up_term = -1
+        #: (probing) the peers that answered a probe: whether each holds a log, and its term
+        self._probed: dict[str, tuple[bool, int]] = {}
+        self._next_probe = 0
+        #: (probing) when it started, -1 before its first probe
+        self._probing_since = -1
+        #: keeps the abstention across a restart (its owner's file): the state, VOTING once it ends; a
+        #: member that restarts half caught up holds a log but still lacks what it acknowledged
+        self.keep_abstention: Callable[[str], None] = lambda state: None
 
     # ------------------------------------------------------------------ state
 
@@ -479,6 +507,11 @@ class Node:
 
     def tick(self, now: int) -> list[Out]:
         """What DLedger's state maintainer and entry dispatchers do at `now`: the requests to send."""
+        if self.abstaining == PROBING and now >= self._next_probe:
+            return self._probe(now) + self._tick(now)
+        return self._tick(now)
+
+    def _tick(self, now: int) -> list[Out]:
         self._now = now
         if self.take_leadership_wait is not None:
             req, deadline = self.take_leadership_wait
@@ -570,6 +603,8 @@ class Node:
             return []
         if self._holds_damage() or not self.can_lead():
             return []  # (it votes for others still, and follows whoever is elected)
+        if self.abstaining:
+            return []  # (it follows whoever is elected)
         term = self.m.term
         self._vote_seq += 1
         deadline = now + 2000 + self.rng.randrange(self.t.max_vote_interval_ms)
@@ -680,6 +715,18 @@ class Node:
             and self.log.last_index >= req.ledger_end_index
         ):
             return answer(VoteResult.REJECT_TAKING_LEADERSHIP)
+        if self.abstaining and not self_vote:
+            # answered as a member whose log is ahead: a candidate (4.9.8's or ours) asks again in the same
+            # term a while later. (ALREADY_VOTED has it stand in a later term every round, outrunning the
+            # member that could win: a group whose emptied member waits for the old leader livelocked.)
+            log.info(
+                "[%s] abstains: no vote for %s in term %d (%s)",
+                m.self_id,
+                req.leader_id,
+                req.term,
+                self.abstaining,
+            )
+            return answer(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
         m.set_vote(req.leader_id)
         return answer(VoteResult.ACCEPT)
 
@@ -700,6 +747,8 @@ class Node:
         if req.term == m.term:
             if m.leader_id is None:
                 self.to_follower(req.term, req.leader_id)
+                if self.abstaining == PROBING:
+                    self._to_catch_up(f"leader {req.leader_id} of term {req.term}")
                 return answer()
             if req.leader_id == m.leader_id:
                 self.last_leader_beat = now
@@ -711,6 +760,145 @@ class Node:
         self.to_candidate(req.term)
         self.need_increase_term = True
         return answer(Code.TERM_NOT_READY)
+
+    # ------------------------------------------------------------------ abstention
+
+    def abstain(self, state: str, why: str) -> None:
+        """Raft's safety assumes stable storage: a member that lost its log, or its vote file (term and
+        vote), may have acknowledged entries, or voted in a term, it no longer knows of. Emptied, its vote
+        would elect a member lacking what it and the old leader committed. From `state` on (PROBING: it
+        asks its peers whether the group has a history; CATCHING_UP: it has one) it grants no vote and
+        stands for no election until it holds, committed, an entry of its leader's term. A group of one
+        has nobody to ask and nothing to lose to another member: it votes."""
+        if len(self.m.peers) <= 1 or state == VOTING:
+            return
+        self.abstaining, self.abstain_why = state, why
+        self.keep_abstention(state)
+        self._probed.clear()
+        self._probing_since = self._catch_up_term = -1
+        # (INFO: a new member's first start probes too; a loss found is a WARNING)
+        log.info("[%s] abstains from elections (%s): %s", self.m.self_id, state, why)
+
+    def abstention(self) -> str:
+        """Why it abstains, in words ("" when it votes): ``broker ha status`` shows it."""
+        if self.abstaining == PROBING:
+            return f"{self.abstain_why}: asking its peers whether the group has a history"
+        if self.abstaining == CATCHING_UP:
+            return f"{self.abstain_why}: until it holds, committed, an entry of its leader's term"
+        return ""
+
+    def _probe(self, now: int) -> list[Out]:
+        if self._probing_since < 0:
+            self._probing_since = now
+        self._next_probe = now + self.t.max_vote_interval_ms
+        if self._probed:
+            self._probe_settles(now)  # (its own log kept, it waits out an election timeout for a leader)
+            if self.abstaining != PROBING:
+                return []
+        out = []
+        for peer in self.others():
+            if peer not in self._probed:
+                req = self._base(VoteRequest(), peer)
+                req.leader_id, req.term, req.ledger_end_index, req.ledger_end_term = (
+                    self.m.self_id,
+                    -1,
+                    -1,
+                    -1,
+                )
+                out.append(Out(peer, DLedgerRequestCode.VOTE, req, epoch=PROBE_EPOCH))
+        return out
+
+    def _probe_answered(self, peer: str, resp: VoteResponse) -> None:
+        """A peer's answer to a probe: a peer holding a log tells an empty member it lost what the group
+        holds (it catches up with a leader)."""
+        if resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM:
+            self._probed[peer] = (True, resp.term)
+            if self.log.last_index < 0:
+                self._to_catch_up(f"{peer} holds a log (its term {resp.term})")
+                return
+        elif resp.vote_result is VoteResult.REJECT_EXPIRED_VOTE_TERM:
+            self._probed[peer] = (False, resp.term)
+        else:
+            return
+        self._probe_settles(self._now)
+
+    def _probe_settles(self, now: int) -> None:
+        """Whether the answers so far let it vote: more peers than any majority could leave out (with this
+        member): an entry committed on a majority is held by one of them besides this member, and a vote
+        this member forgot, by its candidate, whose term is then among theirs. None holding a log (or, its
+        own log kept, no leader heard for an election timeout: it would catch up with one): it goes past
+        every term it may have voted in."""
+        needed = len(self.m.peers) - (len(self.m.peers) // 2 + 1) + 1
+        if len(self._probed) < needed:
+            return
+        if self.log.last_index >= 0:
+            timeout = self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms
+            if now - self._probing_since < timeout:
+                return
+        past = max(max(term for _, term in self._probed.values()), self.log.last_term, self.m.term) + 1
+        try:
+            self.m.persist(past, None)
+        except OSError as exc:
+            log.warning("[%s] cannot save term %d: %s", self.m.self_id, past, exc)
+            return
+        self.m.term, self.m.voted_for = past, None
+        self.to_candidate(past)
+        held = "none holding a log" if self.log.last_index < 0 else "no leader heard"
+        self._stop_abstaining(f"{len(self._probed)} peers answered, {held}: term {past}, past any they knew")
+
+    def _to_catch_up(self, why: str) -> None:
+        if self.abstaining != CATCHING_UP:
+            self.abstaining = CATCHING_UP
+            self.keep_abstention(CATCHING_UP)
+            log.warning(
+                "[%s] abstains from elections until it holds, committed, an entry of its leader's term: %s "
+                "(%s)",
+                self.m.self_id,
+                why,
+                self.abstain_why,
+            )
+        self._check_caught_up()
+
+    def _learn_target(self, commit_index: int) -> None:
+        """(abstaining) A push of its leader: the first of this term says how far to catch up."""
+        if self.abstaining == PROBING:
+            self._to_catch_up(f"leader {self.m.leader_id} of term {self.m.term} pushes")
+        if self._catch_up_term != self.m.term:
+            self._catch_up_to, self._catch_up_term = commit_index, self.m.term
+
+    def _check_caught_up(self) -> None:
+        """(catching up) It follows a leader and holds, committed, the leader's log up to the commit index
+        the leader's first push to it said, and an entry of the leader's term: every entry the leader had
+        committed by then is in its log (this member's lost acknowledgements, which came before it lost
+        them, among them), and every entry of earlier terms committed at all (leader completeness)."""
+        m, committed = self.m, self.log.committed_index
+        if (
+            self.abstaining != CATCHING_UP
+            or m.role is not _FOLLOWER
+            or m.leader_id is None
+            or self._catch_up_term != m.term
+            or committed < max(self._catch_up_to, 0)
+        ):
+            return
+        try:
+            if self.log.term_at(committed) != m.term:
+                return
+            # its vote in this term is the leader's (harmless: that leader is elected); kept, so a restart
+            # grants this term to no other member
+            m.set_vote(m.leader_id)
+        except (DLedgerError, OSError) as exc:
+            log.warning("[%s] caught up, but cannot say so yet: %s", m.self_id, exc)
+            return
+        self._stop_abstaining(
+            f"caught up with leader {m.leader_id} of term {m.term} to entry {committed} (its commit index "
+            f"was {self._catch_up_to})"
+        )
+
+    def _stop_abstaining(self, why: str) -> None:
+        self.abstaining, self.abstain_why = VOTING, ""
+        self._probed.clear()
+        self.keep_abstention(VOTING)
+        log.info("[%s] votes: %s", self.m.self_id, why)
 
     # ------------------------------------------------------------------ leadership transfer
 
@@ -748,7 +936,7 @@ class Node:
             return Code.INCONSISTENT_LEADER
         if m.term != req.term:
             return Code.INCONSISTENT_TERM
-        if self._holds_damage() or not self.can_lead():
+        if self._holds_damage() or not self.can_lead() or self.abstaining:
             return Code.TAKE_LEADERSHIP_FAILED  # (it would leave its term, deposing the leader, and not run)
         if self.log.last_index < req.take_leadership_ledger_index:
             # DLedgerServer waits (leadershipTransferWaitTimeout) for the entries still on their way
@@ -1286,6 +1474,8 @@ class Node:
         refused = self._push_refusal(req)
         if refused is not None:
             return self._push_answer(req, refused)
+        if self.abstaining:
+            self._learn_target(req.commit_index)
         if req.type is PushType.COMMIT:
             self._follow_commit(req.commit_index)
             return self._push_answer(req, Code.SUCCESS)
@@ -1391,6 +1581,8 @@ class Node:
         refused = self._refusal(group, leader_id, remote_id, term)
         if refused is not None:
             return int(refused)
+        if self.abstaining:
+            self._learn_target(commit_index)
         if first > self.log.last_index + 1:
             # a gap, as a batch push's: a push queued on a connection that stalled, arriving after the new
             # connection's (the leader compares and pushes again); the protocol at work, not a fault here
@@ -1471,6 +1663,8 @@ class Node:
     def _follow_commit(self, commit_index: int) -> None:
         if commit_index > self.log.committed_index:
             self.log.set_committed(min(commit_index, self.log.last_index))
+        if self.abstaining:
+            self._check_caught_up()
 
     def _push_answer(self, req: PushEntryRequest, code: Code) -> PushEntryResponse:
         resp = PushEntryResponse(code=int(code), term=req.term, group=req.group)
@@ -1487,7 +1681,10 @@ class Node:
         self._now = now
         if out.code is DLedgerRequestCode.VOTE:
             assert resp is None or isinstance(resp, VoteResponse)
-            if self.vote_round is not None and out.epoch == self.vote_round.seq:
+            if out.epoch == PROBE_EPOCH:
+                if resp is not None and self.abstaining == PROBING:
+                    self._probe_answered(out.peer, resp)
+            elif self.vote_round is not None and out.epoch == self.vote_round.seq:
                 self._count_vote(resp)
         elif out.code is DLedgerRequestCode.HEART_BEAT:
             self._count_beat(out.peer, resp)

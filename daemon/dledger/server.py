@@ -23,7 +23,7 @@ from typing import Final
 
 from daemon.dledger import trace
 from daemon.dledger.gate import PeerGate
-from daemon.dledger.machines import MemberState, Node, Out, Role, Timings
+from daemon.dledger.machines import CATCHING_UP, PROBING, MemberState, Node, Out, Role, Timings
 from daemon.dledger.protocol import (
     BEANS,
     BINARY_ANSWER_KEY,
@@ -63,7 +63,14 @@ from daemon.remoting.errors import RemotingError
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import RemotingServer
 from daemon.remoting.tls import ServerTls
-from store.dledger import RaftLog, load_term, persist_term
+from store.dledger import (
+    RaftLog,
+    load_abstention,
+    load_term,
+    persist_abstention,
+    persist_term,
+    term_kept,
+)
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +122,9 @@ class DLedgerSettings:
     directory: str
     timings: Timings
     preferred_leader: str | None = None
+    #: (voteWhenEmptied) vote and stand at once though the store was lost: the operator's word that what
+    #: the group's other members hold is all there is (see `Node.abstain`)
+    vote_when_emptied: bool = False
 
 
 def channel_idle_timeout(idle_timeout: float, timings: Timings) -> float:
@@ -160,6 +170,7 @@ class DLedgerServer:
 
         member = MemberState(settings.group, settings.self_id, dict(settings.peers), persist, term, vote)
         self.node = Node(member, raft_log, settings.timings, random.Random(), settings.preferred_leader)
+        self._abstain_at_start(raft_log, term_kept(settings.directory))
         self.on_role = on_role
         self.on_commit = on_commit
         self.on_peer_back = on_peer_back
@@ -215,6 +226,38 @@ class DLedgerServer:
         self._stopped = False
         if trace.ENABLED:
             trace.member(settings.self_id)
+
+    def _abstain_at_start(self, raft_log: RaftLog, voted_kept: bool) -> None:
+        """A member started without its vote file (a new member, or its store lost), or one that kept an
+        abstention it had not ended, abstains (`Node.abstain`) unless the operator said voteWhenEmptied."""
+        directory, node = self.settings.directory, self.node
+        kept = load_abstention(directory)
+        if self.settings.vote_when_emptied:
+            if kept or not voted_kept:
+                log.warning(
+                    "[%s] voteWhenEmptied: votes at once though %s; a leader it elects may lack entries "
+                    "the group acknowledged (remove the key once a leader is elected)",
+                    self.settings.self_id,
+                    "it had not caught up" if kept else "its vote file is missing",
+                )
+                persist_abstention(directory, "")
+            return
+
+        def keep(state: str) -> None:
+            try:
+                persist_abstention(directory, state)
+            except OSError as exc:  # (a full disk) held in memory: a restart now would vote at once
+                log.error("[%s] cannot keep its abstention (%s): %s", self.settings.self_id, state, exc)
+
+        node.keep_abstention = keep
+        if kept == CATCHING_UP:
+            node.abstain(CATCHING_UP, "restarted before it caught up")
+        elif raft_log.last_index < 0:
+            node.abstain(PROBING, "started with an empty log")
+        elif not voted_kept:
+            node.abstain(PROBING, "started without its vote file (currterm)")
+        elif kept:
+            node.abstain(PROBING, "restarted before it knew whether the group had a history")
 
     @property
     def log(self) -> RaftLog:
@@ -653,6 +696,7 @@ class DLedgerServer:
             "committedIndex": self.log.committed_index,
             "peers": peers,
             "channel": self.channel(),
+            "abstains": node.abstention(),
         }
 
     # ------------------------------------------------------------------ serving the peers
@@ -913,6 +957,7 @@ def dledger_runtime_info(server: DLedgerServer) -> dict[str, str]:
         "dledgerPeerAddrs": ";".join(f"{k}-{v}" for k, v in server.settings.peers.items()),
         "dledgerChannel": str(st["channel"]),
         "dledgerChannelRefused": str(server.gate.refused + server.server.tls_refused),
+        "dledgerAbstains": str(st["abstains"]),
     }
     if server.node.is_leader:
         info["dledgerPeers"] = ";".join(

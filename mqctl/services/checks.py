@@ -550,6 +550,11 @@ async def ha(
         if master is not None and master.error is None and slaves and not master.connected:
             verdicts.append(State.CRITICAL)
             problems.append(f"{name} master {master.addr} has no slave connected")
+        for s in members:
+            if s.abstains is not None:
+                # it would not help elect a leader: the group is one loss nearer to electing none
+                verdicts.append(State.WARNING)
+                problems.append(f"{name} member {s.member} ({s.addr}) abstains from elections: {s.abstains}")
         for s in slaves:
             if s.error is not None:
                 verdicts.append(State.UNKNOWN)

@@ -48,6 +48,9 @@ class HAStatus:
     raft_role: str | None = None
     term: int | None = None
     commit_index: int | None = None
+    #: DLedger mode: why the member grants no vote and stands for no election (it started without its
+    #: log or its vote file, and has not caught up with a leader yet); None while it votes.
+    abstains: str | None = None
     #: DLedger mode: how the member's peer channel is guarded (mutual TLS, or plaintext and where).
     channel: str | None = None
     #: DLedger mode, on the leader: the group's size (itself and every peer it replicates to).
@@ -67,6 +70,7 @@ NARROW = (
     "addr",
     "role",
     "raft_role",
+    "abstains",
     "connected",
     "peers",
     "lag_bytes",
@@ -107,6 +111,7 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         out.term = _int(table.get("dledgerTerm"))
         out.commit_index = _int(table.get("dledgerCommittedIndex"))
         out.channel = table.get("dledgerChannel")
+        out.abstains = table.get("dledgerAbstains") or None
         peers = [p.split("/") for p in table.get("dledgerPeers", "").split(";") if p]
         if peers:
             out.peers = ", ".join(_peer(p) for p in peers if len(p) >= 3)

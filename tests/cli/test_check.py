@@ -366,3 +366,41 @@ def test_a_watched_json_verdict_starts_with_the_time_of_its_reads(capsys: pytest
         "WARNING",
     )
     assert "taken_at" not in json.loads("\n".join(once))
+
+
+async def test_ha_warns_of_a_dledger_member_that_abstains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It would help elect no leader: the group is one loss nearer to electing none."""
+    from mqctl.output import Rows
+    from mqctl.services import checks, ha
+
+    def member(i: int, role: str, abstains: str | None = None) -> ha.HAStatus:
+        return ha.HAStatus(
+            "c",
+            "g",
+            i,
+            f"10.0.0.{i}:10911",
+            connected=True,
+            member=f"n{i}",
+            raft_role=role,
+            abstains=abstains,
+        )
+
+    states = [
+        member(0, "LEADER"),
+        member(1, "FOLLOWER"),
+        member(2, "FOLLOWER", "started with an empty log: until it holds, committed, ..."),
+    ]
+    states[0].members = 3
+
+    async def status(admin: Admin, cluster: str | None = None) -> Rows:
+        return Rows.of(ha.HAStatus, states)
+
+    monkeypatch.setattr(ha, "ha_status", status)
+    limits = {"warn_bytes": 1, "crit_bytes": 2, "warn_seconds": 1.0, "crit_seconds": 2.0}
+    verdict = await checks.ha(Admin([]), cluster_name=None, min_slaves=0, **limits)
+    assert verdict.state is State.WARNING, verdict
+    assert (
+        "g member n2 (10.0.0.2:10911) abstains from elections: started with an empty log" in verdict.summary
+    )
+    states[2].abstains = None
+    assert (await checks.ha(Admin([]), cluster_name=None, min_slaves=0, **limits)).state is State.OK

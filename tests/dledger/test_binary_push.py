@@ -24,6 +24,9 @@ from daemon.dledger.protocol import (
     PushEntryRequest,
     PushEntryResponse,
     PushType,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
     binary_push_fields,
     decode_push_answer,
     is_push_answer,
@@ -43,16 +46,18 @@ Code = DLedgerResponseCode
 
 
 class Dledger0312Follower:
-    """A 4.9.8 member's DLedger port, as far as a follower answers heartbeats and pushes."""
+    """A 4.9.8 member's DLedger port, as far as a follower answers heartbeats, pushes and votes."""
 
     def __init__(self, addr: str) -> None:
         host, port = parse_addr(addr)
         self.codes: list[int] = []
         self.entries: list[DLedgerEntry] = []
+        self.term, self.voted_for = 0, ""
         self.server = RemotingServer(
             {
                 int(DLedgerRequestCode.HEART_BEAT): self._heartbeat,
                 int(DLedgerRequestCode.PUSH): self._push,
+                int(DLedgerRequestCode.VOTE): self._vote,
             },
             host=host,
             port=port,
@@ -68,6 +73,28 @@ class Dledger0312Follower:
     def _heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         self.codes.append(request.code)
         return request.make_response(REMOTING_RESPONSE_CODE, None, None, HeartBeatResponse().encode())
+
+    def _vote(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """``DLedgerLeaderElector#handleVote``'s checks, in its order (it never stands)."""
+        self.codes.append(request.code)
+        req = VoteRequest.decode(request.body)
+        end_term = self.entries[-1].term if self.entries else -1
+        result = VoteResult.ACCEPT
+        if req.ledger_end_term < end_term:
+            result = VoteResult.REJECT_EXPIRED_LEDGER_TERM
+        elif req.ledger_end_term == end_term and req.ledger_end_index < len(self.entries) - 1:
+            result = VoteResult.REJECT_SMALL_LEDGER_END_INDEX
+        elif req.term < self.term:
+            result = VoteResult.REJECT_EXPIRED_VOTE_TERM
+        elif req.term > self.term:
+            self.term, self.voted_for = req.term, ""
+            result = VoteResult.REJECT_TERM_NOT_READY
+        elif self.voted_for not in ("", req.leader_id):
+            result = VoteResult.REJECT_ALREADY_VOTED
+        else:
+            self.voted_for = req.leader_id or ""
+        resp = VoteResponse(vote_result=result, term=self.term)
+        return request.make_response(REMOTING_RESPONSE_CODE, None, None, resp.encode())
 
     def _push(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         self.codes.append(request.code)

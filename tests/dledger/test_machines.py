@@ -18,7 +18,17 @@ from typing import Any
 
 import pytest
 
-from daemon.dledger.machines import MemberState, Node, Out, Role, Timings
+from daemon.dledger.machines import (
+    CATCHING_UP,
+    PROBE_EPOCH,
+    PROBING,
+    VOTING,
+    MemberState,
+    Node,
+    Out,
+    Role,
+    Timings,
+)
 from daemon.dledger.protocol import (
     DLedgerRequestCode,
     DLedgerResponseCode,
@@ -45,6 +55,10 @@ class Disk:
     log: MemoryRaftLog = field(default_factory=MemoryRaftLog)
     term: int = 0
     vote: str | None = None
+    #: whether the vote file was ever written (a new disk has none)
+    voted: bool = False
+    #: the abstention the member kept (its `abstain` file)
+    abstain: str = VOTING
 
 
 class Cluster:
@@ -56,6 +70,7 @@ class Cluster:
         term_entries: bool = True,
         binary: bool = False,
         timings: Timings | None = None,
+        careful: bool = False,
         refuse: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
@@ -66,6 +81,9 @@ class Cluster:
         self.binary = binary
         #: an elected leader appends an entry of its term at once, as the broker its term record
         self.term_entries = term_entries
+        #: members abstain as the server has them: a store without its vote file or log, or an abstention
+        #: kept, at start
+        self.careful = careful
         self.peers = peers
         self.loss = loss
         self.disks = {p: Disk() for p in peers}
@@ -89,11 +107,27 @@ class Cluster:
         disk = self.disks[p]
 
         def persist(term: int, vote: str | None) -> None:
-            disk.term, disk.vote = term, vote
+            disk.term, disk.vote, disk.voted = term, vote, True
+
+        def keep(state: str) -> None:
+            disk.abstain = state
 
         m = MemberState("g", p, dict(self.peers), persist, term=disk.term, voted_for=disk.vote)
-        self.nodes[p] = Node(m, disk.log, self.timings, random.Random(self.rng.random()))
-        self.nodes[p]._now = self.now  # type: ignore[union-attr]
+        node = self.nodes[p] = Node(m, disk.log, self.timings, random.Random(self.rng.random()))
+        node._now = self.now
+        if self.careful:
+            node.keep_abstention = keep
+            if disk.abstain == CATCHING_UP:
+                node.abstain(CATCHING_UP, "restarted before it caught up")
+            elif disk.log.last_index < 0 or not disk.voted or disk.abstain:
+                node.abstain(PROBING, "started without its store")
+
+    def wipe(self, p: str) -> None:
+        """The member's store lost (a disk replaced): it restarts empty, its log, term and vote forgotten."""
+        self.crash(p)
+        self.disks[p] = Disk()
+        self.checked.pop(p, None)  # (its committed entries are checked again as it commits them anew)
+        self.start(p)
 
     def crash(self, p: str) -> None:
         node = self.nodes[p]
@@ -312,16 +346,27 @@ def test_default_timings_elect_within_seconds_after_leader_crash() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("seed", "binary"), [(s, False) for s in range(30)] + [(s, True) for s in range(10)])
-def test_safety_under_faults(seed: int, binary: bool) -> None:
-    c = Cluster(seed=seed, binary=binary)
+@pytest.mark.parametrize(
+    ("seed", "binary", "careful"),
+    [(s, False, False) for s in range(30)]
+    + [(s, True, False) for s in range(10)]
+    + [(s, False, True) for s in range(10)],
+)
+def test_safety_under_faults(seed: int, binary: bool, careful: bool) -> None:
+    """Careful, members abstain as the broker has them and a member's store may be lost (one at a time:
+    two lost at once may hold the only copies of an entry)."""
+    c = Cluster(seed=seed, binary=binary, careful=careful)
     rng = random.Random(seed * 7919)
     names = list(PEERS)
     for _ in range(12):
-        fault = rng.choice(["crash", "partition", "isolate", "none"])
+        fault = rng.choice(["crash", "partition", "isolate", "none", *(["wipe"] if careful else [])])
         victim = rng.choice(names)
         if fault == "crash":
             c.crash(victim)
+        elif fault == "wipe" and all(
+            c.nodes[p] is not None and c.disks[p].abstain == VOTING for p in names if p != victim
+        ):
+            c.wipe(victim)
         elif fault == "partition":
             other = rng.choice([n for n in names if n != victim])
             c.cut.add(frozenset((victim, other)))
@@ -1007,3 +1052,166 @@ def test_a_held_round_of_a_cut_off_leader_still_times_out_as_before() -> None:
     ]
     again = node.tick(node.t.max_wait_ack_time_ms + node.t.max_push_time_out_ms)
     assert appends(again, "n1") == [(2, 1)]
+
+
+# ------------------------------------------------------------------ members that lost their store
+
+
+def _lose_a_store_while_the_lagging_member_is_cut_off(c: Cluster) -> tuple[str, str, str]:
+    """A leads, B is cut off while A and C commit appends, C's store is lost and C restarts cut off A,
+    A crashes before C caught up, and B's links heal: B (behind) and C (empty) are a majority."""
+    c.run(5000)
+    leader = c.leader()
+    assert leader is not None
+    a = leader.m.self_id
+    b, c_ = [p for p in PEERS if p != a]
+    c.run(1000, append_every=50)
+    c.cut |= {frozenset((b, a)), frozenset((b, c_))}
+    c.run(2000, append_every=50)
+    c.run(500)
+    assert c.acked and c.acked[-1][0] > c.disks[b].log.last_index, "B lags nothing"
+    c.cut.add(frozenset((a, c_)))
+    c.wipe(c_)
+    c.run(500)
+    c.crash(a)
+    c.cut.clear()
+    return a, b, c_
+
+
+@pytest.mark.parametrize("careful", [True, False])
+def test_an_emptied_member_helps_elect_no_leader_that_lacks_committed_entries(careful: bool) -> None:
+    """Careless (DLedger's way), C votes for B and an acknowledged entry is gone; careful, C abstains
+    until it caught up with a leader, so none is elected until A is back, and nothing is lost."""
+    c = Cluster(seed=11, loss=0.0, careful=careful)
+    a, b, c_ = _lose_a_store_while_the_lagging_member_is_cut_off(c)
+    if not careful:
+        with pytest.raises(AssertionError, match=r"committed entry .* changed"):  # (the checker's)
+            c.run(20_000, append_every=100)
+        elected = c.leader()
+        assert elected is not None and elected.m.self_id == b
+        return
+    c.run(20_000, append_every=100)
+    elected = c.leader()
+    assert elected is None, f"{elected.m.self_id} elected while A is down"
+    emptied = c.nodes[c_]
+    assert emptied is not None and emptied.abstaining == CATCHING_UP and c.disks[c_].abstain == CATCHING_UP
+    assert "its leader's term" in emptied.abstention()
+    c.start(a)
+    c.run(10_000, append_every=100)
+    assert emptied.abstaining == VOTING and c.disks[c_].abstain == VOTING
+    c.check_acked_everywhere()
+    # now that C caught up, A may go: B and C elect and lose nothing
+    acked = len(c.acked)
+    c.crash(a)
+    c.run(15_000, append_every=100)
+    assert len(c.acked) > acked
+    for p in (b, c_):
+        node = c.nodes[p]
+        assert node is not None
+        c.check_acked_in(node)
+
+
+def test_an_emptied_member_catches_up_to_the_commit_index_its_leader_first_pushed() -> None:
+    """An entry of the leader's term is not enough: C acknowledged, before it lost its store, entries the
+    leader committed in the same term, after its term record."""
+    c = Cluster(seed=5, loss=0.0, careful=True)
+    c.run(5000)
+    leader = c.leader()
+    assert leader is not None
+    c_ = next(p for p in PEERS if p != leader.m.self_id)
+    c.run(3000, append_every=20)
+    c.wipe(c_)
+    target = leader.log.committed_index
+    node = c.nodes[c_]
+    assert node is not None
+    while node.abstaining != VOTING:
+        assert c.now < 60_000, node.abstention()
+        c.run(STEP)
+    assert node.log.committed_index >= target > 0
+
+
+def test_a_new_group_elects_once_more_members_answer_than_a_majority_could_leave_out() -> None:
+    """Every member starts empty: none can tell a new group from its own loss but by its peers, and two
+    of three answering empty settle it; one member with the other two away waits."""
+    c = Cluster(seed=7, loss=0.0, careful=True)
+    c.crash("n2")
+    c.run(10_000)
+    assert c.leader() is None
+    assert all(n is not None and n.abstaining == PROBING for p, n in c.nodes.items() if p != "n2")
+    c.start("n2")
+    c.run(5000)
+    assert c.leader() is not None
+    assert all(n is not None and n.abstaining == VOTING for n in c.nodes.values())
+    c.run(3000, append_every=50)
+    c.check_acked_everywhere()
+
+
+def test_a_member_without_its_vote_file_follows_the_leader_and_votes_again() -> None:
+    """Its log kept, its vote file lost: it abstains until it caught up with the leader (the leader stays:
+    no term of its own deposes it), its vote in that term recorded for the leader."""
+    c = Cluster(seed=9, loss=0.0, careful=True)
+    c.run(5000)
+    leader = c.leader()
+    assert leader is not None
+    c.run(1000, append_every=50)
+    p = next(q for q in PEERS if q != leader.m.self_id)
+    c.crash(p)
+    c.disks[p].term, c.disks[p].vote, c.disks[p].voted = 0, None, False
+    c.start(p)
+    node = c.nodes[p]
+    assert node is not None and node.abstaining == PROBING
+    c.run(5000, append_every=50)
+    assert node.abstaining == VOTING and c.leader() is leader
+    assert (c.disks[p].term, c.disks[p].vote) == (leader.m.term, leader.m.self_id)
+
+
+def test_an_abstaining_member_grants_no_vote_and_stands_for_none() -> None:
+    m = MemberState("g", "n1", dict(PEERS))
+    node = Node(m, MemoryRaftLog(), Timings(), random.Random(1))
+    node.abstain(PROBING, "started with an empty log")
+    req = VoteRequest(group="g", local_id="n0", remote_id="n1", leader_id="n0", term=0)
+    assert node.on_vote(req).vote_result is VoteResult.REJECT_SMALL_LEDGER_END_INDEX
+    assert m.voted_for is None
+    outs = [o for t in range(0, 5000, 10) for o in node.tick(t)]
+    assert outs and {(o.code, o.epoch) for o in outs} == {(DLedgerRequestCode.VOTE, PROBE_EPOCH)}
+
+
+def test_a_probe_changes_nothing_on_the_member_asked() -> None:
+    """A vote asked in term -1 with an empty log: refused for the log where there is one, else for the
+    term (saying it), before any vote is looked at; DLedger's ``handleVote`` checks in the same order."""
+    voted = MemberState("g", "n1", dict(PEERS), term=3, voted_for="n2")
+    held = MemoryRaftLog()
+    held.append_leader(b"x", 2)
+    probe = VoteRequest(group="g", local_id="n0", remote_id="n1", leader_id="n0", term=-1)
+    answer = Node(voted, held, Timings()).on_vote(probe)
+    assert (answer.vote_result, answer.term) == (VoteResult.REJECT_EXPIRED_LEDGER_TERM, 3)
+    empty = MemberState("g", "n1", dict(PEERS), term=2)
+    answer = Node(empty, MemoryRaftLog(), Timings()).on_vote(probe)
+    assert (answer.vote_result, answer.term) == (VoteResult.REJECT_EXPIRED_VOTE_TERM, 2)
+    assert (voted.term, voted.voted_for, voted.role, empty.term, empty.voted_for) == (
+        3,
+        "n2",
+        Role.CANDIDATE,
+        2,
+        None,
+    )
+
+
+def test_every_member_restarted_one_without_its_vote_file_and_the_group_elects() -> None:
+    """It abstains while the other two elect (or, no leader heard for an election timeout, moves past every
+    term they answered): it votes in no term it may have voted in before, and the group serves on."""
+    c = Cluster(seed=13, loss=0.0, careful=True)
+    c.run(5000)
+    c.run(1000, append_every=50)
+    before = max(d.term for d in c.disks.values())
+    for p in PEERS:
+        c.crash(p)
+    c.disks["n0"].term, c.disks["n0"].vote, c.disks["n0"].voted = 0, None, False
+    for p in PEERS:
+        c.start(p)
+    node = c.nodes["n0"]
+    assert node is not None and node.abstaining == PROBING
+    c.run(15_000, append_every=100)
+    assert node.abstaining == VOTING and c.disks["n0"].term > before
+    assert c.leader() is not None
+    c.check_acked_everywhere()

@@ -163,6 +163,8 @@ async def test_leadership_goes_to_the_preferred_member(tmp_path: Path) -> None:
     """preferredLeaderId: n0 and n1 elect one of them; n2 starts later, catches up, and the leader hands
     over to it (DLedgerServer#checkPreferredLeader); sends then go through n2 as the master."""
     keys = [{**k, "preferred_leader_id": "n2"} for k in members(tmp_path)]
+    # (two of three members of a new group: the operator's word that it is new, else each waits for n2)
+    keys[:2] = [{**k, "vote_when_emptied": True} for k in keys[:2]]
     async with running(keys[:2]) as (brokers, client):
         first = await elected(brokers)
         await BrokerClient(first.addr, client).create_topic("P", 1)

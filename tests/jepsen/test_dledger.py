@@ -282,6 +282,57 @@ async def test_a_follower_restarted_emptied_or_damaged_and_the_group_serves(
             assert damaged.pos in cuts, cuts  # set aside from the damaged entry on, not served
 
 
+async def test_an_emptied_member_helps_elect_no_leader_that_lacks_committed_entries(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Raft's safety assumes stable storage. The leader A and C commit sends while B is cut off; C's
+    store is wiped and C restarts empty, cut off A, and A is killed before C catches up. B (behind) and
+    C (empty) are a majority: had C voted (its empty log is no longer than B's, its vote forgotten), B
+    would lead without what A and C acknowledged, and B's entries would take their indexes. C abstains
+    until it has caught up with a leader, so no leader is elected until A is back; then A leads, C
+    catches up from it, and every SEND_OK is served."""
+    async with raft_group(tmp_path, cli_env) as g:
+        a = await g.leader()
+        b, c = (a + 1) % 3, (a + 2) % 3
+        A, B, C = g.nodes[a], g.nodes[b], g.nodes[c]
+        async with running(activity(g)):
+            await g.acked_at_least(30)
+            g.isolate(b, "refuse")  # (frozen, it would read what its socket buffers hold on waking)
+            await g.acked_at_least(g.acked() + 30)  # committed on A and C only
+            g.nemesis.kill(C)
+            shutil.rmtree(C.store)
+            g.history.nemesis("empty", C.name)
+            links = [f"n{a}->n{c}", f"n{c}->n{a}"]
+            for link in links:
+                g.nemesis.partition(g.proxy, link, "refuse")
+            g.nemesis.restart(C)
+            await C.ready(g.client)
+            g.nemesis.kill(A)
+            g.heal(b)
+
+            refused = f"[{C.name}] abstains: no vote for {B.name}"
+
+            async def stood_or_led() -> bool:
+                # B stands for election again and again (C refuses it each round), or leads
+                if C.log_tail(10**6).count(refused) >= 2:
+                    return True
+                meta = await g.metadata(b)
+                return meta is not None and meta.get("leaderId") == B.name
+
+            await wait_until(stood_or_led, 30, g.evidence)
+            for link in links:
+                g.nemesis.heal(g.proxy, link)
+            g.nemesis.restart(A)
+            await A.ready(g.client)
+            await g.leader()
+            await writes_resume(g, g.history.last("restart"))
+        await assert_consistent(g)  # every SEND_OK, and C serves what the leader does once caught up
+        await assert_terms(g)
+        said = C.log_tail(10**6)
+        assert "abstains from elections until it holds, committed, an entry of its leader's term" in said
+        assert f"votes: caught up with leader {A.name}" in said
+
+
 def _data_files(store: Path) -> list[Path]:
     """The node's DLedger data files, oldest first."""
     return sorted(p for p in store.rglob("*") if p.is_file() and p.parent.name == "data" and p.name.isdigit())

@@ -1,0 +1,58 @@
+"""A member that lost its store (or its vote file) abstains from elections until it has caught up, and
+says so: in its runtime info, ``broker ha status`` and doctor's ha check. (The election rules are in
+tests/dledger/test_machines.py; the schedule that lost messages without them, tests/jepsen.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mqctl.admin.client import Admin
+from mqctl.services.cluster import BrokerRow
+from mqctl.services.ha import HAStatus, _one
+from store.dledger import ABSTAIN_FILE
+from tests.dledger.test_rejoin import elected, members, running
+from tests.support.broker import start_broker
+
+pytestmark = pytest.mark.slow
+
+
+async def _status(addr: str) -> HAStatus:
+    async with Admin([]) as admin:
+        return await _one(admin, BrokerRow("c", "g", 1, addr))
+
+
+async def test_ha_status_says_which_member_abstains_and_why(tmp_path: Path) -> None:
+    """A member of a new group started alone cannot tell the group from its own loss: it abstains until
+    its peers answer with empty logs, then votes and elects with them, and says nothing more."""
+    keys = members(tmp_path)
+    async with running(keys[:1]) as (brokers, _client):
+        alone = brokers[0]
+        assert alone is not None
+        state = await _status(alone.addr)
+        assert state.abstains is not None and "started with an empty log" in state.abstains, state
+        for k in keys[1:]:
+            brokers.append(await start_broker(Path(k["store_path_root_dir"]), **k))
+        await elected(brokers)
+        for b in brokers:
+            assert b is not None and (await _status(b.addr)).abstains is None
+            assert b.dledger is not None
+            assert not (Path(b.dledger.settings.directory) / ABSTAIN_FILE).exists()
+
+
+async def test_a_member_restarted_before_it_caught_up_still_abstains(tmp_path: Path) -> None:
+    """Its log and vote file are there by then, so only the file it kept says it has not caught up."""
+    keys = members(tmp_path)
+    k = keys[0]
+    first = await start_broker(Path(k["store_path_root_dir"]), **k)
+    assert first.dledger is not None
+    directory = Path(first.dledger.settings.directory)
+    await first.stop()
+    (directory / ABSTAIN_FILE).write_text("catching-up\n")
+    (directory / "currterm").write_text("currTerm=3\nvoteLeader=\n")
+    async with running([k]) as (brokers, _client):
+        assert brokers[0] is not None
+        state = await _status(brokers[0].addr)
+        assert state.abstains is not None and "restarted before it caught up" in state.abstains, state
+        assert "an entry of its leader's term" in state.abstains
