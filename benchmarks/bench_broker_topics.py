@@ -5,26 +5,34 @@ benchmarks/bench_ali_ons.py's cluster): broker ONE holds one topic of Q queues, 
 of Q queues each, created first (`create_missing`, what `mqctl bench produce --topics` does), and every
 queue of MANY gets its first message (that creates its ConsumeQueue file, a one-time cost reported on its
 own). The senders are `mqctl bench produce`'s (16 synchronous producers, 1 KiB), their routes looked up
-and frames encoded once per broker (`produce_slots`), so a round times sends alone. After a warm-up round
-of each, ROUNDS rounds each time COUNT sends to ONE, then COUNT sends round-robin over MANY's N*Q queues.
-Prints every round with the broker's CPU per send (utime + stime over the round, divided by its sends)
-and the senders' (this process's CPU), which the machine's drift moves far less than TPS, and the broker's
-page faults in the round; the median of the rounds' ratios (the figure), the ratio of the median TPS, and
-the load average over the rounds. The faults tell a round that paid for writeback: once the kernel has
-written a queue's dirty ConsumeQueue page back (30 s after it was first dirtied, or the broker's thorough
-flush every 60 s), the next store into it is a write fault, so MANY's first round after that takes one per
-queue where ONE's takes a handful; the median of the ratios leaves such rounds out.
+and frames encoded once per broker (`produce_slots`), so a round times sends alone. Right before the rounds
+a warm-up of each side (MANY's touches every queue again), then ROUNDS rounds, each COUNT sends to ONE and
+COUNT sends round-robin over MANY's N*Q queues, each side's COUNT in PIECES pieces taken in ABBA BAAB order
+(BAAB ABBA in the next round). Prints every round with the broker's CPU per send (utime + stime over its
+pieces, divided by their sends; its event loop's thread apart), the senders' (this process's CPU), which
+the machine's drift moves far less than TPS, and the broker's page faults; the median of the rounds'
+ratios (the figure), the ratio of the median TPS, all rounds pooled (each side's sends over its seconds,
+and its CPU by where it ran: the broker's loop, its other threads, the senders, whose share of the gap is
+the load generator's and not the broker's), and the load average over the rounds. The faults tell a round
+that paid for writeback: once the kernel has written a queue's dirty ConsumeQueue page back (30 s after it
+was first dirtied, or the broker's thorough flush every 60 s), the next store into it is a write fault, so
+MANY's first round after that takes one per queue where ONE's takes a handful. That writeback runs on the
+wall clock, so MANY, sent to half the time, meets about as many of them a second as a broker sent to all
+the time, over half the sends.
 
 The rounds interleave because this machine drifts by more than the difference being measured: one
 topic alone, in 2-s rounds over 52 s, ran anywhere from 17,200 to 20,500 sends/s, lower on the whole
-towards the end. Measuring one topic first and N topics after it would charge that drift to the topic
-count. Which broker goes first alternates from round to round, and the figure is the median of each
-round's ratio, over 7 rounds by default (3 before 2026-11-29: one slow round of three moved it by 10 %).
+towards the end, and the host's other work comes in bursts of seconds. Measuring one topic first and N
+topics after it would charge that drift to the topic count; one block of each side a round (`--pieces 1`,
+the method before 2026-12-01) charged a burst to whichever side it fell in, and rounds spread from half to
+one and a half times the other side. Pieces of a second or so in ABBA order put both sides in the same
+stretch of the host's time, a linear drift cancels within each round, and the figure stays the median of
+each round's ratio, over 7 rounds by default (3 before 2026-11-29: one slow round of three moved it by 10 %).
 The idle broker costs the measured one little: MANY flushes only the queues past the least pages, syncs
 every file every 60 s (mostly waiting for the disk) and re-registers its topics every 30 s (the body's
 text kept between encodings; a NameServer that holds its version reads no table).
 
-    python benchmarks/bench_broker_topics.py [--topics 10000] [--queues 1] [--count 50000] [--rounds 7]
+    python benchmarks/bench_broker_topics.py [--topics 10000] [--queues 1] [--count 50000] [--rounds 7] [--pieces 4]
 
 Each queue holds one ConsumeQueue file mapped whole and Python's mmap keeps a descriptor per mapping,
 so N*Q must stay below `ulimit -n` (20,000 here; RocketMQ needs one per file too).
@@ -39,6 +47,7 @@ import statistics
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench_ali_ons import cluster, cpu_seconds, stat_fields  # run as a script: benchmarks/ is on sys.path
 from benchlib import summary  # run as a script: benchmarks/ is on sys.path
@@ -46,7 +55,7 @@ from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 from daemon.remoting.loop import run
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
-from mqctl.services.bench import BenchResult, Slot, produce_slots, produce_to, topic_names
+from mqctl.services.bench import Slot, produce_slots, produce_to, topic_names
 from mqctl.services.topics import TopicSpec, create_missing
 
 
@@ -64,7 +73,13 @@ async def create(admin: Admin, prefix: str, topics: int, queues: int) -> float:
 
 
 async def rounds(
-    one: tuple[str, int], many: tuple[str, int], topics: int, queues: int, count: int, n_rounds: int
+    one: tuple[str, int],
+    many: tuple[str, int],
+    topics: int,
+    queues: int,
+    count: int,
+    n_rounds: int,
+    pieces: int,
 ) -> None:
     (one_ns, one_pid), (many_ns, many_pid) = one, many
     async with Admin([one_ns]) as one_admin, Admin([many_ns]) as many_admin:
@@ -76,63 +91,91 @@ async def rounds(
         many_slots = await produce_slots(many_admin, "BenchMany", topics=topics, size=1024, queues=queues)
 
         async def timed(slots: list[Slot], pid: int, n: int) -> Side:
-            """A round, with the broker's and this process's (the senders') CPU µs per send."""
-            cpu, own, faults = cpu_seconds(pid), time.process_time(), int(stat_fields(pid)[7])
+            """A piece of a round: its sends, the broker's CPU (its loop's and its other threads') and page
+            faults, and this process's (the senders') CPU."""
+            loop, cpu, own, faults = thread_cpu(pid), cpu_seconds(pid), time.process_time(), minflt(pid)
             result = await produce_to(slots, threads=16, count=n)
-            sends = max(result.messages, 1)
             return Side(
-                result,
-                (cpu_seconds(pid) - cpu) / sends * 1e6,
-                (time.process_time() - own) / sends * 1e6,
-                int(stat_fields(pid)[7]) - faults,
+                result.messages,
+                result.seconds,
+                result.failures,
+                result.avg_rt_ms * result.messages,
+                result.max_rt_ms,
+                cpu_seconds(pid) - cpu,
+                thread_cpu(pid) - loop,
+                time.process_time() - own,
+                minflt(pid) - faults,
             )
 
-        await timed(one_slots, one_pid, count)  # warm-up
         first = await timed(many_slots, many_pid, topics * queues)
         print(
             f"{topics:,} topics x {queues} queues: created in {created:.1f} s; first message to each of the "
-            f"{topics * queues:,} queues: {first.result.seconds:.1f} s ({first.result.tps:,.0f} sends/s)"
+            f"{topics * queues:,} queues: {first.seconds:.1f} s ({first.tps:,.0f} sends/s)"
         )
-        await timed(many_slots, many_pid, count)  # warm-up: every queue's state touched again
+        # warm-up, right before the rounds: every queue of MANY sent to again, ONE's queue and both brokers'
+        # CommitLog pages written after whatever the first messages' minutes left for the kernel to write back
+        await timed(one_slots, one_pid, count)
+        await timed(many_slots, many_pid, max(count, topics * queues))
         loads = [os.getloadavg()[0]]
         sides: dict[str, list[Side]] = {"1 topic": [], f"{topics:,} topics": []}
+        size = count // pieces
         for r in range(n_rounds):
-            # which broker goes first alternates, so what a run leaves behind (dirty pages for the kernel to
-            # write back, the sender's heap, a cold cache) is not always charged to MANY
-            if r % 2 == 0:
-                a = await timed(one_slots, one_pid, count)
-                b = await timed(many_slots, many_pid, count)
-            else:
-                b = await timed(many_slots, many_pid, count)
-                a = await timed(one_slots, one_pid, count)
+            # pieces in ABBA BAAB order (BAAB ABBA in the next round): a drift of the host through the round
+            # charges both sides alike, and which broker goes first alternates, so what a piece leaves behind
+            # (dirty pages for the kernel to write back, the sender's heap, a cold cache) is not always
+            # charged to MANY
+            a, b = Side.zero(), Side.zero()
+            for p in range(pieces):
+                one_first = (p % 4 in (0, 3)) == (r % 2 == 0)
+                for is_one in (one_first, not one_first):
+                    n = size if p < pieces - 1 else count - size * (pieces - 1)
+                    if is_one:
+                        a += await timed(one_slots, one_pid, n)
+                    else:
+                        b += await timed(many_slots, many_pid, n)
             sides["1 topic"].append(a)
             sides[f"{topics:,} topics"].append(b)
             loads.append(os.getloadavg()[0])
             print(
                 f"round {r + 1} ({'1 topic' if r % 2 == 0 else f'{topics:,} topics'} first, load "
-                f"{loads[-1]:.1f}): 1 topic {a} | {topics:,} topics {b} | {100 * b.result.tps / a.result.tps:.0f} %"
+                f"{loads[-1]:.1f}): 1 topic {a} | {topics:,} topics {b} | {100 * b.tps / a.tps:.0f} %"
             )
         medians = {
             label: (
-                statistics.median(s.result.tps for s in rs),
+                statistics.median(s.tps for s in rs),
                 statistics.median(s.broker_us for s in rs),
+                statistics.median(s.loop_us for s in rs),
                 statistics.median(s.client_us for s in rs),
             )
             for label, rs in sides.items()
         }
-        for label, (tps, cpu, client) in medians.items():
+        for label, (tps, cpu, loop, client) in medians.items():
             print(
-                f"median {label} x {queues} queues: {tps:,.0f} sends/s, broker {cpu:.1f} CPU-us/send, "
-                f"senders {client:.1f} CPU-us/send"
+                f"median {label} x {queues} queues: {tps:,.0f} sends/s, broker {cpu:.1f} CPU-us/send "
+                f"(its loop {loop:.1f}), senders {client:.1f} CPU-us/send"
             )
-        (one_tps, one_cpu, one_client), (many_tps, many_cpu, many_client) = medians.values()
+        (one_tps, one_cpu, _, one_client), (many_tps, many_cpu, _, many_client) = medians.values()
         print(
             f"ratio of the medians: {100 * many_tps / one_tps:.0f} % of the one-topic TPS ({n_rounds} rounds)"
         )
-        paired = [b.result.tps / a.result.tps for a, b in zip(*sides.values(), strict=True)]
+        paired = [b.tps / a.tps for a, b in zip(*sides.values(), strict=True)]
         print(
             f"within each round: {', '.join(f'{100 * x:.0f} %' for x in paired)}: "
             f"median {100 * statistics.median(paired):.0f} %"
+        )
+        one_all, many_all = (sum(rs, Side.zero()) for rs in sides.values())
+        print(
+            f"all rounds pooled: {100 * many_all.tps / one_all.tps:.0f} % of the one-topic TPS; CPU µs a send "
+            f"1 topic / {topics:,}: broker loop {one_all.loop_us:.1f} / {many_all.loop_us:.1f}, its other "
+            f"threads {one_all.broker_us - one_all.loop_us:.1f} / {many_all.broker_us - many_all.loop_us:.1f}, "
+            f"senders {one_all.client_us:.1f} / {many_all.client_us:.1f}; broker page faults a send "
+            f"{one_all.faults / max(one_all.sends, 1):.3f} / {many_all.faults / max(many_all.sends, 1):.3f}"
+        )
+        print(
+            f"CPU gap a send, {topics:,} topics less 1 (pooled): broker loop "
+            f"{many_all.loop_us - one_all.loop_us:+.1f}, its other threads "
+            f"{(many_all.broker_us - many_all.loop_us) - (one_all.broker_us - one_all.loop_us):+.1f}, "
+            f"senders {many_all.client_us - one_all.client_us:+.1f} µs (the senders' is the load generator's)"
         )
         print(
             f"CPU-bound capacity: {100 * one_cpu / many_cpu:.0f} % of one topic's (broker CPU per send), "
@@ -147,21 +190,74 @@ async def rounds(
         )
 
 
+def thread_cpu(pid: int) -> float:
+    """CPU seconds of the broker's main thread, which runs its event loop (the sends' path), from its
+    schedstat in nanoseconds: a piece of a round is too short for the clock ticks of /proc's stat, whose
+    floor would move a piece's figure by a tick."""
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+def minflt(pid: int) -> int:
+    return int(stat_fields(pid)[7])
+
+
 @dataclass
 class Side:
-    """One broker's round: the result, its broker's CPU µs per send and the senders' (this process), and the
+    """One broker's share of a round, summed over its pieces: sends, seconds, failures, the RTs' sum and
+    maximum, the broker's CPU seconds (all threads, and its loop's), the senders' (this process) and the
     broker's page faults."""
 
-    result: BenchResult
-    broker_us: float
-    client_us: float
-    broker_faults: int  # page faults of the broker process over the round
+    sends: int
+    seconds: float
+    failures: int
+    rt_sum_ms: float
+    max_rt_ms: float
+    broker_s: float
+    loop_s: float
+    client_s: float
+    faults: int
+
+    @staticmethod
+    def zero() -> Side:
+        return Side(0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
+
+    def __add__(self, o: Side) -> Side:
+        return Side(
+            self.sends + o.sends,
+            self.seconds + o.seconds,
+            self.failures + o.failures,
+            self.rt_sum_ms + o.rt_sum_ms,
+            max(self.max_rt_ms, o.max_rt_ms),
+            self.broker_s + o.broker_s,
+            self.loop_s + o.loop_s,
+            self.client_s + o.client_s,
+            self.faults + o.faults,
+        )
+
+    @property
+    def tps(self) -> float:
+        return self.sends / self.seconds if self.seconds else 0.0
+
+    def _per_send(self, seconds: float) -> float:
+        return seconds / max(self.sends, 1) * 1e6
+
+    @property
+    def broker_us(self) -> float:
+        return self._per_send(self.broker_s)
+
+    @property
+    def loop_us(self) -> float:
+        return self._per_send(self.loop_s)
+
+    @property
+    def client_us(self) -> float:
+        return self._per_send(self.client_s)
 
     def __str__(self) -> str:
-        r = self.result
         return (
-            f"{r.tps:,.0f}/s (avg RT {r.avg_rt_ms:.2f} ms, max {r.max_rt_ms:.1f} ms, {r.failures} failures, "
-            f"broker {self.broker_us:.1f} CPU-us, {self.broker_faults:,} faults, senders {self.client_us:.1f})"
+            f"{self.tps:,.0f}/s (avg RT {self.rt_sum_ms / max(self.sends, 1):.2f} ms, max {self.max_rt_ms:.1f} ms, "
+            f"{self.failures} failures, broker {self.broker_us:.1f} CPU-us (loop {self.loop_us:.1f}), "
+            f"{self.faults:,} faults, senders {self.client_us:.1f})"
         )
 
 
@@ -181,11 +277,17 @@ def main() -> None:
         default=7,
         help="interleaved rounds (the figure is the median of their ratios: one slow round cannot decide it)",
     )
+    ap.add_argument(
+        "--pieces",
+        type=int,
+        default=4,
+        help="each side's round split into this many pieces, in ABBA order (1: one piece each, AB or BA)",
+    )
     args = ap.parse_args()
     with ExitStack() as stack:
         one = stack.enter_context(cluster())
         many = stack.enter_context(cluster())
-        run(rounds(one, many, args.topics, args.queues, args.count, args.rounds))
+        run(rounds(one, many, args.topics, args.queues, args.count, args.rounds, max(args.pieces, 1)))
 
 
 if __name__ == "__main__":
