@@ -363,6 +363,38 @@ async def test_ha_tls_refuses_a_slave_whose_certificate_another_ca_signed(
         await master.stop()
 
 
+@pytest.mark.slow
+async def test_a_member_slave_refuses_a_master_presenting_a_clients_certificate(
+    tmp_path: Path, certs: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The HA stream's client checks the other end too: a "master" whose certificate the members' CA
+    signed but which is a client's (mqctl's client.pem) is refused in the handshake, so a client's key
+    cannot pose as a master to a slave; the slave reports no connection."""
+    caplog.set_level(logging.WARNING)
+    namesrv = await start_namesrv(tmp_path)
+    ha = {
+        "ha_tls": True,
+        "ha_listen_port": 0,
+        "namesrv_addr": f"127.0.0.1:{namesrv.port}",
+        **server_keys(certs, mode="permissive"),
+    }
+    posing = {
+        **ha,
+        "tls_server_cert_path": str(certs["client_cert"]),
+        "tls_server_key_path": str(certs["client_key"]),
+    }
+    master = await start_broker(tmp_path / "master", **posing)
+    slave = await start_broker(tmp_path / "slave", broker_id=1, broker_role=SLAVE, **ha)
+    try:
+        await wait_until(lambda: "no member's" in caplog.text, 30)
+        assert slave.ha_slave is not None and not slave.ha_slave.connected
+        assert master.ha_master is not None and not master.ha_master.connections
+    finally:
+        await slave.stop()
+        await master.stop()
+        await namesrv.stop()
+
+
 #: A stranger's TLS handshake with argv[1]:argv[2], without a certificate: prints what it got.
 _STRANGER = """
 import socket, ssl, sys
