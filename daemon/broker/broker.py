@@ -198,8 +198,8 @@ class Broker:
         #: `tls.*` (checked now: a bad setting fails the start before any port opens); every listener of
         #: the remoting protocol takes `self.tls`, which makes the test-mode certificate once for all.
         self.tls_settings = config.tls_settings()
-        if config.ha_tls:
-            self.tls_settings.check_mutual()
+        #: The replication channels' (HA port and client, DLedger channel) settings under haTls.
+        self.ha_tls_settings = self.tls_settings.check_mutual() if config.ha_tls else None
         self.tls = ServerTls(self.tls_settings)
         self.server = RemotingServer(
             host=config.listen_host,
@@ -521,7 +521,7 @@ class Broker:
         derived = c.ha_listen_port < 0
         port = 0 if ephemeral and derived else c.ha_port
         gate = SlaveGate(self.registered_slave_hosts)
-        ha_tls = self.tls_settings if c.ha_tls else None
+        ha_tls = self.ha_tls_settings
         self.ha_master = HAMaster(
             c,
             self.store,
@@ -625,7 +625,8 @@ class Broker:
         )
         # haTls puts the DLedger channel on mutual TLS with the keys the HA stream would use: TLS-only
         # whatever tls.server.mode says (a member is no client that may need plaintext)
-        mutual = dataclasses.replace(self.tls_settings, mode="enforcing") if c.ha_tls else None
+        ha_tls = self.ha_tls_settings
+        mutual = dataclasses.replace(ha_tls, mode="enforcing") if ha_tls is not None else None
         self.dledger = DLedgerServer(
             settings,
             commit_log.dlog,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from daemon.grpc.arrival import Arrivals
 from daemon.grpc.guard import ConnectionGuard
 from daemon.grpc.service import CLIENT_EXPIRY_S, MessagingService
 from daemon.lifecycle import cancel_tasks, every, supervise
@@ -86,6 +87,8 @@ class GrpcFront:
         self._tasks: list[asyncio.Task[None]] = []
         #: Per-host fairness of the front's connections (a front beyond loopback on Linux), else None.
         self.guard: ConnectionGuard | None = None
+        #: The limits on calls whose request has not arrived whole yet.
+        self.arrivals = Arrivals()
 
     async def start(self) -> int:
         config = self.broker.config
@@ -118,7 +121,7 @@ class GrpcFront:
             raise OSError(f"cannot bind gRPC port {address}")
         self.port = port
         self.service = MessagingService(self.broker, port)
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        server.add_generic_rpc_handlers((self.arrivals.handler(_generic_handler(self.service)),))
         await server.start()
         self._server = server
         service = self.service
@@ -142,6 +145,24 @@ class GrpcFront:
         if self.guard is not None:
             self.guard.stop()
             self.guard = None
+
+
+class _Handlers:
+    """Takes what the generated code adds to a server: the service's generic handler."""
+
+    def __init__(self) -> None:
+        self.handlers: tuple[grpc.GenericRpcHandler, ...] = ()
+
+    def add_generic_rpc_handlers(self, handlers: tuple[grpc.GenericRpcHandler, ...]) -> None:
+        self.handlers += tuple(handlers)
+
+
+def _generic_handler(service: MessagingService) -> grpc.GenericRpcHandler:
+    """The generated code's handler of `service` (its method table, deserializers and serializers)."""
+    taken = _Handlers()
+    service_pb2_grpc.add_MessagingServiceServicer_to_server(service, taken)
+    (handler,) = taken.handlers
+    return handler
 
 
 def _idle_option(idle_seconds: int) -> list[tuple[str, int]]:

@@ -199,6 +199,12 @@ class NamesrvProcessor:
         if topics is None:
             decoded = True
             try:
+                refusal = self._over_route_cap_unread(h, req)
+                if refusal is not None:
+                    self._route_cap_warnings.warning(
+                        "refused REGISTER_BROKER from %s: %s", conn.peer, refusal
+                    )
+                    return req.make_response(ResponseCode.SYSTEM_ERROR, refusal)
                 topics = await self._decode_topics(req, h.compressed)
             except ValueError as exc:
                 return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad registration body: {exc}")
@@ -287,11 +293,26 @@ class NamesrvProcessor:
         added = new_address + (routes.added_queue_datas(h.broker_name, table) if topics_taken else 0)
         if held + added <= cap:
             return None
-        return (
-            f"broker {h.broker_name} at {h.broker_addr} would add {added} route entries (topics on brokers "
-            f"and broker addresses) to the {held} held, over routeMaxQueueDatas={cap}; raise it in "
-            "namesrv.properties"
-        )
+        return _cap_refusal(h, added, held, cap)
+
+    def _over_route_cap_unread(self, h: RegisterBrokerRequestHeader, req: RemotingCommand) -> str | None:
+        """Why a registration is refused by its topic count alone, before its table is parsed (a table of
+        invented topics, small compressed, kept the NameServer's CPU for seconds and every other answer
+        waiting, only to be refused by the cap afterwards). For an address the routes do not list: more
+        topics than `routeMaxQueueDatas` never fit, nor does a new master's table (a broker name the routes
+        do not hold either: none of its topics is held yet) that would pass it. Any other registration is
+        parsed, then counted exactly (a listed broker stays listed with what it holds)."""
+        routes = self.routes
+        if h.broker_addr in routes.broker_live_table:
+            return None
+        count = RegisterBrokerBody.topic_count(req.body, h.compressed and req.version >= Version.V3_0_11)
+        cap = self.config.route_max_queue_datas
+        held = routes.queue_datas + len(routes.broker_live_table)
+        if count > cap:
+            return _cap_refusal(h, count, held, cap)
+        if h.broker_id != 0 or h.broker_name in routes.broker_addr_table:
+            return None
+        return _cap_refusal(h, 1 + count, held, cap) if held + 1 + count > cap else None
 
     def _held_topics_only(self, broker_name: str, topics: RegisterBrokerBody) -> RegisterBrokerBody:
         """``topics`` without those the routes do not hold for ``broker_name`` yet, at a data version no
@@ -514,3 +535,11 @@ def apply_properties(config: NamesrvConfig, props: dict[str, str]) -> None:
         raise RemotingCommandError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     for name, value in updates.items():
         setattr(config, name, value)
+
+
+def _cap_refusal(h: RegisterBrokerRequestHeader, added: int, held: int, cap: int) -> str:
+    return (
+        f"broker {h.broker_name} at {h.broker_addr} would add {added} route entries (topics on brokers "
+        f"and broker addresses) to the {held} held, over routeMaxQueueDatas={cap}; raise it in "
+        "namesrv.properties"
+    )

@@ -113,6 +113,9 @@ _INT = struct.Struct(">i")
 MAX_INFLATED_REGISTRATION = 64 * 1024 * 1024
 _EMPTY_TABLE = b'"topicConfigTable":{}'
 _TABLE_KEY = b'"topicConfigTable":'
+_TOPIC_NAME_KEY = b'"topicName"'
+#: What the compressed form's head (its data version and topic count) may take, inflated.
+_MAX_HEAD = 64 * 1024
 _VERSION_KEY = b'"dataVersion":'
 _FILTERS_KEY = b'"filterServerList":'
 
@@ -247,6 +250,27 @@ class RegisterBrokerBody(Bean):
         except ValueError:
             return None
         return out if not out.topic_config_serialize_wrapper.topic_config_table else None
+
+    @staticmethod
+    def topic_count(body: bytes, compressed: bool = False) -> int:
+        """How many topics the body carries, without parsing any: the compressed form says so before its
+        table (only its head is inflated); the JSON form names each topic once (`"topicName"`, which no
+        topic name or escaped string contains). For a NameServer that refuses a table past its cap before
+        it spends a parse on it. Raises ValueError on a head that does not read."""
+        if not body:
+            return 0
+        if not compressed:
+            return body.count(_TOPIC_NAME_KEY)
+        try:
+            head = zlib.decompressobj().decompress(body, _MAX_HEAD)
+        except zlib.error as exc:
+            raise ValueError(f"bad compressed registration body: {exc}") from None
+        if len(head) < 4:
+            raise ValueError("truncated compressed registration body")
+        (size,) = _INT.unpack_from(head, 0)
+        if size < 0 or 8 + size > len(head):
+            raise ValueError(f"compressed registration body: no topic count in its first {_MAX_HEAD} bytes")
+        return int(_INT.unpack_from(head, 4 + size)[0])
 
     @classmethod
     def decode(cls, body: bytes, compressed: bool = False) -> RegisterBrokerBody:

@@ -31,7 +31,7 @@ import socket
 import ssl
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -138,6 +138,8 @@ class TlsSettings:
     client_auth_server: bool = False
     client_trust: str = ""
     test_mode: bool = True
+    #: haTls: the channel's handshakes fail unless the peer's certificate carries the member mark.
+    members_only: bool = False
 
     @classmethod
     def from_keys(cls, keys: Mapping[str, str]) -> TlsSettings:
@@ -208,14 +210,36 @@ class TlsSettings:
                 f"tls.server.trustCertPath {self.server_trust or '-'}: do not load: {exc}"
             ) from None
 
-    def check_mutual(self) -> None:
-        """haTls: both ends need a CA to verify the other with (else the stream is encrypted, not authenticated)."""
+    def check_mutual(self) -> TlsSettings:
+        """haTls: both ends need a CA to verify the other with (else the stream is encrypted, not authenticated).
+
+        Returns the channel's settings: members only when this broker's own certificate carries the member
+        mark (a set that marks its members can tell a client's certificate from a member's); else a WARNING
+        says that any certificate the trust file verifies, a client's too, is taken for a member's."""
         from daemon.config import ConfigError
 
         if not self.server_trust:
             raise ConfigError("haTls=true needs tls.server.trustCertPath (the CA that signs the slaves)")
-        if not (self.client_cert or self.server_cert):
+        own = self.client_cert or self.server_cert
+        if not own:
             raise ConfigError("haTls=true needs tls.client.certPath/keyPath or tls.server.certPath/keyPath")
+        if not carries_member_mark(own):
+            log.warning(
+                "haTls: %s carries no member mark (OU=%s): every certificate tls.server.trustCertPath "
+                "verifies, mqctl's client certificates too, is taken for a member's and may read the CommitLog "
+                "over the HA port or speak on the DLedger channel; issue the brokers certificates with "
+                "OU=%s (mqctl tls init does) to admit members only",
+                own,
+                MEMBER_UNIT,
+                MEMBER_UNIT,
+            )
+            return self
+        if self.server_cert and not carries_member_mark(self.server_cert):
+            raise ConfigError(
+                f"haTls: tls.client.certPath {own} carries the member mark (OU={MEMBER_UNIT}) but "
+                f"tls.server.certPath {self.server_cert} does not: the other members would refuse it"
+            )
+        return replace(self, members_only=True)
 
     def server_context(self, *, require_client: bool = False) -> ssl.SSLContext:
         """The listener's context; `require_client` (the HA port under haTls) demands a verified client."""
@@ -231,6 +255,8 @@ class TlsSettings:
         auth = "require" if require_client else self.need_client_auth
         # a client certificate asked for but unverifiable would fail every handshake: ask only with a trust file
         ctx.verify_mode = CLIENT_AUTH[auth] if self.server_trust else ssl.CERT_NONE
+        if require_client and self.members_only:
+            ctx.sslobject_class = MemberOnly
         return ctx
 
     def client_context(self, *, verify: bool = False) -> ssl.SSLContext:
@@ -254,7 +280,49 @@ class TlsSettings:
             cert, key, password = self.server_cert, self.server_key, self.server_key_password
         if cert:
             ctx.load_cert_chain(cert, key or None, password or None)
+        if verify and self.members_only:
+            ctx.sslobject_class = MemberOnly
         return ctx
+
+
+#: The organizational unit that marks a certificate as a replication member's (a broker's), not a client's.
+MEMBER_UNIT = "mqctl-member"
+
+
+def is_member(cert: Mapping[str, object] | None) -> bool:
+    """Whether a verified peer certificate (as `getpeercert()` gives it) carries the member mark."""
+    subject = cert.get("subject", ()) if cert else ()
+    return any(
+        name == "organizationalUnitName" and value == MEMBER_UNIT
+        for rdn in subject  # type: ignore[attr-defined]
+        for name, value in rdn
+    )
+
+
+def carries_member_mark(path: str) -> bool:
+    """Whether the first certificate of the PEM file `path` carries the member mark."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    try:
+        cert = x509.load_pem_x509_certificate(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return False  # the context's own load says what is wrong with it
+    units = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    return any(unit.value == MEMBER_UNIT for unit in units)
+
+
+class MemberOnly(ssl.SSLObject):
+    """A TLS connection of a replication channel: its handshake fails unless the peer's (verified)
+    certificate carries the member mark, so a client's certificate the same CA signed is refused before
+    a byte of the stream is read or sent."""
+
+    def do_handshake(self) -> None:
+        super().do_handshake()
+        if not is_member(self.getpeercert()):
+            raise ssl.SSLError(
+                ssl.SSL_ERROR_SSL, f"the peer's certificate is no member's (no OU={MEMBER_UNIT}): a client's"
+            )
 
 
 class ServerTls:
@@ -355,17 +423,21 @@ def make_certificate(  # type: ignore[no-untyped-def]
     sans: list[str],
     ca: bool,
     days: int = 825,
+    unit: str = "",
 ):
     """An X.509 certificate for `key`, signed by `issuer` (its certificate and key) or by itself.
 
     Leaf certificates serve both TLS ends (serverAuth and clientAuth): a broker's one key pair then
-    also authenticates it to its master under haTls."""
+    also authenticates it to its master under haTls. `unit` (MEMBER_UNIT) marks a member's."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     now = datetime.datetime.now(datetime.UTC)
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    names = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if unit:
+        names.append(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit))
+    subject = x509.Name(names)
     issuer_cert, issuer_key = issuer if issuer is not None else (None, key)
     builder = (
         x509.CertificateBuilder()
@@ -435,14 +507,19 @@ LOCAL_FILES = {
 
 
 def write_local_ca(directory: Path, *, sans: list[str] | None = None) -> dict[str, Path]:
-    """A CA, a server certificate (for `sans`, else :func:`default_sans`) and a client certificate,
-    all signed by that CA, as PEM files in `directory` (keys 0600); returns the paths by role."""
+    """A CA, a server certificate (for `sans`, else :func:`default_sans`; marked a replication member's)
+    and a client certificate, all signed by that CA, as PEM files in `directory` (keys 0600); returns the paths by role."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = new_key()
     ca_cert = make_certificate(ca_key, "mqctl local CA", issuer=None, sans=[], ca=True, days=3650)
     server_key, client_key = new_key(), new_key()
-    server = make_certificate(
-        server_key, "mqctl server", issuer=(ca_cert, ca_key), sans=sans or default_sans(), ca=False
+    server = make_certificate(  # the daemons': marked, so haTls admits it and not the client's
+        server_key,
+        "mqctl server",
+        issuer=(ca_cert, ca_key),
+        sans=sans or default_sans(),
+        ca=False,
+        unit=MEMBER_UNIT,
     )
     client = make_certificate(client_key, "mqctl client", issuer=(ca_cert, ca_key), sans=[], ca=False)
     paths = {role: directory / name for role, name in LOCAL_FILES.items()}

@@ -28,6 +28,9 @@ def init(
 ) -> None:
     """Write a CA, a server certificate and a client certificate signed by it (keys mode 600).
 
+    The server certificate is a replication member's (OU=mqctl-member): under haTls the HA port and the
+    DLedger channel admit it and refuse the client certificate.
+
     Daemons: tls.server.certPath=server.pem, tls.server.keyPath=server.key, tls.server.trustCertPath=ca.pem
     (and tls.client.trustCertPath=ca.pem with tls.enable=true). mqctl: --ca ca.pem [--cert client.pem
     --key client.key]."""

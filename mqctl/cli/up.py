@@ -444,8 +444,9 @@ def up(
                 f"ready: NameServer {host}:{namesrv.port}, DLedger group broker-a: {members}; logs in "
                 f"{root}/store-broker-a-n<i>/broker.log{_signed(root, acl)}. Ctrl-C stops all."
             )
-            if tls or acl:  # the DLedger channel is mutual TLS: 'broker ha transfer' presents the client pair
-                _context_hint(root, f"{host}:{namesrv.port}", tls=tls, acl=acl, client_cert=tls)
+            # the DLedger channel admits members only: 'broker ha transfer' presents a member's pair
+            if tls or acl:
+                _context_hint(root, f"{host}:{namesrv.port}", tls=tls, acl=acl, member=tls)
 
         from daemon.lifecycle import PidFile
         from mqctl.cli.daemons import busy_ports
@@ -511,17 +512,18 @@ def _signed(root: Path, acl: bool) -> str:
 
 
 def _context_hint(
-    root: Path, namesrv: str, *, tls: bool = False, acl: bool = False, client_cert: bool = False
+    root: Path, namesrv: str, *, tls: bool = False, acl: bool = False, member: bool = False
 ) -> None:
-    """The `context add` line for a cluster `up --tls` or `--acl` started: the CA to trust (with the client
-    pair: mutual TLS too), the account to sign as. Paths are shell-quoted: the line is pasted as it is."""
+    """The `context add` line for a cluster `up --tls` or `--acl` started: the CA to trust (with `member`
+    the members' pair too: 'broker ha transfer' speaks on the DLedger channel, which admits members only),
+    the account to sign as. Paths are shell-quoted: the line is pasted as it is."""
     from shlex import quote
 
     from mqctl.output import stderr_console
 
     certs = root / "tls"
-    pair = f" --cert {quote(str(certs / 'client.pem'))} --key {quote(str(certs / 'client.key'))}"
-    trust = f" --ca {quote(str(certs / 'ca.pem'))}{pair if client_cert else ''}" if tls else ""
+    pair = f" --cert {quote(str(certs / 'server.pem'))} --key {quote(str(certs / 'server.key'))}"
+    trust = f" --ca {quote(str(certs / 'ca.pem'))}{pair if member else ''}" if tls else ""
     secret = quote(str(root / "acl" / ACL_SECRET))
     sign = f" --access-key {ACL_ADMIN} --secret-key-file {secret}" if acl else ""
     name = "local" + ("-tls" if tls else "") + ("-acl" if acl else "")

@@ -313,15 +313,15 @@ def test_up_context_hint_quotes_its_paths(capsys: pytest.CaptureFixture[str]) ->
     from mqctl.cli.up import _context_hint
 
     root = Path("/tmp/my data")
-    _context_hint(root, "127.0.0.1:9876", tls=True, acl=True, client_cert=True)
+    _context_hint(root, "127.0.0.1:9876", tls=True, acl=True, member=True)
     line = capsys.readouterr().err.strip()
     words = shlex.split(line.split("connect with: ", 1)[1])
     assert words[:5] == ["mqctl", "context", "add", "local-tls-acl", "-n"]
     flags = dict(zip(words[6:-1:2], words[7:-1:2], strict=True))
     assert flags == {
         "--ca": "/tmp/my data/tls/ca.pem",
-        "--cert": "/tmp/my data/tls/client.pem",
-        "--key": "/tmp/my data/tls/client.key",
+        "--cert": "/tmp/my data/tls/server.pem",
+        "--key": "/tmp/my data/tls/server.key",
         "--access-key": "mqctl-admin",
         "--secret-key-file": "/tmp/my data/acl/admin.secret",
     }

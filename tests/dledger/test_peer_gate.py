@@ -227,8 +227,9 @@ def tls_keys(certs: dict[str, Path]) -> dict[str, Any]:
 
 
 async def test_on_ha_tls_the_channel_is_mutual_tls(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """haTls: the group elects, replicates and fails over on mutual TLS; a plaintext peer and a peer whose
-    certificate another CA signed (on a member's host, in a member's name) are refused."""
+    """haTls: the group elects, replicates and fails over on mutual TLS; a plaintext peer, a peer whose
+    certificate another CA signed, and one presenting mqctl's client certificate (the members' CA signed it,
+    but it carries no member mark), all on a member's host and in a member's name, are refused."""
     certs = write_local_ca(tmp_path / "ca")
     other = write_local_ca(tmp_path / "other")
     keys = [{**k, **tls_keys(certs)} for k in members(tmp_path)]
@@ -240,7 +241,7 @@ async def test_on_ha_tls_the_channel_is_mutual_tls(tmp_path: Path, caplog: pytes
         follower = next(b for b in live if b is not leader)
         before = snapshot(live)
         caplog.set_level(logging.WARNING)
-        for ctx in (None, _client_context(other, trust=certs)):
+        for ctx in (None, _client_context(other, trust=certs), _client_context(certs)):
             intruder = RemotingClient(ssl=ctx, connect_timeout=1.0)
             try:
                 for addr, req in forged(leader, follower):
@@ -277,8 +278,8 @@ async def test_up_tls_dledger_3_runs_the_channel_on_mutual_tls(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """`mqctl up --tls --dledger 3`: every member's channel is mutual TLS (status says so), a plaintext
-    connection to a DLedger port is closed unanswered, mqctl hands the leadership over with the client
-    pair `up` prints, and the group fails over a SIGKILL of its leader losing nothing acknowledged."""
+    connection to a DLedger port is closed unanswered, mqctl hands the leadership over with the member
+    pair `up` prints (the channel admits members only), and the group fails over a SIGKILL of its leader losing nothing acknowledged."""
     ns_port = free_port()
     data = tmp_path / "data"
     ns = f"127.0.0.1:{ns_port}"
@@ -291,9 +292,9 @@ async def test_up_tls_dledger_3_runs_the_channel_on_mutual_tls(
             "--ca",
             str(tls / "ca.pem"),
             "--cert",
-            str(tls / "client.pem"),
+            str(tls / "server.pem"),
             "--key",
-            str(tls / "client.key"),
+            str(tls / "server.key"),
         )
         await asyncio.to_thread(up.mq, "context", "add", "local-tls", "-n", ns, *pair, "--use")
 

@@ -836,3 +836,84 @@ def test_settings_naming_more_groups_or_topics_than_a_client_holds_are_refused(
     within = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=topics[:3]))
     replies = s.Telemetry(iter([spb.TelemetryCommand(settings=within)]), metadata=META, timeout=10)
     assert next(replies).status.code == pb.OK
+
+
+def _h2_frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
+
+
+def _literal(name: str, value: str) -> bytes:
+    """An HPACK header field without indexing, neither string Huffman-coded (each under 127 bytes)."""
+    return b"\x00" + bytes((len(name),)) + name.encode() + bytes((len(value),)) + value.encode()
+
+
+def _h2_frames(sock: socket.socket, until: float) -> Iterator[tuple[int, int, int]]:
+    """(type, flags, stream id) of each frame the server sends until `until` (time.monotonic) or it closes."""
+    buffered = b""
+    while time.monotonic() < until:
+        sock.settimeout(max(0.1, until - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            return
+        if not chunk:
+            return
+        buffered += chunk
+        while len(buffered) >= 9 and len(buffered) >= 9 + int.from_bytes(buffered[:3], "big"):
+            size = int.from_bytes(buffered[:3], "big")
+            yield buffered[3], buffered[4], int.from_bytes(buffered[5:9], "big") & 0x7FFFFFFF
+            buffered = buffered[9 + size :]
+
+
+def test_calls_whose_request_never_arrives_are_ended_and_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer's calls of HTTP/2 headers and 3 bytes of a message, no deadline, were held as long as the
+    connection lived (a thousand a connection, tens of MB at ten connections): each now ends when its
+    request has not arrived in time, a host's calls waiting for their request are bounded (the others are
+    refused at once), and a real client is served meanwhile."""
+    from daemon.grpc import arrival
+
+    monkeypatch.setattr(arrival, "REQUEST_ARRIVAL_S", 2.0)
+    monkeypatch.setattr(arrival, "ARRIVING_PER_HOST", 40)
+    calls = 100
+    with grpc_cluster(tmp_path) as cluster:
+        create_topic(cluster, "Held")
+        front = cluster.broker.grpc
+        assert front is not None
+        sock = _opened(front.port)
+        with sock:
+            head = sock.recv(9)
+            assert head[3:4] == b"\x04"  # the server's SETTINGS
+            sock.recv(int.from_bytes(head[:3], "big"))
+            sock.sendall(_h2_frame(4, 1, 0, b""))  # SETTINGS ACK
+            fields = b"".join(
+                _literal(k, v)
+                for k, v in (
+                    (":method", "POST"),
+                    (":scheme", "http"),
+                    (":path", "/apache.rocketmq.v2.MessagingService/SendMessage"),
+                    (":authority", "broker"),
+                    ("content-type", "application/grpc"),
+                    ("te", "trailers"),
+                )
+            )
+            for i in range(calls):
+                stream = 2 * i + 1
+                sock.sendall(_h2_frame(1, 0x4, stream, fields) + _h2_frame(0, 0, stream, b"\x00\x00\x00"))
+            ended: set[int] = set()
+            for kind, flags, stream in _h2_frames(sock, time.monotonic() + 60):
+                if kind == 3 or (kind == 1 and flags & 0x1):  # RST_STREAM, or trailers (END_STREAM)
+                    ended.add(stream)
+                if len(ended) == calls:
+                    break
+            assert len(ended) == calls, f"{calls - len(ended)} calls still held"
+        arrivals = front.arrivals
+        wait_for(lambda: arrivals.waiting == 0 and not arrivals.hosts, "no call left waiting", timeout=30)
+        assert arrivals.refused >= calls - 40 and arrivals.expired >= 1
+        assert arrivals.refused + arrivals.expired == calls
+        with grpc.insecure_channel(endpoint(cluster)) as channel:
+            reply = MessagingServiceStub(channel).QueryRoute(
+                spb.QueryRouteRequest(topic=pb.Resource(name="Held")), timeout=10
+            )
+        assert reply.status.code == pb.OK and len(reply.message_queues) == 4

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from daemon.namesrv.controller import NamesrvController
 from daemon.namesrv.processor import MAX_FILTER_SERVERS
 from daemon.remoting.bodies import (
@@ -19,7 +21,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.headers import RegisterBrokerRequestHeader
 from store.models import DataVersion
-from tests.support.namesrv import Namesrv, namesrv_config
+from tests.support.namesrv import Namesrv, count_decodes, namesrv_config
 
 
 async def _route(namesrv: Namesrv, topic: str) -> TopicRouteData | None:
@@ -117,3 +119,49 @@ async def test_a_registration_listing_too_many_filter_servers_is_refused(namesrv
     listed = RegisterBrokerBody(wrapper, ["10.0.0.1:1"] * MAX_FILTER_SERVERS).encode()
     request = RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), listed)
     assert (await namesrv.client.invoke(namesrv.addr, request)).code == ResponseCode.SUCCESS
+
+
+async def test_a_table_past_the_cap_is_refused_by_its_count_before_it_is_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An invented broker's table of many topics (a small body compressed) was parsed whole, the
+    NameServer's CPU busy and every other answer late, before the cap refused it: its count alone now
+    refuses it, in either form, and a broker within the cap is still parsed and listed."""
+    controller = NamesrvController(namesrv_config(tmp_path, route_max_queue_datas=200))
+    await controller.start()
+    try:
+        async with RemotingClient() as client:
+            ns = Namesrv(controller, client)
+            assert (await ns.register({f"Real{i}": 4 for i in range(50)}, compressed=True)).code == (
+                ResponseCode.SUCCESS
+            )
+            decoded = count_decodes(monkeypatch)
+            flood = {f"Invented{i}": 8 for i in range(5000)}
+            for compressed in (True, False):
+                for name, addr in (("evil-1", "10.9.9.9:10911"), ("broker-a", "10.9.9.8:10911")):
+                    answer = await ns.register(
+                        flood, broker_name=name, broker_addr=addr, compressed=compressed
+                    )
+                    assert answer.code == ResponseCode.SYSTEM_ERROR, answer.remark
+                    assert "routeMaxQueueDatas=200" in (answer.remark or "")
+            # a new master whose table would pass the cap with what is held, though alone it would not
+            near = {f"Near{i}": 4 for i in range(160)}
+            answer = await ns.register(
+                near, broker_name="evil-2", broker_addr="10.9.9.7:10911", compressed=True
+            )
+            assert answer.code == ResponseCode.SYSTEM_ERROR and "routeMaxQueueDatas=200" in (
+                answer.remark or ""
+            )
+            assert decoded == []
+            assert await _route(ns, "Invented0") is None and await _route(ns, "Near0") is None
+            # within the cap: parsed and listed, in either form
+            for i, compressed in enumerate((True, False)):
+                fits = {f"Fits{i}-{j}": 4 for j in range(20)}
+                answer = await ns.register(
+                    fits, broker_name=f"broker-{i}", broker_addr=f"10.9.8.{i}:10911", compressed=compressed
+                )
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+                assert await _route(ns, f"Fits{i}-0") is not None
+            assert len(decoded) == 2
+    finally:
+        await controller.stop()

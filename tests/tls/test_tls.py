@@ -27,7 +27,15 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, RemotingTlsError
 from daemon.remoting.frame import encode_command
-from daemon.remoting.tls import write_local_ca
+from daemon.remoting.tls import (
+    cert_pem,
+    default_sans,
+    key_pem,
+    make_certificate,
+    new_key,
+    write_local_ca,
+    write_pem,
+)
 from daemon.safe_config import refuse_unsafe
 from mqctl.errors import ConnectError, NotFoundError, TlsError, UsageError
 from store.config import SLAVE
@@ -276,10 +284,58 @@ async def test_slave_replicates_over_mutual_tls_and_a_plaintext_slave_gets_nothi
         await writer.drain()
         assert await asyncio.wait_for(reader.read(1 << 16), 5.0) == b""
         writer.close()
+        # mqctl's client certificate (the members' CA signed it, but it is no member's) from the slave's
+        # host read the CommitLog, bodies included, past the broker's ACL: its handshake now fails
+        refused = master.ha_master.refused
+        assert await _ha_read(master.ha_master.port, client_context(certs, client_cert=True)) == b""
+        assert master.ha_master.refused == refused + 1
     finally:
         await slave.stop()
         await master.stop()
         await namesrv.stop()
+
+
+async def _ha_read(port: int, ctx: ssl.SSLContext) -> bytes:
+    """What a TLS "slave" reporting offset 0 to the HA port is sent (b"": closed, or refused in its handshake)."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    except (OSError, ssl.SSLError):
+        return b""
+    try:
+        writer.write(encode_report(0))
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(1 << 16), 5.0)
+    except (OSError, ssl.SSLError):
+        return b""
+    finally:
+        writer.close()
+
+
+def test_ha_tls_on_certificates_without_the_member_mark_warns_that_clients_pass(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A set issued before member certificates were marked cannot tell a client's certificate from a
+    member's: the broker starts (its members keep replicating) and says so, naming the fix; a marked set
+    admits members only."""
+    ca_key, key = new_key(), new_key()
+    ca = make_certificate(ca_key, "an older CA", issuer=None, sans=[], ca=True)
+    server = make_certificate(key, "an older server", issuer=(ca, ca_key), sans=default_sans(), ca=False)
+    write_pem(tmp_path / "ca.pem", cert_pem(ca), private=False)
+    write_pem(tmp_path / "server.pem", cert_pem(server), private=False)
+    write_pem(tmp_path / "server.key", key_pem(key))
+    older = {
+        "ca": tmp_path / "ca.pem",
+        "server_cert": tmp_path / "server.pem",
+        "server_key": tmp_path / "server.key",
+    }
+    caplog.set_level(logging.WARNING)
+    broker = Broker(broker_config(tmp_path / "older", ha_tls=True, **server_keys(older)))
+    assert broker.ha_tls_settings is not None and not broker.ha_tls_settings.members_only
+    assert "carries no member mark (OU=mqctl-member)" in caplog.text and "mqctl tls init" in caplog.text
+    marked = Broker(
+        broker_config(tmp_path / "marked", ha_tls=True, **server_keys(write_local_ca(tmp_path / "m")))
+    )
+    assert marked.ha_tls_settings is not None and marked.ha_tls_settings.members_only
 
 
 @pytest.mark.slow
@@ -305,6 +361,38 @@ async def test_ha_tls_refuses_a_slave_whose_certificate_another_ca_signed(
     finally:
         await slave.stop()
         await master.stop()
+
+
+@pytest.mark.slow
+async def test_a_member_slave_refuses_a_master_presenting_a_clients_certificate(
+    tmp_path: Path, certs: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The HA stream's client checks the other end too: a "master" whose certificate the members' CA
+    signed but which is a client's (mqctl's client.pem) is refused in the handshake, so a client's key
+    cannot pose as a master to a slave; the slave reports no connection."""
+    caplog.set_level(logging.WARNING)
+    namesrv = await start_namesrv(tmp_path)
+    ha = {
+        "ha_tls": True,
+        "ha_listen_port": 0,
+        "namesrv_addr": f"127.0.0.1:{namesrv.port}",
+        **server_keys(certs, mode="permissive"),
+    }
+    posing = {
+        **ha,
+        "tls_server_cert_path": str(certs["client_cert"]),
+        "tls_server_key_path": str(certs["client_key"]),
+    }
+    master = await start_broker(tmp_path / "master", **posing)
+    slave = await start_broker(tmp_path / "slave", broker_id=1, broker_role=SLAVE, **ha)
+    try:
+        await wait_until(lambda: "no member's" in caplog.text, 30)
+        assert slave.ha_slave is not None and not slave.ha_slave.connected
+        assert master.ha_master is not None and not master.ha_master.connections
+    finally:
+        await slave.stop()
+        await master.stop()
+        await namesrv.stop()
 
 
 #: A stranger's TLS handshake with argv[1]:argv[2], without a certificate: prints what it got.
