@@ -41,6 +41,7 @@ from mqctl.services.topics import (
     route_masters,
     route_or_not_found,
     route_readers,
+    topic_meant,
 )
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
@@ -462,17 +463,19 @@ async def _send_queues(admin: Admin, topic: str, *, create: bool) -> tuple[list[
             _refuse_read_only(route, topic)
         return refs, False
     if not create:
+        guess = await topic_meant(admin, topic)
         raise NotFoundError(
             f"topic {topic!r} does not exist",
-            hint=f"create it (mqctl topic create -t {topic}) or drop --no-create",
+            hint=f"{guess}create it (mqctl topic create -t {topic}) or drop --no-create",
         )
     try:
         template = await admin.topic_route(AUTO_CREATE_TOPIC)
     except RemotingCommandError as exc:
         if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+            guess = await topic_meant(admin, topic)
             raise NotFoundError(
                 f"topic {topic!r} does not exist and no broker auto-creates topics",
-                hint=f"create it: mqctl topic create -t {topic}",
+                hint=f"{guess}create it: mqctl topic create -t {topic}",
             ) from None
         raise
     refs = [ref for ref in queues(template, write=True) if ref.queue_id < DEFAULT_TOPIC_QUEUE_NUMS]
