@@ -26,6 +26,7 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         ("bench", "consume", "-t", "NoSuch", "-g", "G", "--count", "1"),
         ("topic", "status", "-t", "NoSuch"),
         ("offset", "show", "-g", "G", "-t", "NoSuch"),
+        ("group", "progress", "-g", "G", "-t", "NoSuch"),
     ],
     ids=lambda args: " ".join(args[:2]),
 )
