@@ -304,3 +304,13 @@ async def test_a_rocketmq_acl_refusal_is_no_empty_answer() -> None:
                 await messaging.view_raw(admin, f"127.0.0.1:{server.port}", 0)
     finally:
         await server.stop()
+
+
+def test_a_namesrv_host_that_does_not_resolve_is_said_so(cli: RunCli) -> None:
+    """A typo in -n's host name ('Name or service not known') asked whether the NameServer was
+    running: the name is at fault, and the line says so (still exit 5: nothing was reached)."""
+    result = cli("topic", "list", "-n", "no-such-namesrv.invalid:9876")
+    assert result.code == ConnectError.exit_code, result
+    [line] = result.stderr.splitlines()
+    assert "host 'no-such-namesrv.invalid' does not resolve" in line, line
+    assert "a typo in the host name?" in line and "running" not in line, line
