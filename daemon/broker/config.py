@@ -458,7 +458,7 @@ def check_choices(role: str, flush: str, delete_when: str) -> None:
         raise ConfigError(f"brokerRole is ASYNC_MASTER, SYNC_MASTER or SLAVE, not {role!r}")
     if flush not in (ASYNC_FLUSH, SYNC_FLUSH):
         raise ConfigError(f"flushDiskType is ASYNC_FLUSH or SYNC_FLUSH, not {flush!r}")
-    hours = [h.strip() for h in delete_when.split(";")]
+    hours = [h.strip() for h in delete_when.rstrip(";").split(";")]  # Java's split drops trailing empties
     if not all(h.isdigit() and int(h) < 24 for h in hours):
         raise ConfigError(
             f"deleteWhen is hours of the day (0-23) separated by ';', like 04;16, not {delete_when!r}"
