@@ -66,6 +66,11 @@ class Refused(RemotingCommandError):
         self.unscoped = False
 
 
+class BrokerUnreachable(RemotingConnectError):
+    """A broker (not a NameServer) that could not be reached: its hint is about the broker, not about
+    which NameServers the context names."""
+
+
 def _session_signer() -> Callable[[RemotingCommand], None] | None:
     """The invocation's ACL signer (mqctl.auth), or None: requests go unsigned."""
     from mqctl import auth
@@ -106,6 +111,17 @@ class Admin:
             raise
         self._answered(addr)
 
+    @contextlib.contextmanager
+    def _naming_brokers(self, addr: str) -> Iterator[None]:
+        """A connect failure to an address that is no NameServer of ours is a :class:`BrokerUnreachable`
+        (a TLS failure stays what it is)."""
+        try:
+            yield
+        except RemotingConnectError as exc:
+            if type(exc) is not RemotingConnectError or addr in self.namesrv:
+                raise
+            raise BrokerUnreachable(exc.addr, exc.reason) from None
+
     def _answered(self, addr: str) -> None:
         self.asking[addr] -= 1
         if self.asking[addr] <= 0:
@@ -142,7 +158,7 @@ class Admin:
         if extra:
             fields.update(extra)
         try:
-            with self.waiting_for(addr):
+            with self.waiting_for(addr), self._naming_brokers(addr):
                 return self._not_refused(
                     addr,
                     await self.client.invoke_checked(
@@ -166,7 +182,7 @@ class Admin:
             reraise=True,
         )
         async for attempt in retrying:
-            with attempt, self.waiting_for(addr):
+            with attempt, self.waiting_for(addr), self._naming_brokers(addr):
                 return self._not_refused(
                     addr,
                     await self.client.invoke_checked(

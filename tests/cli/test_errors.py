@@ -37,7 +37,7 @@ from mqctl.errors import (
     translate,
 )
 from store.errors import CorruptRecordError, StoreLockedError
-from tests.daemons import LoopThread
+from tests.daemons import LoopThread, local_cluster
 from tests.support.cli import RunCli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -314,3 +314,17 @@ def test_a_namesrv_host_that_does_not_resolve_is_said_so(cli: RunCli) -> None:
     [line] = result.stderr.splitlines()
     assert "host 'no-such-namesrv.invalid' does not resolve" in line, line
     assert "a typo in the host name?" in line and "running" not in line, line
+
+
+def test_an_unreachable_broker_is_hinted_as_a_broker(cli: RunCli, tmp_path: Path) -> None:
+    """A broker that does not answer (-b of a stopped one) asked whether 'the NameServer/broker' ran and
+    pointed at the context, which names NameServers only; a NameServer's hint is as it was."""
+    with local_cluster(tmp_path) as cluster:
+        result = cli("broker", "config", "get", "-b", "127.0.0.1:1", "-n", cluster.namesrv_addr)
+    assert result.code == ConnectError.exit_code, result
+    [line] = result.stderr.splitlines()
+    assert "cannot talk to 127.0.0.1:1" in line and "is the broker running? 'mqctl cluster list'" in line, (
+        line
+    )
+    result = cli("topic", "list", "-n", "127.0.0.1:1")
+    assert result.code == ConnectError.exit_code and "see 'mqctl context current'" in result.stderr, result
