@@ -216,7 +216,10 @@ class Admin:
                 log.debug("NameServer %s unreachable: %s", addr, exc)
                 last = exc
             except RemotingProtocolError as exc:
-                raise RemotingProtocolError(f"{addr} is not a NameServer: {exc}{NOT_A_NAMESRV}") from None
+                http = "; an HTTP server: a broker's /metrics port?" if "it sent b'HTTP/" in str(exc) else ""
+                raise RemotingProtocolError(
+                    f"{addr} is not a NameServer: {exc}{http}{NOT_A_NAMESRV}"
+                ) from None
             except RemotingCommandError as exc:
                 if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
                     raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -328,3 +329,28 @@ def test_an_unreachable_broker_is_hinted_as_a_broker(cli: RunCli, tmp_path: Path
     )
     result = cli("topic", "list", "-n", "127.0.0.1:1")
     assert result.code == ConnectError.exit_code and "see 'mqctl context current'" in result.stderr, result
+
+
+def test_an_http_port_given_as_the_namesrv_is_named_as_one(cli: RunCli) -> None:
+    """The metrics port (an easy slip: it is printed beside the broker's) answers HTTP to a remoting frame;
+    the line said 'frame length 1213486160' and what it sent, and now what that is."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_http() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=answer_http, daemon=True).start()
+    try:
+        result = cli("topic", "list", "-n", f"127.0.0.1:{listener.getsockname()[1]}")
+    finally:
+        listener.close()
+    assert result.code == ProtocolError.exit_code, result
+    [line] = result.stderr.splitlines()
+    assert "is not a NameServer" in line and "an HTTP server: a broker's /metrics port?" in line, line
