@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -340,7 +339,7 @@ def test_an_http_port_given_as_the_namesrv_is_named_as_one(cli: RunCli) -> None:
     listener = socket.create_server(("127.0.0.1", 0))
 
     def answer_http() -> None:
-        with contextlib.suppress(OSError):
+        with suppress(OSError):
             while True:
                 conn, _ = listener.accept()
                 with conn:
