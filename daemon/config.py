@@ -166,9 +166,17 @@ def coerce(value: object, annotation: Any, *, source: str) -> object:
                 return False
             raise ValueError(f"expected true or false, got {value!r}")
         if annotation is int:
-            return value if isinstance(value, int) else int(str(value).strip())
+            if isinstance(value, int):
+                return value
+            try:
+                return int(str(value).strip())
+            except ValueError:
+                raise ValueError(f"{value!r} is not a whole number") from None
         if annotation is float:
-            return float(value)  # type: ignore[arg-type]
+            try:
+                return float(value)  # type: ignore[arg-type]
+            except ValueError:
+                raise ValueError(f"{value!r} is not a number") from None
         if annotation is Path:
             return Path(str(value)).expanduser()
         if annotation is str:
@@ -176,6 +184,15 @@ def coerce(value: object, annotation: Any, *, source: str) -> object:
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return value
+
+
+def _did_you_mean(key: str, keys: list[str]) -> str:
+    """' (did you mean fileReservedTime?)' for a typo of a key this config has: RocketMQ ignores an
+    unknown key silently, so a misspelt setting would otherwise run at its default unnoticed."""
+    import difflib
+
+    close = difflib.get_close_matches(key, keys, n=2, cutoff=0.8)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def load_config(
@@ -215,7 +232,9 @@ def load_config(
                 if key in known:
                     inert[key] = raw  # RocketMQ's key, not acted on: kept and reported back
                 else:
-                    log.warning("%s: ignoring unknown key %r", path, key)
+                    log.warning(
+                        "%s: ignoring unknown key %r%s", path, key, _did_you_mean(key, [*by_key, *known])
+                    )
                 continue
             values[name] = coerce(raw, hints[name], source=f"{path}: {key}")
     if inert:

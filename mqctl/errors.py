@@ -274,6 +274,12 @@ def _connect_hint(exc: BaseException) -> str:
         if tls.current() is None:
             return "is it running, or TLS-only (tls.server.mode=enforcing: --tls, --ca)?"
         return "is it running, or does it require a client certificate (--cert/--key)?"
+    from mqctl.admin.client import BrokerUnreachable
+
+    if isinstance(exc, BrokerUnreachable):
+        return "is the broker running? 'mqctl cluster list' shows the brokers registered"
+    if "does not resolve" in str(exc):
+        return "a typo in the host name? see 'mqctl context current'"
     return "is the NameServer/broker running? see 'mqctl context current'"
 
 

@@ -16,7 +16,7 @@ from daemon.remoting.limits import RemotingLimits
 from daemon.remoting.tls import TlsConfig
 from daemon.rocketmq_keys import CPUS, NETTY_CLIENT_KEYS, NETTY_SERVER_KEYS
 from daemon.schedslice import MAX_SLICE_US, MIN_SLICE_US
-from store.config import StoreConfig
+from store.config import ASYNC_FLUSH, ASYNC_MASTER, SLAVE, SYNC_FLUSH, SYNC_MASTER, StoreConfig
 from store.names import TRACE_TOPIC
 
 #: Default port of the Prometheus endpoint (`metricsPort`); RocketMQ 5's exporter uses the same.
@@ -392,6 +392,7 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
                 f"grpcMaxTelemetryStreams is at least 1, not {self.grpc_max_telemetry_streams} "
                 "(grpcEnable=false turns the gRPC front off)"
             )
+        check_choices(self.broker_role, self.flush_disk_type, self.delete_when)
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
         self.listen_why = self.listen_why or why
         self.inner_credentials()  # a malformed value fails the start, not the first signed request
@@ -450,6 +451,22 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     def store_config(self) -> StoreConfig:
         """The store's settings, taken from the keys both configs share."""
         return StoreConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(StoreConfig)})
+
+
+def check_choices(role: str, flush: str, delete_when: str) -> None:
+    """brokerRole and flushDiskType are one of 4.9.8's enum names, spelt as they are (its valueOf refuses
+    the start on any other); a typo ran on as a master ('slave') or as ASYNC_MASTER ('SYNC_MASTERR').
+    deleteWhen is hours of the day separated by ';': 4.9.8 throws on any other at each cleanup, so time
+    never came to delete."""
+    if role not in (ASYNC_MASTER, SYNC_MASTER, SLAVE):
+        raise ConfigError(f"brokerRole is ASYNC_MASTER, SYNC_MASTER or SLAVE, not {role!r}")
+    if flush not in (ASYNC_FLUSH, SYNC_FLUSH):
+        raise ConfigError(f"flushDiskType is ASYNC_FLUSH or SYNC_FLUSH, not {flush!r}")
+    hours = [h.strip() for h in delete_when.rstrip(";").split(";")]  # Java's split drops trailing empties
+    if not all(h.isdigit() and int(h) < 24 for h in hours):
+        raise ConfigError(
+            f"deleteWhen is hours of the day (0-23) separated by ';', like 04;16, not {delete_when!r}"
+        )
 
 
 def check_sched_slice(micros: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import socket
 import ssl as _ssl
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
@@ -185,6 +186,10 @@ class RemotingClient:
             if self.ssl is not None:  # a TLS server that refused our certificate (or its absence) resets
                 raise RemotingTlsError(addr, f"TLS handshake failed: {exc.strerror or exc}") from None
             raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
+        except socket.gaierror as exc:  # the name, not the server: "is it running?" would mislead
+            raise RemotingConnectError(
+                addr, f"host {host!r} does not resolve ({exc.strerror or exc})"
+            ) from None
         except OSError as exc:
             raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
         try:

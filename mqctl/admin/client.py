@@ -66,6 +66,11 @@ class Refused(RemotingCommandError):
         self.unscoped = False
 
 
+class BrokerUnreachable(RemotingConnectError):
+    """A broker (not a NameServer) that could not be reached: its hint is about the broker, not about
+    which NameServers the context names."""
+
+
 def _session_signer() -> Callable[[RemotingCommand], None] | None:
     """The invocation's ACL signer (mqctl.auth), or None: requests go unsigned."""
     from mqctl import auth
@@ -106,6 +111,17 @@ class Admin:
             raise
         self._answered(addr)
 
+    @contextlib.contextmanager
+    def _naming_brokers(self, addr: str) -> Iterator[None]:
+        """A connect failure to an address that is no NameServer of ours is a :class:`BrokerUnreachable`
+        (a TLS failure stays what it is)."""
+        try:
+            yield
+        except RemotingConnectError as exc:
+            if type(exc) is not RemotingConnectError or addr in self.namesrv:
+                raise
+            raise BrokerUnreachable(exc.addr, exc.reason) from None
+
     def _answered(self, addr: str) -> None:
         self.asking[addr] -= 1
         if self.asking[addr] <= 0:
@@ -142,7 +158,7 @@ class Admin:
         if extra:
             fields.update(extra)
         try:
-            with self.waiting_for(addr):
+            with self.waiting_for(addr), self._naming_brokers(addr):
                 return self._not_refused(
                     addr,
                     await self.client.invoke_checked(
@@ -166,7 +182,7 @@ class Admin:
             reraise=True,
         )
         async for attempt in retrying:
-            with attempt, self.waiting_for(addr):
+            with attempt, self.waiting_for(addr), self._naming_brokers(addr):
                 return self._not_refused(
                     addr,
                     await self.client.invoke_checked(
@@ -200,7 +216,10 @@ class Admin:
                 log.debug("NameServer %s unreachable: %s", addr, exc)
                 last = exc
             except RemotingProtocolError as exc:
-                raise RemotingProtocolError(f"{addr} is not a NameServer: {exc}{NOT_A_NAMESRV}") from None
+                http = "; an HTTP server: a broker's /metrics port?" if "it sent b'HTTP/" in str(exc) else ""
+                raise RemotingProtocolError(
+                    f"{addr} is not a NameServer: {exc}{http}{NOT_A_NAMESRV}"
+                ) from None
             except RemotingCommandError as exc:
                 if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
                     raise

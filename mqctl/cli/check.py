@@ -195,8 +195,8 @@ def ha(
         float, typer.Option("--crit-seconds", min=0, help="CRITICAL when the slowest slave is more s behind.")
     ] = 60.0,
 ) -> None:
-    """Replication: every slave connected to its master, and its lag in bytes and seconds; a DLedger
-    group with a member gone is a WARNING."""
+    """Replication: every slave connected to its master, and its lag in bytes and seconds; a SYNC_MASTER
+    with no slave is CRITICAL, a DLedger group with a member gone a WARNING."""
     from mqctl.services.checks import ha as check_ha
 
     bad = _order(warn_bytes, crit_bytes) or _order(warn_seconds, crit_seconds)

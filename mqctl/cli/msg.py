@@ -210,9 +210,26 @@ def send(
         )
         if result.auto_created:
             _say_auto_created(topic, result.broker)
+        if result.status in _STORED_BUT:
+            from mqctl.output import stderr_console
+
+            stderr_console().print(
+                f"mqctl: warning: stored on {result.broker} but {result.status}: {_STORED_BUT[result.status]}; "
+                "sending again would store it twice",
+                style="yellow",
+                markup=False,
+            )
         return result
 
     online(sent, changes=True)
+
+
+#: A send's status other than SEND_OK: what a producer that wants SEND_OK was not given.
+_STORED_BUT = {
+    "SLAVE_NOT_AVAILABLE": "a SYNC_MASTER with no slave to copy it to (see 'mqctl broker ha status')",
+    "FLUSH_SLAVE_TIMEOUT": "its slave did not confirm the copy in time (see 'mqctl broker ha status')",
+    "FLUSH_DISK_TIMEOUT": "not flushed to disk in time (flushDiskType=SYNC_FLUSH)",
+}
 
 
 def _say_auto_created(topic: str, broker: str) -> None:

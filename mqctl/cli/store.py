@@ -412,6 +412,12 @@ def verify(
             f"{len(quarantined)} quarantine(s) in {store}/quarantine hold {records} intact record(s) recovery "
             "set aside; 'mqctl store salvage' extracts them"
         )
+    if report.crc_errors or report.corrupt_files:
+        stderr_console().print(
+            "damaged CommitLog records stay where they are until a broker meets them: its start (or the "
+            "first read of one) sets them aside under quarantine/, from where 'mqctl store salvage' takes "
+            "the intact records"
+        )
     for note in report.notes:
         why = " (queries skip them; the broker rebuilds such index files at start)" if "index" in note else ""
         stderr_console().print(f"note: {note}{why}")
@@ -474,7 +480,10 @@ def salvage(
     err = stderr_console()
     manifests = qs.chosen(store, quarantine or [])
     if not manifests:
-        err.print(f"nothing needed salvaging: recovery set nothing aside in {store}")
+        err.print(
+            f"nothing needed salvaging: recovery set nothing aside in {store} (damage 'store verify' finds "
+            "is set aside when a broker meets it: at its start, or the first read)"
+        )
         if out is None:
             render([], flags().output)
         elif out != "-":

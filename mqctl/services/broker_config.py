@@ -31,9 +31,9 @@ async def get(admin: Admin, *, cluster: str | None, broker: str | None, keys: li
     rows: list[ConfigValue] = []
     for addr in await target_masters(admin, cluster, broker):
         config = await admin.broker_config(addr)
-        missing = [k for k in keys if k not in config]
-        if missing:
-            raise NotFoundError(f"broker {addr} has no setting {', '.join(missing)}")
+        for key in keys:
+            if key not in config:
+                raise no_setting(addr, key, config)
         rows.extend({"broker": addr, "key": k, "value": config[k]} for k in (keys or sorted(config)))
     return rows
 
@@ -66,15 +66,20 @@ def _kind(current: str) -> str | None:
         return None
 
 
+def no_setting(addr: str, key: str, config: dict[str, str]) -> NotFoundError:
+    """A key the broker does not have, with the closest names it has: a typo, most likely."""
+    import difflib
+
+    close = difflib.get_close_matches(key, list(config), n=3, cutoff=0.75)
+    hint = f"did you mean {' or '.join(close)}?" if close else "see 'mqctl broker config get'"
+    return NotFoundError(f"broker {addr} has no setting {key!r}", hint=hint)
+
+
 def check_value(addr: str, key: str, value: str, config: dict[str, str]) -> None:
     """Refuse before sending what the broker would refuse with a parser's message: a key it does not
     have (with the closest names it has) or a value of the wrong kind for its current one."""
     if key not in config:
-        import difflib
-
-        close = difflib.get_close_matches(key, list(config), n=3, cutoff=0.75)
-        hint = f"did you mean {' or '.join(close)}?" if close else "see 'mqctl broker config get'"
-        raise NotFoundError(f"broker {addr} has no setting {key!r}", hint=hint)
+        raise no_setting(addr, key, config)
     kind = _kind(config[key])
     if kind == "flag" and value.lower() not in ("true", "false"):
         raise UsageError(f"bad value for {key}: {value!r} is not true or false (now {config[key]})")

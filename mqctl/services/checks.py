@@ -550,6 +550,14 @@ async def ha(
         if master is not None and master.error is None and slaves and not master.connected:
             verdicts.append(State.CRITICAL)
             problems.append(f"{name} master {master.addr} has no slave connected")
+        elif master is not None and master.members is None and master.role == "SYNC_MASTER" and not slaves:
+            # its slave stopped cleanly and unregistered: nothing above sees it, yet every send answers
+            # SLAVE_NOT_AVAILABLE (stored, never copied), which producers that want SEND_OK count as failed
+            verdicts.append(State.CRITICAL)
+            problems.append(
+                f"{name} master {master.addr} is a SYNC_MASTER with no slave: every send answers "
+                "SLAVE_NOT_AVAILABLE"
+            )
         for s in members:
             if s.abstains is not None:
                 # it would not help elect a leader: the group is one loss nearer to electing none

@@ -136,6 +136,12 @@ async def cluster_status(admin: Admin, cluster: str | None = None) -> list[Broke
 async def broker_list(admin: Admin, cluster: str | None = None) -> list[BrokerListRow]:
     """``cluster list``: :func:`brokers` with each one's role."""
     rows = await brokers(admin, cluster)
+    for name in sorted({r.broker_name for r in rows} - {r.broker_name for r in rows if r.broker_id == 0}):
+        log.warning(  # a group without its master row reads as a smaller group, not as one down
+            "%s: no master registered (down, or its group is electing one); its slaves take no sends "
+            "(see 'mqctl broker ha status')",
+            name,
+        )
     return [BrokerListRow(**vars(r), role="MASTER" if r.broker_id == 0 else "SLAVE") for r in rows]
 
 

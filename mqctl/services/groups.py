@@ -17,7 +17,7 @@ from mqctl.errors import ConflictError, NotFoundError
 from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
 from mqctl.services.fanout import FailureRow, each_broker, failures, gather_limited
-from mqctl.services.topics import BrokerChange, apply_to_tables, not_kept, target_masters
+from mqctl.services.topics import BrokerChange, apply_to_tables, not_kept, route_or_not_found, target_masters
 from mqctl.units import when
 from store import CONSUME_MESSAGE_ORDERLY, SYSTEM_GROUPS, SubscriptionGroupConfig
 
@@ -433,6 +433,8 @@ async def progress(
             clients.update(c.client_id for c in found.connection_set)
         offsets.update(stats.offset_table)
     if not offsets and not clients:
+        if topic is not None:
+            await route_or_not_found(admin, topic)  # a typo of the topic is that, not the group's lack
         of = f" of topic {topic!r}" if topic is not None else ""
         raise NotFoundError(f"group {group!r} has no offsets{of} and no online consumer")
     owners: dict[MessageQueue, str] = {}

@@ -32,7 +32,15 @@ from daemon.remoting.errors import (
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin, Refused
 from mqctl.admin.member import GroupMember
-from mqctl.errors import AuthError, ConnectError, NotFoundError, NothingReadError, StoreError, UsageError
+from mqctl.errors import (
+    AuthError,
+    ConnectError,
+    NotFoundError,
+    NothingReadError,
+    StoreError,
+    UsageError,
+    from_response_code,
+)
 from mqctl.output import Rows, json_text
 from mqctl.services.fanout import each_broker, gather_limited
 from mqctl.services.topics import (
@@ -41,6 +49,7 @@ from mqctl.services.topics import (
     route_masters,
     route_or_not_found,
     route_readers,
+    topic_meant,
 )
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
@@ -462,17 +471,19 @@ async def _send_queues(admin: Admin, topic: str, *, create: bool) -> tuple[list[
             _refuse_read_only(route, topic)
         return refs, False
     if not create:
+        guess = await topic_meant(admin, topic)
         raise NotFoundError(
             f"topic {topic!r} does not exist",
-            hint=f"create it (mqctl topic create -t {topic}) or drop --no-create",
+            hint=f"{guess}create it (mqctl topic create -t {topic}) or drop --no-create",
         )
     try:
         template = await admin.topic_route(AUTO_CREATE_TOPIC)
     except RemotingCommandError as exc:
         if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+            guess = await topic_meant(admin, topic)
             raise NotFoundError(
                 f"topic {topic!r} does not exist and no broker auto-creates topics",
-                hint=f"create it: mqctl topic create -t {topic}",
+                hint=f"{guess}create it: mqctl topic create -t {topic}",
             ) from None
         raise
     refs = [ref for ref in queues(template, write=True) if ref.queue_id < DEFAULT_TOPIC_QUEUE_NUMS]
@@ -497,7 +508,20 @@ async def send_message(
     """
     refs, auto_created = await _send_queues(admin, topic, create=create)
     ref = random.choice(pick(refs, broker=broker, queue=queue, topic=topic))
-    result = await wire.send(admin, ref.addr, topic, body, queue_id=ref.queue_id, properties=properties)
+    try:
+        result = await wire.send(admin, ref.addr, topic, body, queue_id=ref.queue_id, properties=properties)
+    except Refused:
+        raise
+    except RemotingCommandError as exc:  # the line names the broker: with several groups it was a guess
+        error = from_response_code(
+            exc.code, exc.remark, action=f"broker {ref.broker_name} at {ref.addr} refused it"
+        )
+        if exc.code == ResponseCode.SERVICE_NOT_AVAILABLE:
+            error.hint = (
+                "the broker's log says which reason; a full disk shows in 'mqctl check disk', a role in "
+                "'mqctl cluster list'"
+            )
+        raise error from None
     return Sent(
         result.status,
         result.offset_msg_id,

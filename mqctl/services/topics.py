@@ -230,8 +230,22 @@ async def route_or_not_found(admin: Admin, topic: str) -> TopicRouteData:
         return await admin.topic_route(topic)
     except RemotingCommandError as exc:
         if exc.code == ResponseCode.TOPIC_NOT_EXIST:
-            raise NotFoundError(f"topic {topic!r} not found", hint="see 'mqctl topic list'") from None
+            guess = await topic_meant(admin, topic)
+            raise NotFoundError(f"topic {topic!r} not found", hint=f"{guess}see 'mqctl topic list'") from None
         raise
+
+
+async def topic_meant(admin: Admin, topic: str) -> str:
+    """ "did you mean 'Orders'? " naming the NameServer's topics a typo of ``topic`` may have meant, to
+    begin a not-found hint; '' when none is close or the list cannot be had (it only improves an error)."""
+    import difflib
+
+    try:
+        names = await admin.topic_list()
+    except Exception:
+        return ""
+    close = difflib.get_close_matches(topic, names, n=3, cutoff=0.75)
+    return f"did you mean {' or '.join(repr(name) for name in close)}? " if close else ""
 
 
 def route_masters(data: TopicRouteData) -> dict[str, str]:

@@ -42,6 +42,10 @@ class Carried:
     born_host: str
 
 
+#: Where a message is, traced or not: said when there is no trace to show it.
+WHERE_STORED = "'mqctl msg query --id ID' (or -t TOPIC -k KEY) shows where it is stored"
+
+
 async def _trace_records(admin: Admin, trace_topic: str, key: str) -> list[Carried]:
     """Every record of every trace message indexed under ``key``, on every broker of the trace topic that
     answers (each one that does not is named: a message's trace may be on another broker)."""
@@ -50,7 +54,7 @@ async def _trace_records(admin: Admin, trace_topic: str, key: str) -> list[Carri
     except NotFoundError:
         raise NotFoundError(
             f"trace topic {trace_topic!r} does not exist: no client has written a trace to this cluster",
-            hint="clients write traces with enableMsgTrace; --trace-topic names another topic",
+            hint=f"clients write traces with enableMsgTrace; --trace-topic names another topic; {WHERE_STORED}",
         ) from None
     now = int(time.time() * 1000)
     batches = await each_broker(
@@ -141,7 +145,7 @@ async def trace_message(
         located = plausible_offset_id(wanted)
         stored = await _view(admin, *located) if located is not None else None
         if stored is None or not stored.uniq_key:
-            raise NotFoundError(f"no trace of message {message_id} in {trace_topic}")
+            raise NotFoundError(f"no trace of message {message_id} in {trace_topic}", hint=WHERE_STORED)
         found_by = "msg_id"
         wanted = stored.uniq_key.upper()
         mine = [
@@ -152,7 +156,7 @@ async def trace_message(
         if not mine:
             raise NotFoundError(
                 f"message {message_id} (unique_key {stored.uniq_key}) has no trace in {trace_topic}",
-                hint="its producer and consumers did not run with message trace on",
+                hint=f"its producer and consumers did not run with message trace on; {WHERE_STORED}",
             )
     timeline = await _timeline(admin, mine, stored, topic)
     if topic is not None and timeline["topic"] not in (topic, None):

@@ -20,7 +20,7 @@ from daemon.broker.long_poll import PullRequestHoldService
 from daemon.broker.managers import topics
 from daemon.broker.managers.topics import topic_problem
 from daemon.broker.processors.send import decode_batch, parse_send, stored_fields
-from daemon.config import load_config
+from daemon.config import ConfigError, load_config
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.errors import HeaderFieldError, RemotingCommandError
 from store.javahash import java_hash
@@ -123,6 +123,31 @@ def test_rocketmq_broker_conf_reaches_the_store(tmp_path: Path) -> None:
         store.delete_when,
     ) == ("/data/store", "SYNC_FLUSH", 48, "01")
     assert store.mapped_file_size_commit_log == 104857600  # the old `maped` spelling is ignored, as in 4.9.8
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("brokerRole=slave", "brokerRole is ASYNC_MASTER, SYNC_MASTER or SLAVE, not 'slave'"),
+        ("brokerRole=SYNC_MASTERR", "not 'SYNC_MASTERR'"),
+        ("flushDiskType=sync_flush", "flushDiskType is ASYNC_FLUSH or SYNC_FLUSH, not 'sync_flush'"),
+        ("deleteWhen=4am", "deleteWhen is hours of the day (0-23) separated by ';'"),
+        ("deleteWhen=04;24", "not '04;24'"),
+    ],
+)
+def test_a_misspelt_role_flush_type_or_delete_hour_refuses_the_start(
+    tmp_path: Path, line: str, said: str
+) -> None:
+    """4.9.8's valueOf refuses a brokerRole or flushDiskType it does not name; ours ran on: 'slave' as a
+    master beside its real one, 'SYNC_MASTERR' as an ASYNC_MASTER. A deleteWhen that is no list of hours
+    never came due (4.9.8 throws at each cleanup)."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"{line}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(BrokerConfig, conf, environ={})
+    assert said in str(caught.value), caught.value
+    conf.write_text("brokerRole=SLAVE\nflushDiskType=SYNC_FLUSH\ndeleteWhen=00;4; 23;\n")
+    assert load_config(BrokerConfig, conf, environ={}).broker_role == "SLAVE"
 
 
 async def test_an_arrival_on_another_thread_wakes_parked_pulls_and_wakers_on_the_loop() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,7 @@ from mqctl.errors import (
     translate,
 )
 from store.errors import CorruptRecordError, StoreLockedError
-from tests.daemons import LoopThread
+from tests.daemons import LoopThread, local_cluster
 from tests.support.cli import RunCli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -304,3 +304,52 @@ async def test_a_rocketmq_acl_refusal_is_no_empty_answer() -> None:
                 await messaging.view_raw(admin, f"127.0.0.1:{server.port}", 0)
     finally:
         await server.stop()
+
+
+def test_a_namesrv_host_that_does_not_resolve_is_said_so(cli: RunCli) -> None:
+    """A typo in -n's host name ('Name or service not known') asked whether the NameServer was
+    running: the name is at fault, and the line says so (still exit 5: nothing was reached)."""
+    result = cli("topic", "list", "-n", "no-such-namesrv.invalid:9876")
+    assert result.code == ConnectError.exit_code, result
+    [line] = result.stderr.splitlines()
+    assert "host 'no-such-namesrv.invalid' does not resolve" in line, line
+    assert "a typo in the host name?" in line and "running" not in line, line
+
+
+def test_an_unreachable_broker_is_hinted_as_a_broker(cli: RunCli, tmp_path: Path) -> None:
+    """A broker that does not answer (-b of a stopped one) asked whether 'the NameServer/broker' ran and
+    pointed at the context, which names NameServers only; a NameServer's hint is as it was."""
+    with local_cluster(tmp_path) as cluster:
+        result = cli("broker", "config", "get", "-b", "127.0.0.1:1", "-n", cluster.namesrv_addr)
+    assert result.code == ConnectError.exit_code, result
+    [line] = result.stderr.splitlines()
+    assert "cannot talk to 127.0.0.1:1" in line and "is the broker running? 'mqctl cluster list'" in line, (
+        line
+    )
+    result = cli("topic", "list", "-n", "127.0.0.1:1")
+    assert result.code == ConnectError.exit_code and "see 'mqctl context current'" in result.stderr, result
+
+
+def test_an_http_port_given_as_the_namesrv_is_named_as_one(cli: RunCli) -> None:
+    """The metrics port (an easy slip: it is printed beside the broker's) answers HTTP to a remoting frame;
+    the line said 'frame length 1213486160' and what it sent, and now what that is."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_http() -> None:
+        with suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=answer_http, daemon=True).start()
+    try:
+        result = cli("topic", "list", "-n", f"127.0.0.1:{listener.getsockname()[1]}")
+    finally:
+        listener.close()
+    assert result.code == ProtocolError.exit_code, result
+    [line] = result.stderr.splitlines()
+    assert "is not a NameServer" in line and "an HTTP server: a broker's /metrics port?" in line, line

@@ -204,7 +204,11 @@ def test_a_message_without_trace_is_not_found_with_a_reason(
         result = mq("msg", "trace", ident)
         assert result.code == 3, result.stderr
         assert "no trace" in result.stderr
+        assert "'mqctl msg query --id ID'" in result.stderr, result.stderr  # where it is, untraced
     assert "enableMsgTrace" not in mq("msg", "trace", world.untraced.msg_id).stdout
+    untraced = mq("msg", "trace", world.untraced.unique_key, "--trace-topic", "NoTracesHere")
+    assert untraced.code == 3 and "'NoTracesHere' does not exist" in untraced.stderr, untraced
+    assert "'mqctl msg query --id ID'" in untraced.stderr, untraced.stderr
 
 
 def test_the_table_and_the_tree_show_the_timeline(

@@ -214,6 +214,22 @@ def test_salvage_of_a_healthy_store_succeeds_with_nothing_to_do(cli: RunCli, tmp
     assert result.code == 2
 
 
+def test_a_damaged_record_no_broker_met_yet_says_where_salvage_comes_in(cli: RunCli, tmp_path: Path) -> None:
+    """A body whose CRC fails in a stopped broker's store: verify finds it and salvage has nothing yet
+    (no broker has set it aside); both lines say what sets it aside, so that the operator is not left
+    between 'store has problems' and 'nothing needed salvaging'."""
+    root = unpack_store_a(tmp_path)
+    path = root / "commitlog" / "00000000000001048576"
+    with path.open("r+b") as f:
+        f.seek(5000)
+        f.write(b"\xff\xff\xff\xff")
+    result = cli("store", "verify", "--store", str(root), "-o", "json")
+    assert result.code == 10 and result.json()["crc_errors"] == 1, result
+    assert "its start (or the first read of one) sets them aside" in result.stderr, result.stderr
+    result = cli("store", "salvage", "--store", str(root))
+    assert result.code == 0 and "is set aside when a broker meets it" in result.stderr, result.stderr
+
+
 def test_a_pull_over_a_record_whose_body_crc_fails_skips_it(
     cli: RunCli, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

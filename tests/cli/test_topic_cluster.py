@@ -307,6 +307,8 @@ def test_broker_config_get_and_set(mq: RunCli, daemons: LocalCluster) -> None:
     ]
     assert daemons.broker.config.file_reserved_time == 48
     assert mq("broker", "config", "get", "noSuchKey").code == NotFoundError.exit_code
+    typo = mq("broker", "config", "get", "fileReservedTim")  # as 'set' does, 'get' names the key meant
+    assert typo.code == NotFoundError.exit_code and "(did you mean fileReservedTime?)" in typo.stderr, typo
     assert mq("broker", "config", "set", "fileReservedTime").code == UsageError.exit_code
     bad = mq("broker", "config", "set", "fileReservedTime=abc", "-b", daemons.broker_addr)
     assert bad.code == UsageError.exit_code, bad.stderr

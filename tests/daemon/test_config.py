@@ -51,6 +51,25 @@ def test_unknown_and_old_keys_are_ignored(tmp_path: Path, caplog: pytest.LogCapt
     assert "mapedFileSizeCommitLog" in caplog.text
 
 
+def test_a_misspelt_key_is_named_with_the_key_meant(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An unknown key is only a warning, as RocketMQ ignores it; one close to a key of ours names that
+    key, so that a typo does not leave the setting at its default unnoticed."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("autoCreateTopicEnabled=false\nsomethingElse=1\n")
+    assert load_config(Sample, conf, environ={}).auto_create_topic_enable is True
+    assert "'autoCreateTopicEnabled' (did you mean autoCreateTopicEnable?)" in caplog.text
+    assert "'somethingElse'\n" in caplog.text + "\n"
+
+
+def test_a_bad_number_is_said_in_words(tmp_path: Path) -> None:
+    """A value that is no number says so, not Python's int() message."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("listenPort=4h\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(Sample, conf, environ={})
+    assert str(caught.value).endswith("listenPort: '4h' is not a whole number"), caught.value
+
+
 def test_bad_values_name_their_source(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("listenPort=ten\n")

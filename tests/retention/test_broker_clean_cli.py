@@ -136,6 +136,9 @@ def test_mqctl_msg_send_is_refused_at_91_and_accepted_below(cli: RunCli, tmp_pat
         wait_until(lambda: rc.store.disk_full)
         refused = cli("msg", "send", *ns, "-t", "TF", "while full")
         assert refused.code == RetriableBrokerError.exit_code and "disk is full" in refused.stderr
+        [line] = refused.stderr.splitlines()  # which broker, and where to look: not 'request failed'
+        assert f"broker broker-a at {rc.cluster.broker_addr} refused it: " in line, line
+        assert "'mqctl check disk'" in line, line
         disk.level = 0.70
         wait_until(lambda: not rc.store.disk_full)
         assert cli("msg", "send", *ns, "-t", "TF", "space again").code == 0
