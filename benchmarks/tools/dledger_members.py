@@ -14,10 +14,11 @@ its sleeps in the poll, each a wake-up by another process's write or a timer; in
 from it. ``--syscalls`` counts each member's loop thread's polls, socket reads and writes with ``perf stat``
 (tracepoints: cheap beside ``--strace``). The load average is printed with each round: the group shares the machine's cores.
 ``--machine`` says whether the round was bound by the cores or by its round trips: the CPU of every process
-of the run (the members, the NameServer, ``mqctl up``, the load generator) and of each one's busiest thread,
-in cores over the window's wall time, beside the machine's busy and idle cores from ``/proc/stat`` (what is
-busy beyond the run's processes is other work on the host) and the senders' mean round trip.
-``--single`` runs the same round against one ASYNC_MASTER (as ``bench_dledger``'s single side starts it)
+of the run (the members, the NameServer, ``mqctl up``, the load generator) in cores over the window's wall
+time, beside the machine's busy and idle cores from ``/proc/stat`` (busy beyond the run's processes: other
+work on the host), and how each process's event loop thread spent the window (``schedstat``: on a core,
+runnable waiting for one, asleep). The load generator runs on uvloop, as ``bench_dledger``'s does for both
+sides. ``--single`` runs the same round against one ASYNC_MASTER (as ``bench_dledger``'s single side starts it)
 instead, the broker taking the leader's place for ``--perf``/``--strace`` (``perf-single.data``): the
 leader's profile less the single broker's is what DLedger adds to a send.
 
@@ -32,7 +33,6 @@ whom the leader woke and who preempted it. Each goes to ``--out`` (default: the 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import os
 import re
@@ -49,6 +49,7 @@ from bench_dledger import UP_ARGS, group_env
 from bench_ha import PIDS, broker
 
 from daemon.remoting.client import RemotingClient
+from daemon.remoting.loop import run
 from tests.dledger.test_group import elected_master
 from tests.support.up import mqctl_up
 
@@ -371,9 +372,9 @@ def round_(args: argparse.Namespace) -> None:
         if args.single:  # (started outside the round's loop: `broker` runs one of its own to wait for it)
             with broker(f"{tmp}/single", free_port(), broker_role="ASYNC_MASTER") as addr:
                 pids = [PIDS[addr]]
-                result, cpu, calls, used = asyncio.run(measured(args, addr, pids))
+                result, cpu, calls, used = run(measured(args, addr, pids))
         else:
-            pids, result, cpu, calls, used = asyncio.run(group_round(args, tmp))
+            pids, result, cpu, calls, used = run(group_round(args, tmp))
     sends = max(1, result.messages)
     own = cpu.pop()
     per = " + ".join(f"{c / sends * 1e6:.1f}" for c in cpu)
