@@ -312,7 +312,7 @@ async def measured(
     args: argparse.Namespace, addr: str, pids: list[int]
 ) -> tuple[BenchResult, list[float], list[tuple[int, ...]], list[tuple[float, ...]]]:
     """The round against `addr` after a warm-up: its result, each of `pids`' CPU seconds over it and the
-    load generator's (this process's) last, each of `pids`' (read, write) syscalls (then everyone's context
+    load generator's (this process's) last, each of `pids`' and the load generator's (read, write) syscalls (then everyone's context
     switches and, with ``--syscalls``, the members' counted calls), and each of `pids`' (user seconds,
     system seconds, minor faults)."""
     await bench(addr, 1.0, args.producers)  # warm-up
@@ -321,7 +321,7 @@ async def measured(
     if counters:
         time.sleep(1.0)  # (attached before the window opens)
     everyone = [*pids, os.getpid()]
-    cpu0, sys0 = [cpu_seconds(p) for p in pids], [syscalls(p) for p in pids]
+    cpu0, sys0 = [cpu_seconds(p) for p in pids], [syscalls(p) for p in everyone]
     sw0 = [switches(p) for p in everyone]
     use0 = [usage(p) for p in pids]
     group = session_pids(pids[0]) if args.machine and len(pids) > 1 else []  # (a single broker: this session)
@@ -339,7 +339,8 @@ async def measured(
     cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
     used = [tuple(b - a for a, b in zip(u0, usage(p), strict=True)) for p, u0 in zip(pids, use0, strict=True)]
     calls = [
-        tuple(b - a for a, b in zip(s0, syscalls(p), strict=True)) for p, s0 in zip(pids, sys0, strict=True)
+        tuple(b - a for a, b in zip(s0, syscalls(p), strict=True))
+        for p, s0 in zip(everyone, sys0, strict=True)
     ]
     calls += [
         tuple(b - a for a, b in zip(s0, switches(p), strict=True))
@@ -379,15 +380,15 @@ def round_(args: argparse.Namespace) -> None:
     own = cpu.pop()
     per = " + ".join(f"{c / sends * 1e6:.1f}" for c in cpu)
     members_ = len(cpu)
-    io = ", ".join(f"{r / sends:.2f}/{w / sends:.2f}" for r, w in calls[:members_])
+    io = ", ".join(f"{r / sends:.2f}/{w / sends:.2f}" for r, w in calls[: members_ + 1])
     sw = ", ".join(
         f"{v / sends:.3f}/{i / sends:.3f} ({tv / sends:.3f}/{ti / sends:.3f})"
-        for v, i, tv, ti in calls[members_ : 2 * members_ + 1]
+        for v, i, tv, ti in calls[members_ + 1 : 2 * members_ + 2]
     )
     who = "(single broker)" if args.single else "(leader, followers)"
     print(
         f"load {load:.1f}: {result.tps:,.0f} sends/s; CPU per send {per} = {sum(cpu) / sends * 1e6:.1f} µs "
-        f"{who}; reads/writes per send {io}; load generator {own / sends * 1e6:.1f} µs",
+        f"{who}; reads/writes per send {io} (the load generator's last); load generator {own / sends * 1e6:.1f} µs",
         flush=True,
     )
     print(
@@ -397,7 +398,7 @@ def round_(args: argparse.Namespace) -> None:
     )
     split = ", ".join(f"{u / sends * 1e6:.1f}/{st / sends * 1e6:.1f} ({f / sends:.2f})" for u, st, f in used)
     print(f"  user/system µs per send (minor faults per send), members: {split}", flush=True)
-    for pid, counts in zip(pids, calls[2 * members_ + 1 :], strict=False):
+    for pid, counts in zip(pids, calls[2 * members_ + 2 :], strict=False):
         per = ", ".join(f"{name} {n / sends:.3f}" for name, n in zip(SYSCALLS, counts, strict=True) if n)
         print(f"  {pid} loop thread's system calls per send: {per}", flush=True)
     if args.sched:
