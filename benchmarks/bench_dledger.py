@@ -3,7 +3,9 @@
 Throughput: `bench_broker_produce`'s load (PRODUCERS synchronous senders of 1 KiB bodies for DURATION s) against
 the group's leader (`mqctl up --dledger 3`, three broker processes) and against one ASYNC_MASTER process,
 in interleaved rounds (A, B, A, B, ...) so that a change in the machine's load hits both alike. CPU per send
-is the user + system time of every broker process of the run (the three members summed) over the sends.
+is the user + system time of every broker process of the run (the three members summed) over the sends. The
+load generator (this process) runs on the same event loop (uvloop, `daemon.remoting.loop.run`) for both
+sides, and its own CPU per send is printed beside the brokers': it shares the machine's two cores with them.
 
 Failover: SIGKILL of the leader's process to the first SEND_OK through the new leader (the test suite's
 `failover`, which also reads every acknowledged message back), with DLedger's default timings and with
@@ -14,11 +16,11 @@ Usage: python benchmarks/bench_dledger.py [DURATION] [PRODUCERS] [ROUNDS] [FAILO
 
 from __future__ import annotations
 
-import asyncio
 import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench_ali_ons import cpu_seconds  # run as a script: benchmarks/ is on sys.path
@@ -52,9 +54,9 @@ def member_pids(data: Path) -> list[int]:
 
 async def group_round(
     tmp: str, name: str, duration: float, producers: int
-) -> tuple[float, float, list[float]]:
+) -> tuple[float, float, list[float], float]:
     """One produce run against a fresh 3-member group: (sends/s, broker CPU seconds per send, each member's
-    CPU seconds per send, the largest, the leader's, first)."""
+    CPU seconds per send, the largest, the leader's, first; the load generator's CPU seconds per send)."""
     ns_port = free_port()
     data = Path(tmp) / name
     async with mqctl_up(data, group_env(data.parent / f"{name}-cfg"), ns_port, *UP_ARGS):
@@ -62,20 +64,26 @@ async def group_round(
             leader = await elected_master(client, f"127.0.0.1:{ns_port}")
         pids = member_pids(data)
         cpu0 = [cpu_seconds(p) for p in pids]
+        own0 = time.process_time()
         result = await bench(leader, duration, producers)
+        own = time.process_time() - own0
         cpu = [cpu_seconds(p) - c0 for p, c0 in zip(pids, cpu0, strict=True)]
     sends = max(1, result.messages)
-    return result.tps, sum(cpu) / sends, sorted((c / sends for c in cpu), reverse=True)
+    return result.tps, sum(cpu) / sends, sorted((c / sends for c in cpu), reverse=True), own / sends
 
 
-def single_round(tmp: str, name: str, duration: float, producers: int) -> tuple[float, float]:
-    """One produce run against a fresh single ASYNC_MASTER: (sends/s, broker CPU seconds per send)."""
+def single_round(tmp: str, name: str, duration: float, producers: int) -> tuple[float, float, float]:
+    """One produce run against a fresh single ASYNC_MASTER: (sends/s, broker CPU seconds per send, the load
+    generator's CPU seconds per send)."""
     with broker(f"{tmp}/{name}", free_port(), broker_role="ASYNC_MASTER") as addr:
         pid = PIDS[addr]
         cpu0 = cpu_seconds(pid)
+        own0 = time.process_time()
         result = run(bench(addr, duration, producers))
+        own = time.process_time() - own0
         cpu = cpu_seconds(pid) - cpu0
-    return result.tps, cpu / max(1, result.messages)
+    sends = max(1, result.messages)
+    return result.tps, cpu / sends, own / sends
 
 
 async def failover_run(tmp: str, name: str, heartbeat_ms: int | None) -> float:
@@ -93,22 +101,23 @@ def main() -> None:
     producers = int(sys.argv[2]) if len(sys.argv) > 2 else 16
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     failovers = int(sys.argv[4]) if len(sys.argv) > 4 else 3
-    group: list[tuple[float, float, list[float]]] = []
-    single: list[tuple[float, float]] = []
+    group: list[tuple[float, float, list[float], float]] = []
+    single: list[tuple[float, float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(rounds):
             single.append(single_round(tmp, f"single{i}", duration, producers))
-            group.append(asyncio.run(group_round(tmp, f"group{i}", duration, producers)))
+            group.append(run(group_round(tmp, f"group{i}", duration, producers)))
             print(
                 f"round {i}: single {single[-1][0]:,.0f} sends/s {single[-1][1] * 1e6:.0f} µs CPU/send; "
                 f"group {group[-1][0]:,.0f} sends/s {group[-1][1] * 1e6:.0f} µs CPU/send "
-                f"({' + '.join(f'{c * 1e6:.0f}' for c in group[-1][2])} µs: leader, followers)",
+                f"({' + '.join(f'{c * 1e6:.0f}' for c in group[-1][2])} µs: leader, followers); "
+                f"load generator {single[-1][2] * 1e6:.0f} and {group[-1][3] * 1e6:.0f} µs CPU/send",
                 flush=True,
             )
         took: dict[str, list[float]] = {"default": [], "500ms": []}
         for i in range(failovers):
             for label, hb in (("default", None), ("500ms", 500)):
-                took[label].append(asyncio.run(failover_run(tmp, f"fo-{label}-{i}", hb)))
+                took[label].append(run(failover_run(tmp, f"fo-{label}-{i}", hb)))
                 print(f"failover {label} heartbeats: {took[label][-1]:.2f} s", flush=True)
     ratio = statistics.median(g[0] / s[0] for g, s in zip(group, single, strict=True))
     g_tps, s_tps = statistics.median(g[0] for g in group), statistics.median(s[0] for s in single)

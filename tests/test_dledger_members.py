@@ -48,3 +48,27 @@ def test_perf_stats_csv_is_read_by_system_call() -> None:
         "0,,syscalls:sys_enter_sendmsg,5012345678,100.00,,\n"
     )
     assert _module().stat_counts(text) == {"epoll_pwait": 2541, "read": 13302, "sendmsg": 0}
+
+
+def test_schedstat_counts_a_thread_on_its_core_and_not_asleep() -> None:
+    """``--machine``'s split of a loop thread's window: on a core (CPU the thread burned), not its sleeps."""
+    threads_cpu = _module().threads_cpu
+    me = threading.get_native_id()
+    ran0, _waited0 = threads_cpu(os.getpid())[me]
+    spun = time.thread_time()
+    while time.thread_time() - spun < 0.05:  # (CPU time: the same on a busy host)
+        pass
+    ran1, _ = threads_cpu(os.getpid())[me]
+    assert ran1 - ran0 >= 0.04
+    time.sleep(0.1)
+    ran2, _ = threads_cpu(os.getpid())[me]
+    assert ran2 - ran1 < 0.05
+
+
+def test_the_machine_ticks_count_busy_and_idle() -> None:
+    busy0, idle0 = _module().machine_ticks()
+    spun = time.thread_time()
+    while time.thread_time() - spun < 0.05:
+        pass
+    busy1, idle1 = _module().machine_ticks()
+    assert busy1 >= busy0 + 1 and idle1 >= idle0

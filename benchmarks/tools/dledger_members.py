@@ -2,7 +2,7 @@
 
     python benchmarks/tools/dledger_members.py [--seconds 5] [--producers 16] [--rounds 1] [--single]
                                                [--perf leader|follower] [--strace leader|follower] [--sched]
-                                               [--syscalls]
+                                               [--syscalls] [--machine]
 
 A fresh 3-member group is started as ``bench_dledger`` starts it; after a 1 s warm-up (outside the window),
 ``bench_broker_produce``'s senders run against the leader for ``--seconds``, and each member's user + system
@@ -13,7 +13,12 @@ voluntary and involuntary, of its event loop's thread and of all its threads: th
 its sleeps in the poll, each a wake-up by another process's write or a timer; involuntary ones, a core taken
 from it. ``--syscalls`` counts each member's loop thread's polls, socket reads and writes with ``perf stat``
 (tracepoints: cheap beside ``--strace``). The load average is printed with each round: the group shares the machine's cores.
-``--single`` runs the same round against one ASYNC_MASTER (as ``bench_dledger``'s single side starts it)
+``--machine`` says whether the round was bound by the cores or by its round trips: the CPU of every process
+of the run (the members, the NameServer, ``mqctl up``, the load generator) in cores over the window's wall
+time, beside the machine's busy and idle cores from ``/proc/stat`` (busy beyond the run's processes: other
+work on the host), and how each process's event loop thread spent the window (``schedstat``: on a core,
+runnable waiting for one, asleep). The load generator runs on uvloop, as ``bench_dledger``'s does for both
+sides. ``--single`` runs the same round against one ASYNC_MASTER (as ``bench_dledger``'s single side starts it)
 instead, the broker taking the leader's place for ``--perf``/``--strace`` (``perf-single.data``): the
 leader's profile less the single broker's is what DLedger adds to a send.
 
@@ -28,7 +33,6 @@ whom the leader woke and who preempted it. Each goes to ``--out`` (default: the 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import os
 import re
@@ -45,6 +49,7 @@ from bench_dledger import UP_ARGS, group_env
 from bench_ha import PIDS, broker
 
 from daemon.remoting.client import RemotingClient
+from daemon.remoting.loop import run
 from tests.dledger.test_group import elected_master
 from tests.support.up import mqctl_up
 
@@ -142,6 +147,92 @@ def counted(procs: list[subprocess.Popen[str]]) -> list[dict[str, int]]:
     return found
 
 
+def session_pids(pid: int) -> list[int]:
+    """Every process in ``pid``'s session (a group's members, its NameServer and ``mqctl up`` share one)."""
+    sid = stat_fields(pid)[3]
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if stat_fields(int(entry.name))[3] == sid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError):  # (a process that ended meanwhile)
+                continue
+    return found
+
+
+def process_name(pid: int) -> str:
+    """``mqctl``'s command (``namesrv``, ``up``) for one of its processes, else the program's name."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    if b"mqctl" in argv:
+        return argv[argv.index(b"mqctl") + 1].decode()
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def threads_cpu(pid: int) -> dict[int, tuple[float, float]]:
+    """Each of ``pid``'s threads' (seconds on a core, seconds runnable waiting for one) so far, by thread id
+    (``/proc/PID/task/TID/schedstat``, nanoseconds)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            ran, waited = (task / "schedstat").read_text().split()[:2]
+        except OSError:  # (a thread that ended meanwhile)
+            continue
+        out[int(task.name)] = (int(ran) / 1e9, int(waited) / 1e9)
+    return out
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, idle) jiffies of the whole machine so far (``/proc/stat``'s first line; iowait counts idle)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields[:8]) - idle, idle
+
+
+Snapshot = tuple[float, tuple[int, int], dict[int, dict[int, tuple[float, float]]]]
+
+
+def snapshot(pids: list[int]) -> Snapshot:
+    """``--machine``'s reading: the monotonic clock, the machine's ticks, each process's threads' times."""
+    return time.monotonic(), machine_ticks(), {p: threads_cpu(p) for p in pids}
+
+
+def machine_summary(
+    before: Snapshot, after: Snapshot, names: dict[int, str], result: BenchResult, producers: int
+) -> None:
+    """Cores used over the window: each process's, the run's sum, the machine's; and how each process's main
+    thread (its event loop's) spent the window: on a core, runnable waiting for one, asleep (waiting for a
+    peer or a timer). A thread that is never asleep bounds the round; a round whose threads sleep while the
+    machine has idle cores is bound by its round trips."""
+    wall = after[0] - before[0]
+    busy, idle = (b - a for a, b in zip(before[1], after[1], strict=True))
+    cores = (busy + idle) / (wall * TICK)  # (the machine's cores, as /proc/stat counts them)
+    parts, loops, ours = [], [], 0.0
+    for pid, threads in after[2].items():
+        was = before[2].get(pid, {})
+        ran = {tid: t[0] - was.get(tid, (0.0, 0.0))[0] for tid, t in threads.items()}
+        total = sum(ran.values())
+        ours += total
+        name = names.get(pid, str(pid))
+        parts.append(f"{name} {total / wall:.2f}")
+        if pid in threads and total > 0.01 * wall:
+            on, waited = (b - a for a, b in zip(was.get(pid, (0.0, 0.0)), threads[pid], strict=True))
+            loops.append(
+                f"{name} {on / wall:.0%}/{waited / wall:.0%}/{max(0.0, 1 - (on + waited) / wall):.0%}"
+            )
+    machine = busy / (busy + idle) * cores
+    print(
+        f"  cores over {wall:.2f} s: {', '.join(parts)}; the run's {ours / wall:.2f}, the machine busy "
+        f"{machine:.2f} of {cores:.1f}, idle {cores - machine:.2f}, others {max(0.0, machine - ours / wall):.2f}",
+        flush=True,
+    )
+    print(
+        f"  main threads on a core/runnable/asleep: {', '.join(loops)}; mean round trip "
+        f"{result.avg_rt_ms * 1000:.0f} µs ({producers} senders over it: {producers / max(result.avg_rt_ms, 1e-9) * 1000:,.0f} sends/s)",
+        flush=True,
+    )
+
+
 def role(args: argparse.Namespace, which: str) -> str:
     """The profiled process's name in the output files: the single broker's, or the member's."""
     return "single" if args.single else which
@@ -221,7 +312,7 @@ async def measured(
     args: argparse.Namespace, addr: str, pids: list[int]
 ) -> tuple[BenchResult, list[float], list[tuple[int, ...]], list[tuple[float, ...]]]:
     """The round against `addr` after a warm-up: its result, each of `pids`' CPU seconds over it and the
-    load generator's (this process's) last, each of `pids`' (read, write) syscalls (then everyone's context
+    load generator's (this process's) last, each of `pids`' and the load generator's (read, write) syscalls (then everyone's context
     switches and, with ``--syscalls``, the members' counted calls), and each of `pids`' (user seconds,
     system seconds, minor faults)."""
     await bench(addr, 1.0, args.producers)  # warm-up
@@ -230,17 +321,26 @@ async def measured(
     if counters:
         time.sleep(1.0)  # (attached before the window opens)
     everyone = [*pids, os.getpid()]
-    cpu0, sys0 = [cpu_seconds(p) for p in pids], [syscalls(p) for p in pids]
+    cpu0, sys0 = [cpu_seconds(p) for p in pids], [syscalls(p) for p in everyone]
     sw0 = [switches(p) for p in everyone]
     use0 = [usage(p) for p in pids]
+    group = session_pids(pids[0]) if args.machine and len(pids) > 1 else []  # (a single broker: this session)
+    watched = sorted({*group, *pids, os.getpid()}) if args.machine else []
+    snap0 = snapshot(watched)
     own0 = time.process_time()
     # (no warm-up of its own: every send the members' counters see is one the result counts)
     result = await bench(addr, args.seconds, args.producers, warm_up_seconds=0)
     own = time.process_time() - own0
+    if args.machine:
+        names = {pid: process_name(pid) for pid in watched}
+        names.update({pids[0]: "leader" if len(pids) > 1 else "single", os.getpid(): "load generator"})
+        names.update((pid, f"follower{i}") for i, pid in enumerate(pids[1:], 1))
+        machine_summary(snap0, snapshot(watched), names, result, args.producers)
     cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
     used = [tuple(b - a for a, b in zip(u0, usage(p), strict=True)) for p, u0 in zip(pids, use0, strict=True)]
     calls = [
-        tuple(b - a for a, b in zip(s0, syscalls(p), strict=True)) for p, s0 in zip(pids, sys0, strict=True)
+        tuple(b - a for a, b in zip(s0, syscalls(p), strict=True))
+        for p, s0 in zip(everyone, sys0, strict=True)
     ]
     calls += [
         tuple(b - a for a, b in zip(s0, switches(p), strict=True))
@@ -273,22 +373,22 @@ def round_(args: argparse.Namespace) -> None:
         if args.single:  # (started outside the round's loop: `broker` runs one of its own to wait for it)
             with broker(f"{tmp}/single", free_port(), broker_role="ASYNC_MASTER") as addr:
                 pids = [PIDS[addr]]
-                result, cpu, calls, used = asyncio.run(measured(args, addr, pids))
+                result, cpu, calls, used = run(measured(args, addr, pids))
         else:
-            pids, result, cpu, calls, used = asyncio.run(group_round(args, tmp))
+            pids, result, cpu, calls, used = run(group_round(args, tmp))
     sends = max(1, result.messages)
     own = cpu.pop()
     per = " + ".join(f"{c / sends * 1e6:.1f}" for c in cpu)
     members_ = len(cpu)
-    io = ", ".join(f"{r / sends:.2f}/{w / sends:.2f}" for r, w in calls[:members_])
+    io = ", ".join(f"{r / sends:.2f}/{w / sends:.2f}" for r, w in calls[: members_ + 1])
     sw = ", ".join(
         f"{v / sends:.3f}/{i / sends:.3f} ({tv / sends:.3f}/{ti / sends:.3f})"
-        for v, i, tv, ti in calls[members_ : 2 * members_ + 1]
+        for v, i, tv, ti in calls[members_ + 1 : 2 * members_ + 2]
     )
     who = "(single broker)" if args.single else "(leader, followers)"
     print(
         f"load {load:.1f}: {result.tps:,.0f} sends/s; CPU per send {per} = {sum(cpu) / sends * 1e6:.1f} µs "
-        f"{who}; reads/writes per send {io}; load generator {own / sends * 1e6:.1f} µs",
+        f"{who}; reads/writes per send {io} (the load generator's last); load generator {own / sends * 1e6:.1f} µs",
         flush=True,
     )
     print(
@@ -298,7 +398,7 @@ def round_(args: argparse.Namespace) -> None:
     )
     split = ", ".join(f"{u / sends * 1e6:.1f}/{st / sends * 1e6:.1f} ({f / sends:.2f})" for u, st, f in used)
     print(f"  user/system µs per send (minor faults per send), members: {split}", flush=True)
-    for pid, counts in zip(pids, calls[2 * members_ + 1 :], strict=False):
+    for pid, counts in zip(pids, calls[2 * members_ + 2 :], strict=False):
         per = ", ".join(f"{name} {n / sends:.3f}" for name, n in zip(SYSCALLS, counts, strict=True) if n)
         print(f"  {pid} loop thread's system calls per send: {per}", flush=True)
     if args.sched:
@@ -319,6 +419,9 @@ def main() -> None:
     which.add_argument("--sched", action="store_true")
     parser.add_argument(
         "--syscalls", action="store_true", help="count each member's loop thread's polls, reads and writes"
+    )
+    parser.add_argument(
+        "--machine", action="store_true", help="the run's cores and the machine's idle: CPU- or latency-bound"
     )
     parser.add_argument("--dwarf", action="store_true", help="--perf with DWARF stacks (user frames unwound)")
     parser.add_argument("--out", default=".")
