@@ -246,3 +246,27 @@ async def test_a_client_cut_off_the_master_retries_into_explained_duplicates(
             result = await g.settled(node)
             assert result.valid, f"{node.name}: {result.summary()}"
             assert result.retried_duplicates, result.summary()  # the stalled retries all landed
+
+
+async def test_a_slave_holding_acknowledged_sends_back_serves_every_one_once_made_a_master(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SIGKILL of the slave as SEND_OKs stream in, then of the master, lost for good. The slave restarted
+    alone holds back what lies past its mark; made a master (docs/replication.md §the-replica-mark), as an
+    operator serves them, it serves every SEND_OK, held ones included."""
+    async with master_slave(tmp_path, cli_env, proxied_ha=False) as g:
+        async with running(g.producers):
+            await g.acked_at_least(150)
+            await wait_until(lambda: bool(marked(g.slave)))
+            await g.acked_at_least(g.acked() + 100)
+            g.nemesis.kill(g.slave)
+            g.nemesis.kill(g.master)
+        g.nemesis.restart(g.slave)
+        await g.slave.ready(g.client)
+        held = int((await runtime_info(g, g.slave))["haHeldBackBytes"])
+        await g.nemesis.stop(g.slave)
+        g.slave.keys.update(brokerRole="ASYNC_MASTER", brokerId=0)
+        g.nemesis.restart(g.slave)
+        await g.slave.ready(g.client)
+        result = await g.settled(g.slave)
+        assert result.valid, (held, result.summary())
