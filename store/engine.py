@@ -28,6 +28,7 @@ import struct
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Container, Iterator, Sequence
 from typing import Final, TypeVar
 
@@ -249,8 +250,11 @@ class DefaultMessageStore:
         read_only: bool = False,
         disk_usage: DiskUsage | None = None,
         clean_start_delay_ms: int = CLEAN_START_DELAY_MS,
+        broker_name: str = "",
     ) -> None:
         self.config = config
+        #: The broker name the replica mark is bound to ("": none known; the mark's owner stays as read).
+        self.broker_name = broker_name
         self.clock: Clock = clock or SystemClock()
         self.store_host = store_host
         self.read_only = read_only
@@ -538,6 +542,17 @@ class DefaultMessageStore:
         end = cl.max_offset
         slave = self.config.broker_role == SLAVE and not self.config.enable_dleger_commit_log
         mark = cp.replica_mark
+        if self.broker_name:
+            owner = zlib.crc32(self.broker_name.encode())
+            if mark is not None and cp.replica_owner is not None and cp.replica_owner != owner:
+                mark = 0
+                if end > cl.min_offset:
+                    log.warning(
+                        "the checkpoint's replica mark was written while this store was another broker name's: "
+                        "none of its records is taken as %s's master's until a slave checks them",
+                        self.broker_name,
+                    )
+            cp.replica_owner = owner
         if mark is None:
             mark = end if slave and not cp.replica_mark_found else 0
             if cp.replica_mark_found and end > cl.min_offset:

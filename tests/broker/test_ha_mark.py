@@ -190,3 +190,32 @@ async def test_a_slave_whose_master_cannot_be_asked_serves_past_its_mark_once_it
             await slave.stop()
     finally:
         await client.close()
+
+
+@pytest.mark.slow
+async def test_a_slave_re_pointed_at_another_broker_names_master_serves_none_of_the_old_ones_records(
+    tmp_path: Path,
+) -> None:
+    """A slave's store re-pointed at another broker name's master (its brokerName changed), restarted while
+    that master is down: its mark counted its old master's records, which the new master never had. It
+    serves none of them (it served all 8), and once the new master answers the check sets them aside
+    and the slave serves the new master's records alone."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path) as g:
+        await slave_stopped_after(g, 8)
+        conf = {**SMALL, "namesrv_addr": g.ns_addr, "broker_name": "broker-b", **fixed}
+        other = await start_broker(tmp_path / "other", **conf)
+        for i in range(4):
+            assert (await g.on(other).send(TOPIC, f"other-{i}".encode(), queue_id=i)).code == 0
+        await other.stop()
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr, broker_name="broker-b")
+        assert g.slave.store.replica_mark == 0
+        assert await everything(g, g.slave) == [[], [], [], []]
+        other = await start_broker(tmp_path / "other", **conf)
+        try:
+            await replicated(other, g.slave)
+            assert await everything(g, g.slave) == await everything(g, other)
+            [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
+            assert quarantine.records == 8
+        finally:
+            await other.stop()

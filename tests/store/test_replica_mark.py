@@ -204,3 +204,27 @@ def test_store_verify_names_what_a_slave_holds_back_past_its_mark_and_no_problem
     cq.write_bytes(bytes(data))
     report = verify(layout(root))
     assert (report.ok, report.records_without_unit) == (False, 3)
+
+
+def test_the_mark_is_bound_to_its_broker_name_and_a_store_opened_without_one_keeps_it(tmp_path: Path) -> None:
+    """The mark counts one broker name's master's records: under another name it counts none. A tool that
+    opens the store knowing no name (store clean) keeps the name it was written with; a mark written
+    before marks were named is read as it was."""
+    root = tmp_path / "s"
+    with DefaultMessageStore(small_config(root), broker_name="a") as master:
+        put(master, 3)
+        end = master.max_phy_offset
+    wipe_mark(root)
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+        assert slave.replica_mark == end
+    with DefaultMessageStore(small_config(root)):
+        pass
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+        assert slave.replica_mark == end
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="b") as slave:
+        assert (slave.replica_mark, slave.held_back) == (0, end)
+    checkpoint = StoreCheckpoint(str(root / "checkpoint"))
+    checkpoint.replica_mark, checkpoint.replica_owner = end, None  # as marks were first written
+    checkpoint.flush()
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="c") as slave:
+        assert (slave.replica_mark, slave.held_back) == (end, 0)
