@@ -270,3 +270,30 @@ async def test_a_slave_holding_acknowledged_sends_back_serves_every_one_once_mad
         await g.slave.ready(g.client)
         result = await g.settled(g.slave)
         assert result.valid, (held, result.summary())
+
+
+async def test_a_slave_restarted_while_its_master_is_paused_holds_its_tail_until_the_master_answers(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SIGKILL of the slave as SEND_OKs stream in, SIGSTOP of the master (its sockets accept, it answers
+    nothing). The slave restarted meanwhile serves up to its mark, nothing unsent, and holds the rest
+    while its check goes unanswered; once the master runs again the check releases it and every SEND_OK
+    is served."""
+    async with master_slave(tmp_path, cli_env, proxied_ha=False) as g:
+        async with running(g.producers):
+            await g.acked_at_least(150)
+            await wait_until(lambda: bool(marked(g.slave)))
+            await g.acked_at_least(g.acked() + 100)
+            g.nemesis.kill(g.slave)
+            g.nemesis.pause(g.master)
+        g.nemesis.restart(g.slave)
+        await g.slave.ready(g.client)
+        table = await runtime_info(g, g.slave)
+        mark, end = int(table["haReplicaMark"]), int(table["commitLogMaxOffset"])
+        assert 0 < mark <= end and int(table["haHeldBackBytes"]) == end - mark
+        alone = check(list(g.history.ops), await read_topic(g.client, g.slave.addr, TOPIC, QUEUES))
+        assert alone.kinds() <= {"lost"}, alone.summary()
+        g.nemesis.resume(g.master)
+        result = await g.settled(g.slave)
+        assert result.valid, result.summary()
+        assert (await runtime_info(g, g.slave))["haHeldBackBytes"] == "0"
