@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -154,6 +154,26 @@ async def runtime_info(g: MasterSlave, node: Node) -> dict[str, str]:
     return KVTable.loads(answer.body).table
 
 
+async def restarted_holding(g: MasterSlave, fault: Callable[[Node], object]) -> int:
+    """SIGKILL of the slave while SEND_OKs stream in (between a replicated write and the write of its
+    replica mark), then ``fault`` on the master; the slave restarted alone has a mark its log holds,
+    serves nothing that was not sent, and holds back what lies past the mark. Returns the bytes held."""
+    async with running(g.producers):
+        await g.acked_at_least(150)
+        await wait_until(lambda: bool(marked(g.slave)))  # (its flush loop wrote a mark once)
+        await g.acked_at_least(g.acked() + 100)
+        g.nemesis.kill(g.slave)
+        fault(g.master)
+    g.nemesis.restart(g.slave)
+    await g.slave.ready(g.client)
+    table = await runtime_info(g, g.slave)
+    mark, end = int(table["haReplicaMark"]), int(table["commitLogMaxOffset"])
+    assert 0 < mark <= end and int(table["haHeldBackBytes"]) == end - mark
+    alone = check(list(g.history.ops), await read_topic(g.client, g.slave.addr, TOPIC, QUEUES))
+    assert alone.kinds() <= {"lost"}, alone.summary()  # (what it holds back is not read yet)
+    return end - mark
+
+
 async def test_a_slave_killed_as_it_replicates_and_restarted_with_its_master_down_serves_up_to_its_mark(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
@@ -162,19 +182,7 @@ async def test_a_slave_killed_as_it_replicates_and_restarted_with_its_master_dow
     that was not sent, and holds back what lies past the mark; once the master is back the check releases
     it and the slave serves every SEND_OK."""
     async with master_slave(tmp_path, cli_env, proxied_ha=False) as g:
-        async with running(g.producers):
-            await g.acked_at_least(150)
-            await wait_until(lambda: bool(marked(g.slave)))  # (its flush loop wrote a mark once)
-            await g.acked_at_least(g.acked() + 100)
-            g.nemesis.kill(g.slave)
-            g.nemesis.kill(g.master)
-        g.nemesis.restart(g.slave)
-        await g.slave.ready(g.client)
-        table = await runtime_info(g, g.slave)
-        mark, end = int(table["haReplicaMark"]), int(table["commitLogMaxOffset"])
-        assert 0 < mark <= end and int(table["haHeldBackBytes"]) == end - mark
-        alone = check(list(g.history.ops), await read_topic(g.client, g.slave.addr, TOPIC, QUEUES))
-        assert alone.kinds() <= {"lost"}, alone.summary()  # (what it holds back is not read yet)
+        await restarted_holding(g, g.nemesis.kill)
         g.nemesis.restart(g.master)
         await g.master.ready(g.client)
         result = await g.settled(g.slave)
@@ -255,15 +263,7 @@ async def test_a_slave_holding_acknowledged_sends_back_serves_every_one_once_mad
     alone holds back what lies past its mark; made a master (docs/replication.md §the-replica-mark), as an
     operator serves them, it serves every SEND_OK, held ones included."""
     async with master_slave(tmp_path, cli_env, proxied_ha=False) as g:
-        async with running(g.producers):
-            await g.acked_at_least(150)
-            await wait_until(lambda: bool(marked(g.slave)))
-            await g.acked_at_least(g.acked() + 100)
-            g.nemesis.kill(g.slave)
-            g.nemesis.kill(g.master)
-        g.nemesis.restart(g.slave)
-        await g.slave.ready(g.client)
-        held = int((await runtime_info(g, g.slave))["haHeldBackBytes"])
+        held = await restarted_holding(g, g.nemesis.kill)
         await g.nemesis.stop(g.slave)
         g.slave.keys.update(brokerRole="ASYNC_MASTER", brokerId=0)
         g.nemesis.restart(g.slave)
@@ -280,19 +280,7 @@ async def test_a_slave_restarted_while_its_master_is_paused_holds_its_tail_until
     while its check goes unanswered; once the master runs again the check releases it and every SEND_OK
     is served."""
     async with master_slave(tmp_path, cli_env, proxied_ha=False) as g:
-        async with running(g.producers):
-            await g.acked_at_least(150)
-            await wait_until(lambda: bool(marked(g.slave)))
-            await g.acked_at_least(g.acked() + 100)
-            g.nemesis.kill(g.slave)
-            g.nemesis.pause(g.master)
-        g.nemesis.restart(g.slave)
-        await g.slave.ready(g.client)
-        table = await runtime_info(g, g.slave)
-        mark, end = int(table["haReplicaMark"]), int(table["commitLogMaxOffset"])
-        assert 0 < mark <= end and int(table["haHeldBackBytes"]) == end - mark
-        alone = check(list(g.history.ops), await read_topic(g.client, g.slave.addr, TOPIC, QUEUES))
-        assert alone.kinds() <= {"lost"}, alone.summary()
+        await restarted_holding(g, g.nemesis.pause)
         g.nemesis.resume(g.master)
         result = await g.settled(g.slave)
         assert result.valid, result.summary()
