@@ -251,10 +251,14 @@ class DefaultMessageStore:
         disk_usage: DiskUsage | None = None,
         clean_start_delay_ms: int = CLEAN_START_DELAY_MS,
         broker_name: str = "",
+        keep_replica_mark: bool = False,
     ) -> None:
         self.config = config
         #: The broker name the replica mark is bound to ("": none known; the mark's owner stays as read).
         self.broker_name = broker_name
+        #: An offline tool that knows not the broker's role: the checkpoint's mark stays as it was found
+        #: (a master's open would write that none of the records are anyone's, a slave's that all are).
+        self.keep_replica_mark = keep_replica_mark
         self.clock: Clock = clock or SystemClock()
         self.store_host = store_host
         self.read_only = read_only
@@ -562,7 +566,8 @@ class DefaultMessageStore:
                     "until a slave checks them"
                 )
         self.replica_mark = max(min(mark, end), cl.min_offset)
-        cp.replica_mark = self.replica_mark
+        if not self.keep_replica_mark:
+            cp.replica_mark = self.replica_mark
         if slave and not self.read_only and self.replica_mark < end:
             self.held_from = self.replica_mark
             log.warning(
@@ -1151,7 +1156,11 @@ class DefaultMessageStore:
             thorough = now - last_thorough >= cfg.flush_commit_log_thorough_interval
             # a replicating slave's mark: written once the CommitLog is flushed past it, at most this often
             # (a checkpoint sync per CommitLog flush would double a SYNC_FLUSH slave's syncs)
-            mark_due = mark != self._mark_on_disk and now - last_mark >= MARK_WRITE_INTERVAL_MS
+            mark_due = (
+                mark != self._mark_on_disk
+                and now - last_mark >= MARK_WRITE_INTERVAL_MS
+                and not self.keep_replica_mark
+            )
             if dirty <= 0:
                 if target > self._flushed_offset:  # e.g. the start-up position; nothing to sync
                     with self._gc_cond:
@@ -1286,7 +1295,7 @@ class DefaultMessageStore:
         lock, whose holder is the only one to lower the mark (a cut tail): a value taken before a cut is
         never written after it."""
         cp = self.checkpoint
-        if cp is None:
+        if cp is None or self.keep_replica_mark:
             return
         with self._put_lock:
             cp.replica_mark = min(mark, self.replica_mark)
@@ -1324,8 +1333,9 @@ class DefaultMessageStore:
             cp.logics_msg_timestamp = logics_ts
         with contextlib.nullcontext() if locked else self._put_lock:
             cp.recovery_point = point
-            cp.replica_mark = min(mark, self.replica_mark)  # (see _write_mark)
-            self._mark_on_disk = cp.replica_mark
+            if not self.keep_replica_mark:
+                cp.replica_mark = min(mark, self.replica_mark)  # (see _write_mark)
+                self._mark_on_disk = cp.replica_mark
             cp.write()
         cp.sync()
 

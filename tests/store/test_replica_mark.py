@@ -17,6 +17,7 @@ from store.config import SLAVE
 from store.engine import DefaultMessageStore
 from store.inspect import layout, verify
 from store.message import Message
+from tests.support.cli import RunCli
 from tests.support.stores import small_config
 from tests.support.waiting import wait_for
 
@@ -228,3 +229,27 @@ def test_the_mark_is_bound_to_its_broker_name_and_a_store_opened_without_one_kee
     checkpoint.flush()
     with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="c") as slave:
         assert (slave.replica_mark, slave.held_back) == (end, 0)
+
+
+def test_store_clean_with_its_recovery_leaves_the_mark_as_it_found_it(tmp_path: Path, cli: RunCli) -> None:
+    """'store clean --execute --allow-recovery' starts the store knowing not its broker's role: it wrote a
+    master's mark (0) into a store from before the mark, and the slave it was then served nothing with its
+    master down, where it is taken as its master's to its end. The mark stays as found, absent or not."""
+    root = tmp_path / "s"
+    with DefaultMessageStore(small_config(root), broker_name="a") as master:
+        put(master, 4)
+        end = master.max_phy_offset
+    wipe_mark(root)
+    for found in (None, end // 2):
+        if found is not None:
+            checkpoint = StoreCheckpoint(str(root / "checkpoint"))
+            checkpoint.replica_mark = found
+            checkpoint.flush()
+            checkpoint.close()
+        (root / "abort").touch()  # a crash: the clean runs the recovery, a store start
+        done = cli("store", "clean", "--store", str(root), "--execute", "--allow-recovery", "--yes")
+        assert done.code == 0, done.stderr
+        checkpoint = StoreCheckpoint(str(root / "checkpoint"), read_only=True)
+        assert checkpoint.replica_mark == found
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+        assert slave.replica_mark == end // 2
