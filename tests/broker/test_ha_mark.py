@@ -16,6 +16,7 @@ from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from store.checkpoint import StoreCheckpoint
 from store.record import decode_msg_id, decode_records
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import SMALL, Group, master_and_slave, pull_all, start_slave
@@ -219,3 +220,36 @@ async def test_a_slave_re_pointed_at_another_broker_names_master_serves_none_of_
             assert quarantine.records == 8
         finally:
             await other.stop()
+
+
+@pytest.mark.slow
+async def test_a_consumer_ahead_of_a_held_slave_keeps_its_offset_and_reads_on_once_released(
+    tmp_path: Path,
+) -> None:
+    """A consumer that pulled from the master to offset 10, then pulls from a slave that holds back all
+    past offset 4 (its mark a crash behind), is told to pull again at its own offset (4.9.8's slave answer,
+    never an offset moved), and once the master is back reads on from there."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 48, "c")
+        await replicated(g.master, g.slave)
+        unit = g.slave.store._cqs[(TOPIC, 0)].get_unit(4)
+        assert unit is not None
+        await g.slave.stop()
+        checkpoint = StoreCheckpoint(str(tmp_path / "slave" / "checkpoint"))
+        checkpoint.replica_mark = unit[0]  # (the records of queue 0 from its fifth on are past it)
+        checkpoint.flush()
+        checkpoint.close()
+        await g.master.stop()
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        on_slave = g.on(g.slave)
+        assert g.slave.store.get_max_offset(TOPIC, 0) == 4
+        for offset in (4, 5, 10):
+            r = await on_slave.pull("G", TOPIC, 0, offset)
+            assert r.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY), r.remark
+            assert int(r.ext_fields["nextBeginOffset"]) == offset
+        await restart_master(g, tmp_path, fixed)
+        await wait_until(lambda: g.slave is not None and g.slave.store.held_back == 0)
+        await wait_until(lambda: g.slave.store.get_max_offset(TOPIC, 0) == 12)
+        r = await on_slave.pull("G", TOPIC, 0, 10)
+        assert [m.body for m in decode_records(r.body)] == [b"c-40" * 20, b"c-44" * 20]
