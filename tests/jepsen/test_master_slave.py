@@ -285,3 +285,41 @@ async def test_a_slave_restarted_while_its_master_is_paused_holds_its_tail_until
         result = await g.settled(g.slave)
         assert result.valid, result.summary()
         assert (await runtime_info(g, g.slave))["haHeldBackBytes"] == "0"
+
+
+async def test_roles_flipped_and_back_a_slave_alone_serves_every_send_ok_and_nothing_else(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SEND_OKs throughout while the slave is cut off (the master writes what it cannot acknowledge), the
+    master SIGKILLed, its slave made the master, and the old master brought back as that one's slave;
+    then the new master SIGKILLed too. The old master, a slave now, restarted alone serves every SEND_OK
+    and nothing unsent: what it wrote alone was set aside by its check before its mark counted it."""
+    async with master_slave(tmp_path, cli_env, proxied_ha=True) as g:
+        old, new = g.master, g.slave
+        async with running(g.producers):
+            await g.acked_at_least(150)
+            g.nemesis.partition(g.proxy, "ha")
+            shared = int((await runtime_info(g, new))["commitLogMaxOffset"])
+            while int((await runtime_info(g, old))["commitLogMaxOffset"]) == shared:
+                await asyncio.sleep(0.1)
+            g.nemesis.kill(old)
+            await g.nemesis.stop(new)
+            new.keys.update(brokerRole="ASYNC_MASTER", brokerId=0)
+            del new.keys["haMasterAddress"]
+            g.nemesis.restart(new)
+            await new.ready(g.client)
+            await g.acked_at_least(g.acked() + 100)
+            old.keys.update(brokerRole="SLAVE", brokerId=1)
+            del old.keys["haListenPort"]
+            g.nemesis.restart(old)
+            await old.ready(g.client)
+            await g.acked_at_least(g.acked() + 100)
+        result = await settled(g.history, g.client, old.addr, TOPIC, QUEUES)
+        assert result.valid, result.summary()
+        assert list((old.store / "quarantine").iterdir())  # (what it wrote alone, set aside)
+        await g.nemesis.stop(old)
+        g.nemesis.kill(new)
+        g.nemesis.restart(old)
+        await old.ready(g.client)
+        result = await settled(g.history, g.client, old.addr, TOPIC, QUEUES)
+        assert result.valid, result.summary()
