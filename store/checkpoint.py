@@ -40,6 +40,9 @@ _MARK_MAGIC = b"mqctlRM1"
 # magic, offset; then the CRC32 of the three longs at byte 0 and both: a broker that does not know the mark
 # and rewrote the longs since (a 4.9.8 one) voids it, for it may have written records of its own past it
 _MARK = struct.Struct(">8sq")
+_OWNED_MAGIC = b"mqctlRM2"
+# the same with the CRC32 of the broker name whose master's records the mark counts, after the offset
+_OWNED = struct.Struct(">8sqI")
 #: What one write covers: the longs, RocketMQ 5.x's fields after them (kept as read), the recovery point and
 #: the replica mark, all in the first sector, which a disk writes whole.
 _PAGE = 256
@@ -97,21 +100,23 @@ def _decode_recovery(data: bytes, header: bytes) -> RecoveryPoint | None:
     return RecoveryPoint(offset, index)
 
 
-def _encode_mark(offset: int, header: bytes) -> bytes:
-    fields = _MARK.pack(_MARK_MAGIC, offset)
+def _encode_mark(offset: int, owner: int | None, header: bytes) -> bytes:
+    fields = _MARK.pack(_MARK_MAGIC, offset) if owner is None else _OWNED.pack(_OWNED_MAGIC, offset, owner)
     return fields + _CRC.pack(zlib.crc32(header + fields))
 
 
-def _decode_mark(data: bytes, header: bytes) -> tuple[int | None, bool]:
-    """The replica mark and whether one was there: ``(None, False)`` when absent (a store from before it,
-    or RocketMQ's), ``(None, True)`` when void (damaged, or the longs were rewritten since it was)."""
-    fields = data[: _MARK.size]
-    if len(data) < _MARK.size + _CRC.size or fields[:8] != _MARK_MAGIC:
-        return None, False
-    offset = _MARK.unpack(fields)[1]
-    if _CRC.unpack_from(data, _MARK.size)[0] != zlib.crc32(header + fields) or offset < 0:
-        return None, True
-    return offset, True
+def _decode_mark(data: bytes, header: bytes) -> tuple[int | None, int | None, bool]:
+    """The replica mark, its owner (the CRC32 of its broker name; None: not named) and whether one was
+    there: ``(None, None, False)`` when absent (a store from before it, or RocketMQ's), ``(None, None,
+    True)`` when void (damaged, or the longs were rewritten since it was)."""
+    layout = _OWNED if data[:8] == _OWNED_MAGIC else _MARK
+    fields = data[: layout.size]
+    if len(data) < layout.size + _CRC.size or fields[:8] not in (_MARK_MAGIC, _OWNED_MAGIC):
+        return None, None, False
+    offset = _MARK.unpack_from(fields)[1]
+    if _CRC.unpack_from(data, layout.size)[0] != zlib.crc32(header + fields) or offset < 0:
+        return None, None, True
+    return offset, _OWNED.unpack(fields)[2] if layout is _OWNED else None, True
 
 
 class StoreCheckpoint:
@@ -134,6 +139,8 @@ class StoreCheckpoint:
         self.replica_mark: int | None = None
         #: Whether the file held a mark when read, valid or void.
         self.replica_mark_found = False
+        #: The CRC32 of the broker name whose master's records the mark counts (None: not named).
+        self.replica_owner: int | None = None
         self._fd: int | None = None
         self._page = bytearray(_PAGE)
         self._lock = threading.Lock()  # one composer of the page at a time: its fields agree with each other
@@ -144,7 +151,9 @@ class StoreCheckpoint:
         self._page[: len(page)] = page
         data = page[: _LAYOUT.size]
         self.recovery_point = _decode_recovery(page[RECOVERY_POINT_AT:], data)
-        self.replica_mark, self.replica_mark_found = _decode_mark(page[REPLICA_MARK_AT:], data)
+        self.replica_mark, self.replica_owner, self.replica_mark_found = _decode_mark(
+            page[REPLICA_MARK_AT:], data
+        )
         if read_only:
             os.close(fd)
         else:
@@ -180,7 +189,7 @@ class StoreCheckpoint:
                 recovery = _encode_recovery(point, header)
                 page[RECOVERY_POINT_AT : RECOVERY_POINT_AT + len(recovery)] = recovery
             if self.replica_mark is not None:
-                mark = _encode_mark(self.replica_mark, header)
+                mark = _encode_mark(self.replica_mark, self.replica_owner, header)
                 page[REPLICA_MARK_AT : REPLICA_MARK_AT + len(mark)] = mark
             os.pwrite(fd, page, 0)
 

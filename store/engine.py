@@ -28,6 +28,7 @@ import struct
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Container, Iterator, Sequence
 from typing import Final, TypeVar
 
@@ -249,8 +250,15 @@ class DefaultMessageStore:
         read_only: bool = False,
         disk_usage: DiskUsage | None = None,
         clean_start_delay_ms: int = CLEAN_START_DELAY_MS,
+        broker_name: str = "",
+        keep_replica_mark: bool = False,
     ) -> None:
         self.config = config
+        #: The broker name the replica mark is bound to ("": none known; the mark's owner stays as read).
+        self.broker_name = broker_name
+        #: An offline tool that knows not the broker's role: the checkpoint's mark stays as it was found
+        #: (a master's open would write that none of the records are anyone's, a slave's that all are).
+        self.keep_replica_mark = keep_replica_mark
         self.clock: Clock = clock or SystemClock()
         self.store_host = store_host
         self.read_only = read_only
@@ -538,6 +546,17 @@ class DefaultMessageStore:
         end = cl.max_offset
         slave = self.config.broker_role == SLAVE and not self.config.enable_dleger_commit_log
         mark = cp.replica_mark
+        if self.broker_name:
+            owner = zlib.crc32(self.broker_name.encode())
+            if mark is not None and cp.replica_owner is not None and cp.replica_owner != owner:
+                mark = 0
+                if end > cl.min_offset:
+                    log.warning(
+                        "the checkpoint's replica mark was written while this store was another broker name's: "
+                        "none of its records is taken as %s's master's until a slave checks them",
+                        self.broker_name,
+                    )
+            cp.replica_owner = owner
         if mark is None:
             mark = end if slave and not cp.replica_mark_found else 0
             if cp.replica_mark_found and end > cl.min_offset:
@@ -547,7 +566,8 @@ class DefaultMessageStore:
                     "until a slave checks them"
                 )
         self.replica_mark = max(min(mark, end), cl.min_offset)
-        cp.replica_mark = self.replica_mark
+        if not self.keep_replica_mark:
+            cp.replica_mark = self.replica_mark
         if slave and not self.read_only and self.replica_mark < end:
             self.held_from = self.replica_mark
             log.warning(
@@ -1136,7 +1156,11 @@ class DefaultMessageStore:
             thorough = now - last_thorough >= cfg.flush_commit_log_thorough_interval
             # a replicating slave's mark: written once the CommitLog is flushed past it, at most this often
             # (a checkpoint sync per CommitLog flush would double a SYNC_FLUSH slave's syncs)
-            mark_due = mark != self._mark_on_disk and now - last_mark >= MARK_WRITE_INTERVAL_MS
+            mark_due = (
+                mark != self._mark_on_disk
+                and now - last_mark >= MARK_WRITE_INTERVAL_MS
+                and not self.keep_replica_mark
+            )
             if dirty <= 0:
                 if target > self._flushed_offset:  # e.g. the start-up position; nothing to sync
                     with self._gc_cond:
@@ -1271,7 +1295,7 @@ class DefaultMessageStore:
         lock, whose holder is the only one to lower the mark (a cut tail): a value taken before a cut is
         never written after it."""
         cp = self.checkpoint
-        if cp is None:
+        if cp is None or self.keep_replica_mark:
             return
         with self._put_lock:
             cp.replica_mark = min(mark, self.replica_mark)
@@ -1309,8 +1333,9 @@ class DefaultMessageStore:
             cp.logics_msg_timestamp = logics_ts
         with contextlib.nullcontext() if locked else self._put_lock:
             cp.recovery_point = point
-            cp.replica_mark = min(mark, self.replica_mark)  # (see _write_mark)
-            self._mark_on_disk = cp.replica_mark
+            if not self.keep_replica_mark:
+                cp.replica_mark = min(mark, self.replica_mark)  # (see _write_mark)
+                self._mark_on_disk = cp.replica_mark
             cp.write()
         cp.sync()
 

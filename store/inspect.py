@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog, RecordWalk
 from store.config import StoreConfig
 from store.consumequeue import ConsumeQueue, unit_tags_code
@@ -715,6 +716,8 @@ class _LogPhase:
     records: dict[int, _Rec]
     set_aside: dict[int, int]  # damaged records recovery set aside in place: offset -> size
     set_aside_found: list[int]  # ... of them, those still in the CommitLog
+    held_back: int = 0  # records past a slave's replica mark, without a unit until checked
+    held_from: int = -1  # where they start
 
 
 def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | None) -> _LogPhase:
@@ -843,14 +846,32 @@ def _verify_queues(lay: Layout, phase: _LogPhase, problems: _Problems) -> tuple[
                         f"({rec.topic}/{rec.queue_id} offset {rec.queue_offset}, size {rec.size}, tags {rec.tags_code})",
                     )
     orphans = 0
+    held = phase.held_from = _held_back(lay, records)
     for phys, rec in records.items():
         if rec.in_queue and not rec.has_unit:
+            if phys >= held:
+                phase.held_back += 1
+                continue
             orphans += 1
             problems.add(
                 "orphans",
                 f"record at {phys} ({rec.topic}/{rec.queue_id} offset {rec.queue_offset}) has no unit",
             )
     return len(queues), units, before, orphans
+
+
+def _held_back(lay: Layout, records: dict[int, _Rec]) -> int:
+    """Where the records a slave holds back start: its replica mark, when no record past it has a unit
+    (a slave builds them once its log is checked against its master's, a master at its start; see
+    docs/replication.md §the-replica-mark); past the log's end when none are held."""
+    mark = (
+        None
+        if lay.dledger_self_id
+        else StoreCheckpoint(str(lay.root / "checkpoint"), read_only=True).replica_mark
+    )
+    if mark is None or any(rec.has_unit for phys, rec in records.items() if phys >= mark):
+        return 2**63 - 1
+    return mark
 
 
 def _verify_index(lay: Layout, phase: _LogPhase, problems: _Problems) -> tuple[int, int, dict[str, int]]:
@@ -944,6 +965,15 @@ def verify(
         problems.listed,
         found - len(problems.listed),
         [f"{n} stale index entries (point {where})" for where, n in stale.items()]
+        + (
+            [
+                f"{phase.held_back} records past the replica mark at offset {phase.held_from} have no "
+                "ConsumeQueue unit: a slave serves them once its log is checked against its master's (a "
+                "master at its start)"
+            ]
+            if phase.held_back
+            else []
+        )
         + [
             f"damaged record at CommitLog offset {o} set aside in quarantine {q} (by recovery or a read); kept "
             "in place, never served"

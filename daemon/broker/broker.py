@@ -1537,4 +1537,8 @@ def _uptime(boot_ms: int) -> str:
 
 
 def _default_store(config: BrokerConfig) -> MessageStore:
-    return DefaultMessageStore(config.store_config(), store_host=(config.broker_ip1, config.listen_port))
+    return DefaultMessageStore(
+        config.store_config(),
+        store_host=(config.broker_ip1, config.listen_port),
+        broker_name=config.broker_name,
+    )

@@ -319,7 +319,7 @@ def _execute_with_recovery(
     recovery left the plan as shown; what left the disk is read back from the disk."""
     before = _store_files(root)
     planned = {os.path.relpath(r.path, root): r for r in view.removals}
-    store = DefaultMessageStore(config)
+    store = DefaultMessageStore(config, keep_replica_mark=True)  # (whether it is a slave's is not known)
     store.open()  # takes the lock and recovers
     try:
         store.start()  # dispatches what the ConsumeQueues miss; a clean shutdown then clears ``abort``

@@ -16,6 +16,7 @@ from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from store.checkpoint import StoreCheckpoint
 from store.record import decode_msg_id, decode_records
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import SMALL, Group, master_and_slave, pull_all, start_slave
@@ -87,7 +88,7 @@ async def test_a_slave_that_ran_as_a_master_serves_none_of_its_own_records_while
         assert not any(b.startswith(b"foreign") for q in served for b in q)
         assert [len(q) for q in served] == [25, 25, 25, 25]
         viewed = await on_slave.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(foreign[0])})
-        assert viewed.code != ResponseCode.SUCCESS
+        assert viewed.code != ResponseCode.SUCCESS and "holds back" in (viewed.remark or "")
         ext = QueryMessageRequestHeader(TOPIC, "fk7", 64, 0, 2**62).to_ext_fields()
         queried = await on_slave.call(RequestCode.QUERY_MESSAGE, ext)
         assert not decode_records(queried.body or b"")
@@ -190,3 +191,65 @@ async def test_a_slave_whose_master_cannot_be_asked_serves_past_its_mark_once_it
             await slave.stop()
     finally:
         await client.close()
+
+
+@pytest.mark.slow
+async def test_a_slave_re_pointed_at_another_broker_names_master_serves_none_of_the_old_ones_records(
+    tmp_path: Path,
+) -> None:
+    """A slave's store re-pointed at another broker name's master (its brokerName changed), restarted while
+    that master is down: its mark counted its old master's records, which the new master never had. It
+    serves none of them (it served all 8), and once the new master answers the check sets them aside
+    and the slave serves the new master's records alone."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path) as g:
+        await slave_stopped_after(g, 8)
+        conf = {**SMALL, "namesrv_addr": g.ns_addr, "broker_name": "broker-b", **fixed}
+        other = await start_broker(tmp_path / "other", **conf)
+        for i in range(4):
+            assert (await g.on(other).send(TOPIC, f"other-{i}".encode(), queue_id=i)).code == 0
+        await other.stop()
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr, broker_name="broker-b")
+        assert g.slave.store.replica_mark == 0
+        assert await everything(g, g.slave) == [[], [], [], []]
+        other = await start_broker(tmp_path / "other", **conf)
+        try:
+            await replicated(other, g.slave)
+            assert await everything(g, g.slave) == await everything(g, other)
+            [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
+            assert quarantine.records == 8
+        finally:
+            await other.stop()
+
+
+@pytest.mark.slow
+async def test_a_consumer_ahead_of_a_held_slave_keeps_its_offset_and_reads_on_once_released(
+    tmp_path: Path,
+) -> None:
+    """A consumer that pulled from the master to offset 10, then pulls from a slave that holds back all
+    past offset 4 (its mark a crash behind), is told to pull again at its own offset (4.9.8's slave answer,
+    never an offset moved), and once the master is back reads on from there."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 48, "c")
+        await replicated(g.master, g.slave)
+        unit = g.slave.store._cqs[(TOPIC, 0)].get_unit(4)
+        assert unit is not None
+        await g.slave.stop()
+        checkpoint = StoreCheckpoint(str(tmp_path / "slave" / "checkpoint"))
+        checkpoint.replica_mark = unit[0]  # (the records of queue 0 from its fifth on are past it)
+        checkpoint.flush()
+        checkpoint.close()
+        await g.master.stop()
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        on_slave = g.on(g.slave)
+        assert g.slave.store.get_max_offset(TOPIC, 0) == 4
+        for offset in (4, 5, 10):
+            r = await on_slave.pull("G", TOPIC, 0, offset)
+            assert r.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY), r.remark
+            assert int(r.ext_fields["nextBeginOffset"]) == offset
+        await restart_master(g, tmp_path, fixed)
+        await wait_until(lambda: g.slave is not None and g.slave.store.held_back == 0)
+        await wait_until(lambda: g.slave.store.get_max_offset(TOPIC, 0) == 12)
+        r = await on_slave.pull("G", TOPIC, 0, 10)
+        assert [m.body for m in decode_records(r.body)] == [b"c-40" * 20, b"c-44" * 20]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -154,6 +154,26 @@ async def runtime_info(g: MasterSlave, node: Node) -> dict[str, str]:
     return KVTable.loads(answer.body).table
 
 
+async def restarted_holding(g: MasterSlave, fault: Callable[[Node], object]) -> int:
+    """SIGKILL of the slave while SEND_OKs stream in (between a replicated write and the write of its
+    replica mark), then ``fault`` on the master; the slave restarted alone has a mark its log holds,
+    serves nothing that was not sent, and holds back what lies past the mark. Returns the bytes held."""
+    async with running(g.producers):
+        await g.acked_at_least(150)
+        await wait_until(lambda: bool(marked(g.slave)))  # (its flush loop wrote a mark once)
+        await g.acked_at_least(g.acked() + 100)
+        g.nemesis.kill(g.slave)
+        fault(g.master)
+    g.nemesis.restart(g.slave)
+    await g.slave.ready(g.client)
+    table = await runtime_info(g, g.slave)
+    mark, end = int(table["haReplicaMark"]), int(table["commitLogMaxOffset"])
+    assert 0 < mark <= end and int(table["haHeldBackBytes"]) == end - mark
+    alone = check(list(g.history.ops), await read_topic(g.client, g.slave.addr, TOPIC, QUEUES))
+    assert alone.kinds() <= {"lost"}, alone.summary()  # (what it holds back is not read yet)
+    return end - mark
+
+
 async def test_a_slave_killed_as_it_replicates_and_restarted_with_its_master_down_serves_up_to_its_mark(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
@@ -162,19 +182,7 @@ async def test_a_slave_killed_as_it_replicates_and_restarted_with_its_master_dow
     that was not sent, and holds back what lies past the mark; once the master is back the check releases
     it and the slave serves every SEND_OK."""
     async with master_slave(tmp_path, cli_env, proxied_ha=False) as g:
-        async with running(g.producers):
-            await g.acked_at_least(150)
-            await wait_until(lambda: bool(marked(g.slave)))  # (its flush loop wrote a mark once)
-            await g.acked_at_least(g.acked() + 100)
-            g.nemesis.kill(g.slave)
-            g.nemesis.kill(g.master)
-        g.nemesis.restart(g.slave)
-        await g.slave.ready(g.client)
-        table = await runtime_info(g, g.slave)
-        mark, end = int(table["haReplicaMark"]), int(table["commitLogMaxOffset"])
-        assert 0 < mark <= end and int(table["haHeldBackBytes"]) == end - mark
-        alone = check(list(g.history.ops), await read_topic(g.client, g.slave.addr, TOPIC, QUEUES))
-        assert alone.kinds() <= {"lost"}, alone.summary()  # (what it holds back is not read yet)
+        await restarted_holding(g, g.nemesis.kill)
         g.nemesis.restart(g.master)
         await g.master.ready(g.client)
         result = await g.settled(g.slave)
@@ -246,3 +254,72 @@ async def test_a_client_cut_off_the_master_retries_into_explained_duplicates(
             result = await g.settled(node)
             assert result.valid, f"{node.name}: {result.summary()}"
             assert result.retried_duplicates, result.summary()  # the stalled retries all landed
+
+
+async def test_a_slave_holding_acknowledged_sends_back_serves_every_one_once_made_a_master(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SIGKILL of the slave as SEND_OKs stream in, then of the master, lost for good. The slave restarted
+    alone holds back what lies past its mark; made a master (docs/replication.md §the-replica-mark), as an
+    operator serves them, it serves every SEND_OK, held ones included."""
+    async with master_slave(tmp_path, cli_env, proxied_ha=False) as g:
+        held = await restarted_holding(g, g.nemesis.kill)
+        await g.nemesis.stop(g.slave)
+        g.slave.keys.update(brokerRole="ASYNC_MASTER", brokerId=0)
+        g.nemesis.restart(g.slave)
+        await g.slave.ready(g.client)
+        result = await g.settled(g.slave)
+        assert result.valid, (held, result.summary())
+
+
+async def test_a_slave_restarted_while_its_master_is_paused_holds_its_tail_until_the_master_answers(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SIGKILL of the slave as SEND_OKs stream in, SIGSTOP of the master (its sockets accept, it answers
+    nothing). The slave restarted meanwhile serves up to its mark, nothing unsent, and holds the rest
+    while its check goes unanswered; once the master runs again the check releases it and every SEND_OK
+    is served."""
+    async with master_slave(tmp_path, cli_env, proxied_ha=False) as g:
+        await restarted_holding(g, g.nemesis.pause)
+        g.nemesis.resume(g.master)
+        result = await g.settled(g.slave)
+        assert result.valid, result.summary()
+        assert (await runtime_info(g, g.slave))["haHeldBackBytes"] == "0"
+
+
+async def test_roles_flipped_and_back_a_slave_alone_serves_every_send_ok_and_nothing_else(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SEND_OKs throughout while the slave is cut off (the master writes what it cannot acknowledge), the
+    master SIGKILLed, its slave made the master, and the old master brought back as that one's slave;
+    then the new master SIGKILLed too. The old master, a slave now, restarted alone serves every SEND_OK
+    and nothing unsent: what it wrote alone was set aside by its check before its mark counted it."""
+    async with master_slave(tmp_path, cli_env, proxied_ha=True) as g:
+        old, new = g.master, g.slave
+        async with running(g.producers):
+            await g.acked_at_least(150)
+            g.nemesis.partition(g.proxy, "ha")
+            shared = int((await runtime_info(g, new))["commitLogMaxOffset"])
+            while int((await runtime_info(g, old))["commitLogMaxOffset"]) == shared:
+                await asyncio.sleep(0.1)
+            g.nemesis.kill(old)
+            await g.nemesis.stop(new)
+            new.keys.update(brokerRole="ASYNC_MASTER", brokerId=0)
+            del new.keys["haMasterAddress"]
+            g.nemesis.restart(new)
+            await new.ready(g.client)
+            await g.acked_at_least(g.acked() + 100)
+            old.keys.update(brokerRole="SLAVE", brokerId=1)
+            del old.keys["haListenPort"]
+            g.nemesis.restart(old)
+            await old.ready(g.client)
+            await g.acked_at_least(g.acked() + 100)
+        result = await settled(g.history, g.client, old.addr, TOPIC, QUEUES)
+        assert result.valid, result.summary()
+        assert list((old.store / "quarantine").iterdir())  # (what it wrote alone, set aside)
+        await g.nemesis.stop(old)
+        g.nemesis.kill(new)
+        g.nemesis.restart(old)
+        await old.ready(g.client)
+        result = await settled(g.history, g.client, old.addr, TOPIC, QUEUES)
+        assert result.valid, result.summary()

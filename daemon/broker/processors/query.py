@@ -69,6 +69,17 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
         except CorruptRecordError as e:  # no record starts there: an answer, not a fault
             raise system_error(f"can not find message by the offset, {h.offset}: {e.reason}") from None
         if found is None:
+            slave = broker.ha_slave
+            replica = slave.store if slave is not None else None
+            if (
+                replica is not None
+                and replica.held_back
+                and h.offset >= replica.max_phy_offset - replica.held_back
+            ):
+                raise system_error(
+                    f"can not find message by the offset, {h.offset}: this slave holds back what lies past its "
+                    f"replica mark ({replica.replica_mark}) until its master has checked it"
+                )
             raise system_error(f"can not find message by the offset, {h.offset}")
         return request.make_response(body=bytes(found.raw))
 
