@@ -9,7 +9,8 @@ topics (8 queues), then for each of --runs:
   32, each batch's acks async), timed from the first receive to the last ack.
 Each figure comes with the broker's CPU per message (its CPU seconds over the window / messages) and the
 load average, since clients and broker share the cores.
-Usage: python benchmarks/bench_grpc.py [--runs 1] [--threads 16] [--seconds 5] [--count 10000]
+Usage: python benchmarks/bench_grpc.py [--runs 1] [--threads 16] [--seconds 5] [--count 10000] [--tree DIR]
+``--tree DIR`` runs the NameServer and broker of another source tree (see bench_broker_latency.py).
 (needs the grpc extra, node and scripts/install-interop-clients.sh).
 """
 
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 from bench_ali_ons import cpu_seconds, create_topics, ons  # run as a script: benchmarks/ is on sys.path
-from bench_broker_produce import free_port, local_cluster
+from bench_broker_produce import ROOT, free_port, local_cluster
 from benchlib import summary
 
 from daemon.remoting.loop import run
@@ -118,13 +119,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--count", type=int, default=10_000, help="messages pre-loaded and drained")
+    parser.add_argument(
+        "--tree", type=Path, default=ROOT, help="source tree of the daemons (default: this one)"
+    )
     a = parser.parse_args()
     grpc_port = free_port()
     endpoint = f"127.0.0.1:{grpc_port}"
     best: dict[str, float] = {"grpc": 0.0, "ons": 0.0, "drain": 0.0}
     with (
         tempfile.TemporaryDirectory() as tmp,
-        local_cluster(Path(tmp), env={"MQCTL_GRPC_LISTEN_PORT": str(grpc_port)}) as (ns, pid),
+        local_cluster(Path(tmp), env={"MQCTL_GRPC_LISTEN_PORT": str(grpc_port)}, cwd=a.tree.resolve()) as (
+            ns,
+            pid,
+        ),
     ):
         run(
             create_topics(

@@ -5,7 +5,8 @@ limit: a peer that sent a call's headers and a few bytes of its message held the
 call state and a task on the loop) for as long as the connection lived, a thousand of them a connection,
 as many connections as `grpcMaxConnections` lets in. So the front's calls with one request (all but
 Telemetry) are served as request-streaming ones, whose handler starts with the headers: it waits for the
-one message at most REQUEST_ARRIVAL_S, else the call ends DEADLINE_EXCEEDED (its stream is reset), and a
+one message REQUEST_ARRIVAL_S (and up to a second more), else the call ends DEADLINE_EXCEEDED (its stream is
+reset), and a
 host has ARRIVING_PER_HOST calls waiting for their request at most, all hosts ARRIVING: a further call
 is ended RESOURCE_EXHAUSTED at once. The wire is the same: a unary call is a stream of one message.
 """
@@ -36,16 +37,42 @@ ARRIVING_PER_HOST = 1024
 ARRIVING = 8192
 
 
+class _Waiting:
+    """A call waiting for its request: the sweep it started at, and its host once it is counted."""
+
+    __slots__ = ("context", "expired", "host", "sweep")
+
+    def __init__(self, context: Any, sweep: int) -> None:
+        self.context = context
+        self.sweep = sweep
+        self.host = ""
+        self.expired = False
+
+
 class Arrivals:
-    """The front's calls waiting for their request, by host; wraps the service's method handlers."""
+    """The front's calls waiting for their request, by host; wraps the service's method handlers.
+
+    Every call passes here, so its path is two dict operations: no timer a call (one sweep a second
+    for them all; the calls waiting are in the order of their deadlines) and no host a call until
+    ARRIVING_PER_HOST calls wait at once, which no host can exceed with fewer; from then until none
+    waits, each call's host is counted."""
 
     def __init__(self) -> None:
+        #: The calls waiting, by their task, oldest first.
+        self.calls: dict[asyncio.Task[Any], _Waiting] = {}
+        #: Calls waiting by host while they are counted (see the class), else empty.
         self.hosts: Counter[str] = Counter()
-        self.waiting = 0
+        self._counting = False
         #: Calls ended because their request came too late, and because too many were waiting.
         self.expired = 0
         self.refused = 0
+        self._sweeps = 0
+        self._sweeper: asyncio.TimerHandle | None = None
         self._warnings = WarningGate(log)
+
+    @property
+    def waiting(self) -> int:
+        return len(self.calls)
 
     def handler(self, inner: grpc.GenericRpcHandler) -> grpc.GenericRpcHandler:
         """`inner`'s methods, those with one request served as request-streaming ones (see module)."""
@@ -53,40 +80,33 @@ class Arrivals:
 
     async def request(self, context: Any) -> Any:
         """The call's one request, once it has arrived whole (the call ends if it does not in time)."""
-        host = budget_host(parse_peer(context.peer())[0])
-        if self.hosts[host] >= ARRIVING_PER_HOST or self.waiting >= ARRIVING:
-            self.refused += 1
-            self._warnings.warning(
-                "gRPC front: %s has %d calls waiting for their requests (all hosts %d): one more is refused",
-                host,
-                self.hosts[host],
-                self.waiting,
-            )
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, "too many calls waiting for their requests"
-            )
-        self.hosts[host] += 1
-        self.waiting += 1
-        expired = False
+        calls = self.calls
+        host = ""
+        if self._counting or len(calls) >= ARRIVING_PER_HOST:
+            host = self._admit(context)
+            if not host:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED, "too many calls waiting for their requests"
+                )
+            self.hosts[host] += 1
+        task = asyncio.current_task()
+        assert task is not None
+        waiting = calls[task] = _Waiting(context, self._sweeps)
+        waiting.host = host
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(1.0, self._sweep)
         try:
-            # (a timer, not a task and a wait: this is every call's path, and cancelling a read grpc has
-            # under way is what a client's cancellation does too)
-            async with asyncio.timeout(REQUEST_ARRIVAL_S):
-                request = await context.read()
-        except TimeoutError:
-            expired = True
+            request = await context.read()
+        except asyncio.CancelledError:
+            if not waiting.expired:
+                raise  # the client's cancellation, or the server's stop
+            task.uncancel()
         finally:
-            self.waiting -= 1
-            left = self.hosts[host] - 1
-            if left:
-                self.hosts[host] = left
-            else:
-                del self.hosts[host]
-        if expired:
+            del calls[task]
+            if waiting.host:
+                self._uncount(waiting.host)
+        if waiting.expired:
             self.expired += 1
-            self._warnings.warning(
-                "gRPC front: a call from %s sent no whole request within %g s: ended", host, REQUEST_ARRIVAL_S
-            )
             await context.abort(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"the request did not arrive within {REQUEST_ARRIVAL_S:g} s",
@@ -94,6 +114,55 @@ class Arrivals:
         if request is grpc.aio.EOF:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request")
         return request
+
+    def _admit(self, context: Any) -> str:
+        """The host of a call that may wait (its calls are counted from now), or "" if it may not."""
+        if not self._counting:
+            self._counting = True
+            for call in self.calls.values():
+                call.host = _host(call.context)
+                self.hosts[call.host] += 1
+        host = _host(context)
+        if self.hosts[host] >= ARRIVING_PER_HOST or len(self.calls) >= ARRIVING:
+            self.refused += 1
+            self._warnings.warning(
+                "gRPC front: %s has %d calls waiting for their requests (all hosts %d): one more is refused",
+                host,
+                self.hosts[host],
+                len(self.calls),
+            )
+            return ""
+        return host
+
+    def _uncount(self, host: str) -> None:
+        left = self.hosts[host] - 1
+        if left:
+            self.hosts[host] = left
+        else:
+            del self.hosts[host]
+        if not self.calls:
+            self._counting = False
+
+    def _sweep(self) -> None:
+        """Ends the calls whose request has had REQUEST_ARRIVAL_S (up to a second more)."""
+        self._sweeps += 1
+        oldest = self._sweeps - int(REQUEST_ARRIVAL_S) - 1
+        for task, call in self.calls.items():
+            if call.sweep > oldest:
+                break
+            if not call.expired:
+                call.expired = True
+                task.cancel()
+                self._warnings.warning(
+                    "gRPC front: a call from %s sent no whole request within %g s: ended",
+                    _host(call.context),
+                    REQUEST_ARRIVAL_S,
+                )
+        self._sweeper = asyncio.get_running_loop().call_later(1.0, self._sweep) if self.calls else None
+
+
+def _host(context: Any) -> str:
+    return budget_host(parse_peer(context.peer())[0]) or "?"
 
 
 class _Bounded(grpc.GenericRpcHandler):

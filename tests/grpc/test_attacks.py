@@ -847,6 +847,21 @@ def _literal(name: str, value: str) -> bytes:
     return b"\x00" + bytes((len(name),)) + name.encode() + bytes((len(value),)) + value.encode()
 
 
+def _call_headers(method: str) -> bytes:
+    """The HPACK block of a gRPC call's request headers to the MessagingService's `method`."""
+    return b"".join(
+        _literal(k, v)
+        for k, v in (
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", f"/apache.rocketmq.v2.MessagingService/{method}"),
+            (":authority", "broker"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        )
+    )
+
+
 def _h2_frames(sock: socket.socket, until: float) -> Iterator[tuple[int, int, int]]:
     """(type, flags, stream id) of each frame the server sends until `until` (time.monotonic) or it closes."""
     buffered = b""
@@ -887,17 +902,7 @@ def test_calls_whose_request_never_arrives_are_ended_and_bounded(
             assert head[3:4] == b"\x04"  # the server's SETTINGS
             sock.recv(int.from_bytes(head[:3], "big"))
             sock.sendall(_h2_frame(4, 1, 0, b""))  # SETTINGS ACK
-            fields = b"".join(
-                _literal(k, v)
-                for k, v in (
-                    (":method", "POST"),
-                    (":scheme", "http"),
-                    (":path", "/apache.rocketmq.v2.MessagingService/SendMessage"),
-                    (":authority", "broker"),
-                    ("content-type", "application/grpc"),
-                    ("te", "trailers"),
-                )
-            )
+            fields = _call_headers("SendMessage")
             for i in range(calls):
                 stream = 2 * i + 1
                 sock.sendall(_h2_frame(1, 0x4, stream, fields) + _h2_frame(0, 0, stream, b"\x00\x00\x00"))
@@ -917,3 +922,37 @@ def test_calls_whose_request_never_arrives_are_ended_and_bounded(
                 spb.QueryRouteRequest(topic=pb.Resource(name="Held")), timeout=10
             )
         assert reply.status.code == pb.OK and len(reply.message_queues) == 4
+
+
+def test_a_request_trickling_in_within_the_limit_is_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The arrival limit ends late requests, not slow ones: a call whose request comes in pieces over
+    most of the limit is answered as any other (a response message, no reset)."""
+    from daemon.grpc import arrival
+
+    monkeypatch.setattr(arrival, "REQUEST_ARRIVAL_S", 3.0)
+    with grpc_cluster(tmp_path) as cluster:
+        create_topic(cluster, "Slow")
+        front = cluster.broker.grpc
+        assert front is not None
+        message = spb.QueryRouteRequest(topic=pb.Resource(name="Slow")).SerializeToString()
+        framed = b"\x00" + len(message).to_bytes(4, "big") + message
+        with _opened(front.port) as sock:
+            head = sock.recv(9)
+            sock.recv(int.from_bytes(head[:3], "big"))
+            sock.sendall(_h2_frame(4, 1, 0, b""))
+            fields = _call_headers("QueryRoute")
+            sock.sendall(_h2_frame(1, 0x4, 1, fields))
+            pieces = [framed[:3], framed[3:7], framed[7:]]
+            for i, piece in enumerate(pieces):
+                time.sleep(0.8)  # (2.4 s in all: past two of the sweeps, within the limit)
+                sock.sendall(_h2_frame(0, 0x1 if i == len(pieces) - 1 else 0, 1, piece))
+            kinds = set()
+            for kind, flags, stream in _h2_frames(sock, time.monotonic() + 30):
+                if stream == 1:
+                    kinds.add(kind)
+                    if kind == 3 or (kind == 1 and flags & 0x1):
+                        break
+        assert 0 in kinds and 3 not in kinds, kinds  # a response message, and no RST_STREAM
+        assert front.arrivals.expired == 0
