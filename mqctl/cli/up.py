@@ -99,10 +99,29 @@ class DLedgerGroup:
                     raise DaemonError(
                         f"member {addr} did not listen within 60 s: see {conf.parent}/broker.log"
                     )
+            await self._elected()
         except BaseException:
             await self.stop()
             raise
         self._watch = asyncio.create_task(watch_members(self.procs, self.addrs, self.confs))
+
+    async def _elected(self) -> None:
+        """Ready only when the group can take sends: a member registered as its master. A new group's
+        members first ask each other whether it has a history (docs/dledger.md), so its first election
+        can take a few vote rounds after every member listens."""
+        import asyncio
+
+        for _ in range(600):
+            for proc, addr, conf in zip(self.procs, self.addrs, self.confs, strict=True):
+                if proc.poll() is not None:
+                    raise DaemonError(
+                        f"member {addr} exited (code {proc.returncode}): see {conf.parent}/broker.log"
+                    )
+            table = self.namesrv.routes.broker_addr_table
+            if any(b.broker_addrs.get(0) in self.addrs for b in table.values()):
+                return
+            await asyncio.sleep(0.1)
+        raise DaemonError("the group elected no master within 60 s: see the members' broker.log")
 
     async def stop(self) -> None:
         import asyncio

@@ -203,7 +203,8 @@ def test_an_ignored_ctrl_c_stays_ignored(cli_env: dict[str, str], corrupt: Path)
         out, err = finish(proc, 60)
     finally:
         proc.kill()  # a no-op once it exited
-    assert proc.returncode == 10 and err.startswith("mqctl: error: store "), err
+    # (the report's notes on stderr come first, then the one error line)
+    assert proc.returncode == 10 and err.splitlines()[-1].startswith("mqctl: error: store "), err
     assert json.loads(out)["problems_found"] == RECORDS
 
 
