@@ -600,9 +600,8 @@ class MasterRecords:
                 )
             return None
         hint = ""
-        if (
-            response.code == ResponseCode.NO_PERMISSION
-        ):  # an ACL master: this slave signs nothing (nor 4.9.8's)
+        # an ACL master: this slave signed nothing (nor does 4.9.8's)
+        if response.code == ResponseCode.NO_PERMISSION:
             hint = (
                 "; a slave's requests reach an ACL master signed (innerClientAuthenticationCredentials) or "
                 "from an address in its globalWhiteRemoteAddresses, as its metadata sync needs too"

@@ -6,9 +6,9 @@ call state and a task on the loop) for as long as the connection lived, a thousa
 as many connections as `grpcMaxConnections` lets in. So the front's calls with one request (all but
 Telemetry) are served as request-streaming ones, whose handler starts with the headers: it waits for the
 one message REQUEST_ARRIVAL_S (and up to a second more), else the call ends DEADLINE_EXCEEDED (its stream is
-reset), and a
-host has ARRIVING_PER_HOST calls waiting for their request at most, all hosts ARRIVING: a further call
-is ended RESOURCE_EXHAUSTED at once. The wire is the same: a unary call is a stream of one message.
+reset), and a host has ARRIVING_PER_HOST calls waiting for their request at most, all hosts ARRIVING: a
+further call is ended RESOURCE_EXHAUSTED at once. The wire is the same: a unary call is a stream of one
+message.
 """
 
 from __future__ import annotations
