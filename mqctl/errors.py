@@ -13,6 +13,7 @@ import re
 from typing import ClassVar
 
 from daemon.remoting.codes import ResponseCode
+from daemon.remoting.errors import ACL_EXCEPTION, is_acl_refusal
 
 
 class MqctlError(Exception):
@@ -197,20 +198,8 @@ RESPONSE_CODE_CLASSES: dict[ResponseCode, type[MqctlError]] = {
 }
 
 
-#: How a RocketMQ 4.x broker's remark starts when its ACL refused the request: it answers the
-#: ``AclException`` its validator threw as any failed request, SYSTEM_ERROR with the exception's
-#: ``toString()`` and its first stack frame (NettyRemotingAbstract, RemotingHelper.exceptionSimpleDesc).
-ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
 #: The stack frame after the exception's message: ``, org.apache...validate(PlainPermissionManager.java:664)``.
 _STACK_FRAME = re.compile(r", [\w.$<>]+\([^()]*\)$")  # (Native Method), (Unknown Source) too
-
-
-def is_acl_refusal(code: int, remark: str | None) -> bool:
-    """Whether an answer is an ACL refusal: ours (NO_PERMISSION) or a RocketMQ 4.x broker's (SYSTEM_ERROR
-    carrying its ``AclException``). Every check for a refusal asks this, so both read as one."""
-    if code == ResponseCode.NO_PERMISSION:
-        return True
-    return code == ResponseCode.SYSTEM_ERROR and (remark or "").lstrip().startswith(ACL_EXCEPTION)
 
 
 def remark_line(remark: str | None) -> str:

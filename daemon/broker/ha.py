@@ -36,7 +36,7 @@ from daemon.remoting.client import Transport, connected_to_itself, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
-from daemon.remoting.errors import RemotingError
+from daemon.remoting.errors import RemotingError, is_acl_refusal
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import TLS_HANDSHAKE_TIMEOUT, bind_listener
 from store import fastjson
@@ -565,7 +565,7 @@ class MasterRecords:
     """The record the master stores at a CommitLog offset, by VIEW_MESSAGE_BY_ID (33): the body of its
     answer is the stored record, byte for byte (4.9.8's ``selectOneMessageByOffset``; ours the same),
     and SYSTEM_ERROR says no record is there, unless it names the record damaged (ours: ``mqctlDamaged``),
-    which leaves the slave's copy nothing to be checked against. ``addr`` is the master's broker (not HA)
+    which leaves the slave's copy nothing to be checked against, or carries a 4.x ACL refusal. ``addr`` is the master's broker (not HA)
     address; when it is not known, ``find`` asks for it (the NameServers, rather than wait for the next
     registration's answer: one that came while no master was listed leaves it unknown for a period)."""
 
@@ -593,15 +593,17 @@ class MasterRecords:
             raise TailUnknown(f"master {addr}: {exc}") from None
         if response.code == ResponseCode.SUCCESS:
             return response.body or b""
-        if response.code == ResponseCode.SYSTEM_ERROR:
+        refused = is_acl_refusal(response.code, response.remark)
+        if response.code == ResponseCode.SYSTEM_ERROR and not refused:
             if DAMAGED_FIELD in response.ext_fields:  # a record is there, damaged: nothing to compare with
                 raise TailUncheckable(
                     f"master {addr}: its record at offset {offset} is damaged ({response.remark})"
                 )
             return None
         hint = ""
-        # an ACL master: this slave signed nothing (nor does 4.9.8's)
-        if response.code == ResponseCode.NO_PERMISSION:
+        # an ACL master's refusal (a 4.9.8 one answers SYSTEM_ERROR with its AclException: taken for "no
+        # record there", every record the check asked of would have counted as divergent, and been cut)
+        if refused:
             hint = (
                 "; a slave's requests reach an ACL master signed (innerClientAuthenticationCredentials) or "
                 "from an address in its globalWhiteRemoteAddresses, as its metadata sync needs too"

@@ -8,6 +8,19 @@ from __future__ import annotations
 
 from daemon.remoting.codes import ResponseCode
 
+#: How a RocketMQ 4.x broker's remark starts when its ACL refused the request: it answers the
+#: ``AclException`` its validator threw as any failed request, SYSTEM_ERROR with the exception's
+#: ``toString()`` and its first stack frame (NettyRemotingAbstract, RemotingHelper.exceptionSimpleDesc).
+ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
+
+
+def is_acl_refusal(code: int, remark: str | None) -> bool:
+    """Whether an answer is an ACL refusal: ours (NO_PERMISSION) or a RocketMQ 4.x broker's (SYSTEM_ERROR
+    carrying its ``AclException``). Every check for a refusal asks this, so both read as one."""
+    if code == ResponseCode.NO_PERMISSION:
+        return True
+    return code == ResponseCode.SYSTEM_ERROR and (remark or "").lstrip().startswith(ACL_EXCEPTION)
+
 
 class RemotingError(Exception):
     """Base class of every remoting failure."""

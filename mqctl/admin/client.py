@@ -27,8 +27,12 @@ from daemon.remoting.bodies import (
 from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, RemotingProtocolError
-from mqctl.errors import is_acl_refusal
+from daemon.remoting.errors import (
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingProtocolError,
+    is_acl_refusal,
+)
 from store import AUTO_CREATE_TOPIC, fastjson
 
 log = logging.getLogger(__name__)

@@ -20,13 +20,15 @@ import pytest
 
 from daemon.acl.signature import Signer
 from daemon.broker.broker import Broker
-from daemon.broker.ha import SlaveGate, common_end, sync_metadata
+from daemon.broker.ha import MasterRecords, SlaveGate, TailUncheckable, common_end, sync_metadata
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.bodies import ClusterInfo, KVTable
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import ACL_EXCEPTION
+from daemon.remoting.server import RemotingServer
 from store.config import SLAVE, SYNC_MASTER
 from store.engine import DefaultMessageStore
 from store.ha import FRAME_HEADER, REPORT, encode_frame, encode_report, record_spans
@@ -620,6 +622,37 @@ async def test_a_topic_derived_between_the_syncs_topic_request_and_its_answer_st
         await the_rest_of_late_is_derived_and_served(g)
         await g.slave.sync_from_master()
         assert g.slave.topics.get("Late") == g.master.topics.get("Late")  # the master's, at the next sync
+
+
+@pytest.mark.parametrize(
+    ("remark", "refused"),
+    [
+        ("No message at offset", False),  # no record starts there: the slave's copy is not the master's
+        (f"{ACL_EXCEPTION}No accessKey is configured, validate(PlainPermissionManager.java:664)", True),
+    ],
+)
+async def test_a_rocketmq_masters_acl_refusal_of_the_tail_check_is_no_missing_record(
+    remark: str, refused: bool
+) -> None:
+    """A RocketMQ 4.9.8 master with ACL on refuses an unsigned VIEW_MESSAGE_BY_ID with SYSTEM_ERROR and its
+    AclException, the code that otherwise says no record starts at the offset: read as that, every record
+    the check asked of counted as divergent. A refusal leaves the tail unchecked (the slave replicates on,
+    with a WARNING), as our master's NO_PERMISSION does."""
+    server = RemotingServer(
+        host="127.0.0.1",
+        default_processor=lambda conn, request: request.make_response(ResponseCode.SYSTEM_ERROR, remark),
+    )
+    await server.start()
+    try:
+        async with RemotingClient() as client:
+            records = MasterRecords(client, lambda: f"127.0.0.1:{server.port}")
+            if refused:
+                with pytest.raises(TailUncheckable, match="globalWhiteRemoteAddresses"):
+                    await records.at(0)
+            else:
+                assert await records.at(0) is None
+    finally:
+        await server.stop()
 
 
 @pytest.mark.slow
