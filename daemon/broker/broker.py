@@ -74,12 +74,13 @@ from daemon.protect import (
 )
 from daemon.remoting.bodies import (
     ClusterInfo,
+    KVTable,
     PermName,
     RegisterBrokerBody,
     TableText,
     TopicConfigSerializeWrapper,
 )
-from daemon.remoting.client import RemotingClient, Transport, parse_addr
+from daemon.remoting.client import RemotingClient, Transport, parse_addr, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
@@ -531,6 +532,7 @@ class Broker:
             gate,
             ssl=ha_tls.server_context(require_client=True) if ha_tls else None,
             refuse=self._ha_acl_refusal if c.acl_enable and not c.ha_tls else None,
+            identify=self.registered_slave_at,
         )
         try:
             bound = await self.ha_master.start()
@@ -893,6 +895,34 @@ class Broker:
         if not answers:
             return None
         return {split_addr(a)[0] for group in answers for i, a in group.items() if i >= 1}
+
+    async def registered_slave_at(self, ha_client: str) -> tuple[str, int] | None:
+        """The registered slave (broker address, brokerId) whose HA connection comes from ``ha_client``:
+        the one slave of this group on that host, else the one whose runtime info shows that end of its
+        connection (``haClientAddress``: slaves sharing a host); None when that cannot be told."""
+        host = peer_host(split_addr(ha_client)[0])
+        slaves = {
+            (a, i)
+            for group in await self._registered_groups("HA: slave list")
+            for i, a in group.items()
+            if i >= 1 and peer_host(split_addr(a)[0]) == host
+        }
+        if len(slaves) <= 1:
+            return next(iter(slaves), None)
+
+        async def shows(addr: str) -> bool:
+            request = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+            try:
+                response = await self.client.invoke(addr, request, 3.0)
+                table = KVTable.loads(response.body).table if response.code == ResponseCode.SUCCESS else {}
+            except (RemotingError, ValueError, TypeError):
+                return False
+            return table.get("haClientAddress") == ha_client
+
+        ordered = sorted(slaves)
+        answers = await asyncio.gather(*(shows(a) for a, _ in ordered))
+        found = [s for s, ok in zip(ordered, answers, strict=True) if ok]
+        return found[0] if len(found) == 1 else None
 
     async def sync_from_master(self) -> list[str]:
         """A slave's metadata sync now (also run at start and every 10 s); returns what changed."""

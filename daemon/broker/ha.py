@@ -85,6 +85,9 @@ _READ_CHUNK = 256 * 1024
 GATE_WAITING_PER_HOST = 16
 #: The same for every host together.
 GATE_WAITING = 1024
+#: Tries at telling which registered slave a new HA connection is, and the seconds between them.
+IDENTIFY_TRIES = 10
+IDENTIFY_RETRY = 1.0
 
 
 def _now() -> float:
@@ -150,6 +153,8 @@ class SlaveState:
     connected_ms: int
     #: Seconds since the oldest byte the slave has not acked was sent to it (0 when it has everything).
     lag_seconds: float
+    #: The broker address and brokerId the slave registered, once the master told which slave this is.
+    registered: tuple[str, int] | None = None
 
 
 class SlaveConnection:
@@ -163,6 +168,8 @@ class SlaveConnection:
         self.addr = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.acked = -1  # no report yet
         self.transfer_offset = -1
+        #: (broker address, brokerId) as the slave registered them, once known (see `HAMaster.identify`).
+        self.registered: tuple[str, int] | None = None
         self.connected_ms = int(time.time() * 1000)
         self.wake = asyncio.Event()
         self._started = asyncio.Event()
@@ -371,8 +378,13 @@ class HAMaster:
         *,
         ssl: _ssl.SSLContext | None = None,
         refuse: Callable[[str, str], str | None] | None = None,
+        identify: Callable[[str], Awaitable[tuple[str, int] | None]] | None = None,
     ) -> None:
         self.config = config
+        #: Which registered slave (broker address, brokerId) is at the far end of an HA connection, given
+        #: that end's address, or None when it cannot be told yet: what /metrics labels a slave by, for
+        #: its source port changes with every reconnect.
+        self.identify = identify
         #: haTls: the listener's mutual-TLS context (a slave without a trusted certificate never gets in).
         self.ssl = ssl
         #: Why a host the gate admits is closed all the same, given it and the address it connected to
@@ -492,6 +504,10 @@ class HAMaster:
         conn = SlaveConnection(self, reader, writer)
         log.info("HA slave connected from %s", conn.addr)
         self.connections.add(conn)
+        if self.identify is not None:
+            task = asyncio.create_task(self._identify(conn, self.identify), name=f"ha-identify-{conn.addr}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         if self.notify not in self._wakers:
             self._wakers.append(self.notify)
         try:
@@ -500,6 +516,25 @@ class HAMaster:
             self.connections.discard(conn)
             if not self.connections:
                 self._wakers.remove(self.notify)
+
+    async def _identify(
+        self, conn: SlaveConnection, identify: Callable[[str], Awaitable[tuple[str, int] | None]]
+    ) -> None:
+        """Tell which registered slave ``conn`` is, asking again a few times while it stays connected (a
+        slave may not yet show its end of the connection, or the NameServers not yet list it)."""
+        for attempt in range(IDENTIFY_TRIES):
+            if attempt:
+                await asyncio.sleep(IDENTIFY_RETRY)
+            if conn not in self.connections:
+                return
+            try:
+                conn.registered = await identify(conn.addr)
+            except Exception:  # an aid to labels: never a reason to drop the slave
+                log.exception("HA: telling which slave is at %s failed", conn.addr)
+                return
+            if conn.registered is not None:
+                log.info("HA slave at %s is %s (brokerId %d)", conn.addr, *conn.registered)
+                return
 
     def notify(self) -> None:
         """New CommitLog data: wake every transfer loop (call on the loop)."""
@@ -547,7 +582,9 @@ class HAMaster:
 
     def status(self) -> list[SlaveState]:
         return [
-            SlaveState(c.addr, c.acked, c.transfer_offset, c.connected_ms, round(c.lag_seconds, 3))
+            SlaveState(
+                c.addr, c.acked, c.transfer_offset, c.connected_ms, round(c.lag_seconds, 3), c.registered
+            )
             for c in sorted(self.connections, key=lambda c: c.addr)
         ]
 

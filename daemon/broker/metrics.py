@@ -43,6 +43,7 @@ from store.supervise import supervised
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
+    from daemon.broker.ha import SlaveState
 
 log = logging.getLogger(__name__)
 
@@ -364,6 +365,17 @@ def _single(
     return metric
 
 
+def _slave_lags(slaves: Sequence[SlaveState], end: int) -> dict[tuple[str, str], int]:
+    """Each slave's lag keyed by what stays the same across its reconnects: its registered address and
+    brokerId, or its host alone (no id) while the master cannot tell which slave it is; slaves not told
+    apart on one host show the largest lag."""
+    out: dict[tuple[str, str], int] = {}
+    for s in slaves:
+        key = (s.registered[0], str(s.registered[1])) if s.registered else (s.addr.rpartition(":")[0], "")
+        out[key] = max(out.get(key, 0), max(0, end - max(s.acked_offset, 0)))
+    return out
+
+
 def _ha_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
     """Replication: a master's slaves and their lag, SYNC_MASTER waits; a slave's connection."""
     master, slave = b.ha_master, b.ha_slave
@@ -375,11 +387,13 @@ def _ha_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterato
         connected.add_metric(base, len(slaves))
         yield connected
         lag = GaugeMetricFamily(
-            "rocketmq_ha_slave_lag_bytes", "CommitLog bytes a slave has not acked", labels=[*labels, "slave"]
+            "rocketmq_ha_slave_lag_bytes",
+            "CommitLog bytes a slave has not acked, by the broker address and brokerId it registered",
+            labels=[*labels, "slave", "slave_id"],
         )
         end = b.store.max_phy_offset
-        for s in slaves:
-            lag.add_metric([*base, s.addr], max(0, end - max(s.acked_offset, 0)))
+        for key, behind in _slave_lags(slaves, end).items():
+            lag.add_metric([*base, *key], behind)
         yield lag
         waits = CounterMetricFamily(
             "rocketmq_ha_sync_waits",

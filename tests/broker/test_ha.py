@@ -27,6 +27,7 @@ from daemon.broker import ha
 from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
 from daemon.broker.ha import SLAVE_ADMIN_REMARK
+from daemon.broker.metrics import _slave_lags
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.bodies import ClusterInfo, KVTable
 from daemon.remoting.client import RemotingClient
@@ -388,6 +389,52 @@ async def test_sync_master_answers_after_the_slave_acked(group: Group) -> None:
     r = await master.send("Sync", b"alone", queue_id=0)
     assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE  # stored, but no slave has it
     assert r.ext_fields["queueOffset"] == "51"
+
+
+def _lag_labels(text: str) -> set[str]:
+    return {
+        line.split("{", 1)[1].split("}", 1)[0]
+        for line in text.splitlines()
+        if line.startswith("rocketmq_ha_slave_lag_bytes{")
+    }
+
+
+@pytest.mark.slow
+async def test_metrics_label_each_slave_by_what_it_registered_across_reconnects(
+    group: Group, tmp_path: Path
+) -> None:
+    """Two slaves on one host: /metrics names each by its registered address and brokerId, not by its HA
+    connection's source port (a new series at every reconnect), and a reconnect keeps its series."""
+    g = group
+    second = await start_slave(tmp_path / "slave2", g.ns_addr, broker_id=2)
+    try:
+        master = g.master.ha_master
+        assert master is not None
+
+        def told() -> bool:
+            return len(master.connections) == 2 and all(c.registered for c in master.connections)
+
+        await wait_until(told, 30)
+        want = {
+            f'broker="broker-a",cluster="DefaultCluster",slave="{g.slave.addr}",slave_id="1"',
+            f'broker="broker-a",cluster="DefaultCluster",slave="{second.addr}",slave_id="2"',
+        }
+        assert _lag_labels(await asyncio.to_thread(scrape, g.master.metrics_port)) == want
+        first = next(c for c in master.connections if c.registered == (second.addr, 2))
+        first.writer.close()
+        await wait_until(lambda: first not in master.connections and told(), 30)
+        assert _lag_labels(await asyncio.to_thread(scrape, g.master.metrics_port)) == want
+    finally:
+        await second.stop()
+
+
+def test_slaves_the_master_cannot_tell_apart_share_their_host_s_series() -> None:
+    slaves = [
+        ha.SlaveState("10.0.0.5:40001", 100, 100, 0, 0.0),
+        ha.SlaveState("10.0.0.5:40002", 40, 40, 0, 0.0),
+        ha.SlaveState("10.0.0.6:40003", 90, 90, 0, 0.0, ("10.0.0.6:10911", 1)),
+    ]
+    assert _slave_lags(slaves, 100) == {("10.0.0.5", ""): 60, ("10.0.0.6:10911", "1"): 10}
 
 
 @pytest.mark.slow
