@@ -30,6 +30,13 @@ def top(
             "--screen", help="Screen to start on (--once: to print).", click_type=click.Choice(SCREENS)
         ),
     ] = "overview",
+    system: Annotated[
+        bool,
+        typer.Option(
+            "--system",
+            help="Topics: also RocketMQ's own and the groups' retry and DLQ topics (as topic list --system).",
+        ),
+    ] = False,
     once: Annotated[
         bool,
         typer.Option(
@@ -51,7 +58,9 @@ def top(
         from mqctl.output import render
         from mqctl.top.once import csv_rows, document, table, take
 
-        snap = asyncio.run(take(lambda: LiveSource(target.namesrv, timeout=timeout), screen, interval))
+        snap = asyncio.run(
+            take(lambda: LiveSource(target.namesrv, timeout=timeout, system=system), screen, interval)
+        )
         output = flags().output
         frame = {"table": table, "csv": csv_rows}.get(output, document)
         render(frame(snap, screen, time.time()), output)
@@ -69,5 +78,5 @@ def top(
         target.namesrv,
         interval=interval,
         screen=screen,
-        make_source=lambda: LiveSource(target.namesrv, timeout=timeout),
+        make_source=lambda: LiveSource(target.namesrv, timeout=timeout, system=system),
     )

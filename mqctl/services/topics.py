@@ -152,16 +152,25 @@ async def topics(admin: Admin, cluster: str | None = None, *, system: bool = Fal
     if system:
         return Rows(({"topic": n, "kind": k} for n, k in kinds.items()), columns=["topic", "kind"])
     hidden = Counter(k for k in kinds.values() if k != "normal")
-    said = ", ".join(f"{hidden[k]} {k.upper() if k == 'dlq' else k}" for k in KINDS if hidden[k])
     return Rows(
         ({"topic": n} for n, k in kinds.items() if k == "normal"),
         columns=["topic"],
-        footer=f"hidden: {said} topics (--system lists them)" if said else None,
+        footer=hidden_note(hidden, "lists"),
     )
 
 
 #: The kinds a topic list hides unless --system, in the order its footer counts them.
 KINDS = ("system", "retry", "dlq")
+
+
+def hidden_note(hidden: Mapping[str, int], verb: str) -> str | None:
+    """What a topic list left out, by kind (``topic list``'s footer, ``top``'s Topics line)."""
+    said = ", ".join(f"{hidden[k]} {k.upper() if k == 'dlq' else k}" for k in KINDS if hidden.get(k))
+    return (
+        f"hidden: {said} {'topic' if sum(hidden.values()) == 1 else 'topics'} (--system {verb} them)"
+        if said
+        else None
+    )
 
 
 async def route(admin: Admin, topic: str) -> list[RouteRow]:

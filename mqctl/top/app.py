@@ -22,6 +22,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import ContentSwitcher, DataTable, Input, Sparkline, Static
 
 from mqctl.errors import translate
+from mqctl.services.topics import hidden_note
 from mqctl.top import format as fmt
 from mqctl.top.model import BrokerView, GroupDetail, Snapshot, TopSource
 from store import Clock, SystemClock
@@ -416,8 +417,13 @@ class TopApp(App[None]):
         note = (
             f"   not available without the broker metrics endpoint: {', '.join(missing)}" if missing else ""
         )
+        hidden = hidden_note(dict(snap.hidden_topics), "shows")
         self.query_one("#topics-info", Static).update(
-            Text(self._list_info(len(rows), len(topics), "topics", order.label) + note)
+            Text(
+                self._list_info(len(rows), len(topics), "topics", order.label)
+                + (f"   {hidden}" if hidden else "")
+                + note
+            )
         )
         self.query_one("#topics-table", Table).sync([(t.name, fmt.topic_cells(t)) for t in rows])
 
@@ -443,6 +449,7 @@ class TopApp(App[None]):
 
     def _list_info(self, shown: int, total: int, noun: str, order: str) -> str:
         where = f" matching '{self.filters[self.view]}'" if self.filters[self.view] else ""
+        noun = noun.removesuffix("s") if total == 1 else noun
         return f"{shown} of {total} {noun}{where}   sorted by {order} (s)   / filter"
 
     # ----------------------------------------------------------------------------------- actions

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
@@ -29,7 +30,7 @@ from mqctl.services.cluster import BrokerRow, brokers, first_float, stall_split
 from mqctl.services.fanout import failure_reason
 from mqctl.services.groups import connections, group_on_broker, progress
 from mqctl.services.retention import broker_plan
-from mqctl.services.topics import topic_offsets
+from mqctl.services.topics import KINDS, topic_kind, topic_offsets
 from mqctl.top.model import (
     VIEWS,
     BrokerView,
@@ -131,8 +132,12 @@ class LiveSource:
     """Snapshots of a running cluster. Keeps what rates need (previous counters) and what never changes
     (broker settings, first-message times of full CommitLog files) between refreshes."""
 
-    def __init__(self, namesrv: list[str], *, clock: Clock | None = None, timeout: float = 3.0) -> None:
+    def __init__(
+        self, namesrv: list[str], *, clock: Clock | None = None, timeout: float = 3.0, system: bool = False
+    ) -> None:
         self.namesrv = list(namesrv)
+        #: Show RocketMQ's own topics and the groups' retry and DLQ topics too (``topic list --system``).
+        self.system = system
         self.clock = clock or SystemClock()
         self.admin = Admin(self.namesrv, timeout=timeout)
         self.http = httpx.AsyncClient(timeout=timeout)
@@ -177,6 +182,10 @@ class LiveSource:
             self._stores(masters) if "store" in views else _none(),
         )
         self._last_views = views
+        hidden: Counter[str] = Counter()
+        if topics is not None and not self.system:
+            hidden.update(t.kind for t in topics if t.kind != "normal")
+            topics = tuple(t for t in topics if t.kind == "normal")
         missing = MISSING_WITHOUT_METRICS if any(b.scrape is None for b in masters) else frozenset()
         return Snapshot(
             taken_at=now,
@@ -186,6 +195,7 @@ class LiveSource:
             stores=stores,
             missing=missing,
             errors=tuple(errors),
+            hidden_topics=tuple((k, hidden[k]) for k in KINDS if hidden[k]),
         )
 
     async def _ping(self, addr: str) -> NamesrvView:
@@ -260,6 +270,11 @@ class LiveSource:
 
     async def _topics(self, masters: list[_Broker], now: float) -> tuple[TopicRow, ...]:
         configs = await asyncio.gather(*(self._topic_configs(b.view.addr) for b in masters))
+        try:
+            own = await self.admin.own_topic_names()
+        except RemotingError as exc:  # the cluster and broker names then count as normal topics
+            log.info("system topic list: %s", exc)
+            own = set()
         queues: dict[str, int] = {}
         messages: dict[str, int] = {}
         nbytes: dict[str, int] = {}
@@ -282,7 +297,14 @@ class LiveSource:
                 tps[name] = None if rate is None or known is None else known + rate
         complete = all(b.scrape is not None for b in masters)  # bytes only when every master reports them
         return tuple(
-            TopicRow(name, queues[name], messages[name], tps[name], nbytes.get(name, 0) if complete else None)
+            TopicRow(
+                name,
+                queues[name],
+                messages[name],
+                tps[name],
+                nbytes.get(name, 0) if complete else None,
+                topic_kind(name, own),
+            )
             for name in sorted(queues)
         )
 

@@ -103,6 +103,8 @@ class TopicRow:
     messages: int
     put_tps: float | None = None
     bytes: int | None = None
+    #: ``normal``, ``system``, ``retry`` or ``dlq`` (``topic list --system``'s kinds).
+    kind: str = "normal"
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,8 @@ class Snapshot:
     stores: tuple[StoreView, ...] | None = None
     missing: frozenset[str] = field(default_factory=frozenset)
     errors: tuple[str, ...] = ()
+    #: Topics left out of ``topics`` by kind (system, retry, dlq), as ``topic list`` leaves them out.
+    hidden_topics: tuple[tuple[str, int], ...] = ()
 
     def has(self, view: str) -> bool:
         return view == "overview" or getattr(self, "stores" if view == "store" else view) is not None

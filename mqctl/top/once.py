@@ -13,6 +13,7 @@ from typing import Any
 
 from mqctl import units
 from mqctl.output import Rows, shown_time
+from mqctl.services.topics import hidden_note
 from mqctl.top import format as fmt
 from mqctl.top.model import BrokerView, GroupRow, Snapshot, StoreView, TopicRow, TopSource
 
@@ -70,6 +71,7 @@ def _topic(t: TopicRow) -> dict[str, Any]:
         "messages": t.messages,
         "put_tps": t.put_tps,
         "bytes": t.bytes,
+        "kind": t.kind,
     }
 
 
@@ -153,6 +155,8 @@ def document(snap: Snapshot, screen: str, now: float) -> dict[str, Any]:
         ]
     elif screen == "store":
         doc["stores"] = [_store(s, now) for s in snap.stores or ()]
+    if snap.hidden_topics:
+        doc["hidden_topics"] = dict(snap.hidden_topics)
     if snap.missing:
         doc["missing"] = sorted(snap.missing)
     if snap.errors:
@@ -211,6 +215,9 @@ def table(snap: Snapshot, screen: str, now: float) -> dict[str, Any]:
     elif screen == "topics":
         rows = fmt.select(list(snap.topics or ()), _name, "", fmt.TOPIC_SORTS[0])
         doc["topics"] = _cells(fmt.TOPIC_COLUMNS, [fmt.topic_cells(t) for t in rows])
+        hidden = hidden_note(dict(snap.hidden_topics), "shows")
+        if hidden:
+            doc["hidden"] = hidden.removeprefix("hidden: ")
     elif screen == "groups":
         rows_g = fmt.select(list(snap.groups or ()), _name, "", fmt.GROUP_SORTS[0])
         doc["groups"] = _cells(fmt.GROUP_COLUMNS, [fmt.group_cells(g) for g in rows_g])

@@ -13,6 +13,8 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
+from daemon.broker.headers import CreateTopicRequestHeader
+from daemon.remoting.codes import RequestCode
 from mqctl.admin.client import Admin
 from mqctl.services.groups import progress
 from mqctl.services.topics import stats
@@ -201,9 +203,6 @@ async def test_lost_nameserver_shows_in_status_bar_and_app_lives(cluster: LocalC
 async def test_without_metrics_endpoint_bytes_are_missing(tmp_path: Path) -> None:
     """A broker without /metrics (as RocketMQ 4.9): figures from GET_TOPIC_STATS_INFO, no bytes column; a
     queue consumers still read after a scale-in (-w 1) counts too, though that request leaves it out."""
-    from daemon.broker.headers import CreateTopicRequestHeader
-    from daemon.remoting.codes import RequestCode
-
     with local_cluster(tmp_path, metrics_enable=False) as cluster:
         client = handle(cluster)
 
@@ -310,3 +309,30 @@ async def test_a_group_that_never_consumed_shows_its_oldest_unconsumed_message(c
         assert again["never"].oldest_age == 3610.0 and len(source._earliest) == asked == 1
     finally:
         await source.close()
+
+
+@pytest.mark.slow
+async def test_topics_hide_rocketmq_s_own_and_the_groups_topics_unless_system(cluster: LocalCluster) -> None:
+    """As ``topic list``: TBW102, SCHEDULE_TOPIC_XXXX, the cluster's and broker's names, %RETRY%/%DLQ%
+    topics are hidden and counted under the table; ``--system`` shows them with their kind."""
+    client = handle(cluster)
+    cluster.loop.run(client.send("orders", b"x", queue_id=0))
+    header = CreateTopicRequestHeader("%RETRY%billing", "TBW102", 1, 1, 6, "SINGLE_TAG")
+    assert (
+        cluster.loop.run(client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())).code == 0
+    )
+    app = TopApp(LiveSource([cluster.namesrv_addr]), interval=3600, screen="topics")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert list(rows(app.query_one("#topics-table", Table))) == ["orders"]
+        info = str(app.query_one("#topics-info", Static).render())
+        assert "hidden: " in info and " system, 1 retry topics (--system shows them)" in info
+    source = LiveSource([cluster.namesrv_addr], system=True)
+    try:
+        snap = await source.snapshot(frozenset({"topics"}))
+    finally:
+        await source.close()
+    kinds = {t.name: t.kind for t in snap.topics or ()}
+    assert kinds["orders"] == "normal" and kinds["%RETRY%billing"] == "retry"
+    assert kinds["TBW102"] == kinds["SCHEDULE_TOPIC_XXXX"] == kinds["broker-a"] == "system"
+    assert snap.hidden_topics == ()
