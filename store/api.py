@@ -174,6 +174,9 @@ class MessageStore(ReplicaStore, Protocol):
     def disk_ratio(self) -> float:
         """Usage of the CommitLog's partition as the retention watermarks see it (``commitLogDiskRatio``)."""
 
+    def write_refusal(self) -> str | None:
+        """Why the store refuses puts now (runtime info ``storeWriteRefused``), or None."""
+
     @property
     def disk_full(self) -> bool:
         """Usage above the warning watermark: puts are refused until cleanup frees space."""

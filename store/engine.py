@@ -348,6 +348,9 @@ class DefaultMessageStore:
         self._crc_checked_from = 0  # records below this offset were not CRC-checked by recovery
         self.healer = Healer(self)
         self._no_space = False  # the last put failed for want of space (logged once)
+        #: Why the last put failed to allocate or write its files (a full disk, a file system remounted
+        #: read-only after an I/O error), until a put succeeds again: :meth:`write_refusal`'s.
+        self._put_error: str | None = None
         #: The replica mark (docs/replication.md §the-replica-mark): the CommitLog is known to hold its
         #: master's records below it. Records a slave appends from its master's stream right at it move it;
         #: a master's own puts never do.
@@ -1054,9 +1057,11 @@ class DefaultMessageStore:
                 return PutResult(self._put_failed(partly.cause))
             except OSError as err:  # (not ``e`` again: compiled, one name holds one type)
                 return PutResult(self._put_failed(err))
-            if self._no_space:
-                self._no_space = False
-                log.warning("store writable again: space could be allocated")
+            if self._put_error is not None:
+                self._put_error = None
+                if self._no_space:
+                    self._no_space = False
+                    log.warning("store writable again: space could be allocated")
             last = infos[-1]
             if cq is not None:
                 cq.next_offset = last.queue_offset + 1
@@ -1115,6 +1120,7 @@ class DefaultMessageStore:
         (what a disk over the warning watermark gets, its remark names a full disk) when the disk or quota
         is full, logged at ERROR once until a put succeeds again; ``CREATE_MAPEDFILE_FAILED`` otherwise
         (no descriptor left, ...)."""
+        self._put_error = f"{error.strerror or error}" + (f" ({error.filename})" if error.filename else "")
         if is_no_space(error):
             if not self._no_space:
                 self._no_space = True
@@ -1217,6 +1223,22 @@ class DefaultMessageStore:
     def disk_ratio(self) -> float:
         """Usage of the CommitLog partition as the watermarks see it (runtime info ``commitLogDiskRatio``)."""
         return self.cleaner.commit_log_ratio()
+
+    def write_refusal(self) -> str | None:
+        """Why this store refuses puts now, or None: stopped, disk full past the warning watermark, the
+        last put's files could not be allocated or written (until one is), or ``put_refusal``'s status. A
+        slave's refusal (it only replicates) is its role, not a fault: not counted."""
+        if not self._running:
+            return "the store is not running"
+        if self.cleaner.disk_full:
+            return (
+                f"disk full: the CommitLog partition is {self.cleaner.commit_log_ratio():.0%} used, above "
+                f"diskSpaceWarningLevelRatio {self.config.disk_space_warning_level_ratio}%"
+            )
+        if self._put_error is not None:
+            return f"its files cannot be written: {self._put_error}"
+        refused = self.put_refusal() if self.put_refusal is not None else None
+        return None if refused is None else f"puts answered {refused.value}"
 
     def committed_offsets(self) -> list[CommittedOffset]:
         """Every group's committed offset on every queue (``consumerOffset.json``)."""

@@ -307,6 +307,9 @@ class InMemoryMessageStore:
     def disk_full(self) -> bool:
         return False
 
+    def write_refusal(self) -> str | None:
+        return None if self._running else "the store is not running"
+
     # ------------------------------------------------------------------ reads
 
     def _read(self, phys: int, size: int, _queue_offset: int = -1) -> tuple[memoryview, str] | None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from daemon.acl.plain import RELOAD_CHECK_INTERVAL, AclFiles, PlainAccessValidator
 from daemon.acl.signature import Signer, hmac_backend
+from daemon.broker.clean import WRITE_REFUSED_RUNTIME_KEY
 from daemon.broker.config import BrokerConfig, refuse_inert_semantics
 from daemon.broker.ha import (
     METADATA_SYNC_INTERVAL,
@@ -1286,6 +1287,9 @@ class Broker:
             queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)
             info[f"scheduleMessageOffset_{level}"] = f"{offset},{queue_max}"
         info.update(self.timers.runtime_info())  # mqctl's: timer messages waiting, per real topic
+        refusal = store.write_refusal()
+        if refusal is not None:  # mqctl's: a store that refuses puts says why (4.9.8 says nothing)
+            info[WRITE_REFUSED_RUNTIME_KEY] = refusal
         info[CLOCK_RUNTIME_KEY] = str(store.clock.now_ms())  # last: the nearest to the answer's sending
         return info
 

@@ -22,6 +22,9 @@ from store.cleanup import CleanPlan
 
 #: Request code of the plan (dry run) request; far from RocketMQ's 4.x/5.x code ranges.
 CLEAN_PLAN = 65329
+#: mqctl's GET_BROKER_RUNTIME_INFO key, present while the store refuses puts: why (a full disk, files
+#: that cannot be written, a refusal such as OS_PAGECACHE_BUSY). ``check disk|cluster`` make it CRITICAL.
+WRITE_REFUSED_RUNTIME_KEY = "storeWriteRefused"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from daemon.broker.clean import WRITE_REFUSED_RUNTIME_KEY
 from daemon.broker.loopwatch import CLOCK_RUNTIME_KEY
 from daemon.namesrv.routes import CLOCK_FIELD as NAMESRV_CLOCK_FIELD
 from daemon.remoting.codes import RequestCode
@@ -212,6 +213,24 @@ class Skew:
 CLOCK_SKEW_WARN = 2.0
 
 
+#: 4.9.8's osPageCacheBusyTimeOutMills default: a CommitLog lock held longer answers puts OS_PAGECACHE_BUSY.
+PAGE_CACHE_BUSY_MS = 1000
+
+
+def write_refusal(info: dict[str, str], busy_ms: float = PAGE_CACHE_BUSY_MS) -> str | None:
+    """Why a broker's store refuses puts, from its runtime info: our broker says so
+    (``storeWriteRefused``); of a RocketMQ broker, a CommitLog lock held past ``busy_ms``
+    (``pageCacheLockTimeMills``: OS_PAGECACHE_BUSY) is seen here, a full disk by ``check disk``."""
+    said = info.get(WRITE_REFUSED_RUNTIME_KEY)
+    if said:
+        return said
+    locked = info.get("pageCacheLockTimeMills", "0")
+    held = int(locked) if locked.isdigit() else 0
+    if busy_ms < held < 10_000_000:  # 4.9.8's isOSPageCacheBusy (a larger figure is no lock at all)
+        return f"OS page cache busy: the CommitLog lock held {held} ms, puts answered OS_PAGECACHE_BUSY"
+    return None
+
+
 async def _runtime(admin: Admin, row: BrokerRow) -> tuple[dict[str, str] | BaseException, float, float]:
     """The broker's runtime info (or why not), and our clock before the request and after its answer."""
     sent = time.time()
@@ -329,6 +348,7 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
     states: list[State] = []
     problems: list[str] = []
     set_aside = 0
+    refusing = 0
     clocked: list[BrokerRow] = []
     skews: list[Skew | None] = []
     for row, (answer, sent, answered) in zip(rows, timed, strict=True):
@@ -337,6 +357,11 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
             clocked.append(row)
             clock = answer.get(CLOCK_RUNTIME_KEY, "")
             skews.append(Skew.measure(int(clock), sent, answered) if clock.isdigit() else None)
+            refusal = write_refusal(answer)
+            if refusal is not None:
+                refusing += 1
+                states.append(State.CRITICAL)
+                problems.append(f"{_name(row)} refuses writes: {refusal}")
             quarantines = int(answer.get("storeQuarantines") or 0)
             if quarantines:  # it serves, but recovery or replication set data aside for the operator
                 records = int(answer.get("storeQuarantinedRecords") or 0)
@@ -384,6 +409,7 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
         Perf("answering", answering, "", None, None, 0, len(rows)),
         Perf("masters_missing", len(headless), min=0),
         Perf("quarantined_records", set_aside, min=0),
+        Perf("refusing_writes", refusing, min=0),
     ]
     if clock_warn > 0:
         perf.append(Perf("clock_skew_max", round(largest_skew, 3), "s", clock_warn, None, 0))
@@ -444,7 +470,9 @@ class Watermarks:
         )
 
 
-async def _disk_of(admin: Admin, row: BrokerRow) -> tuple[float, Watermarks] | BaseException:
+async def _disk_of(admin: Admin, row: BrokerRow) -> tuple[float, Watermarks, str | None] | BaseException:
+    """The CommitLog partition's used ratio, the watermarks, and why the store refuses puts (None: it
+    takes them): as the broker says, else a ratio past diskSpaceWarningLevelRatio (a RocketMQ broker)."""
     try:
         info, config = await asyncio.gather(
             admin.broker_runtime_info(row.addr), admin.broker_config(row.addr)
@@ -459,7 +487,12 @@ async def _disk_of(admin: Admin, row: BrokerRow) -> tuple[float, Watermarks] | B
         return MqctlError(
             f"{row.addr} reports commitLogDiskRatio {ratio:g}: its CommitLog path cannot be measured"
         )
-    return ratio, Watermarks.of(config)
+    marks = Watermarks.of(config)
+    busy = config.get("osPageCacheBusyTimeOutMills", "")
+    refusal = write_refusal(info, float(busy) if busy.isdigit() else PAGE_CACHE_BUSY_MS)
+    if refusal is None and ratio > marks.warning_level:
+        refusal = f"disk full: {ratio:.0%} used, above diskSpaceWarningLevelRatio {marks.warning_level:.0%}"
+    return ratio, marks, refusal
 
 
 async def disk(
@@ -483,16 +516,16 @@ async def disk(
             states.append(State.UNKNOWN)
             problems.append(f"{_name(row)}: {translate(answer)}")
             continue
-        ratio, marks = answer
+        ratio, marks, refusal = answer
         w = marks.max_used if warn is None else warn
         c = marks.clean_forcibly if crit is None else crit
         state = threshold(ratio, w, c)
+        if refusal is not None:  # whatever the thresholds: its producers' sends fail now
+            state = State.CRITICAL
+            problems.append(f"{_name(row)} at {ratio:.0%} refuses writes: {refusal}")
+        elif state is not State.OK:
+            problems.append(f"{_name(row)} at {ratio:.0%} > {(c if state is State.CRITICAL else w):.0%}")
         states.append(state)
-        if state is not State.OK:
-            refused = " (puts refused)" if ratio > marks.warning_level else ""
-            problems.append(
-                f"{_name(row)} at {ratio:.0%} > {(c if state is State.CRITICAL else w):.0%}{refused}"
-            )
         if fullest is None or ratio > fullest[0]:
             fullest = (ratio, _name(row))
         perf.append(

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from daemon.broker.broker import Broker
+from daemon.broker.clean import WRITE_REFUSED_RUNTIME_KEY
 from daemon.broker.config import BrokerConfig, load_broker_config
 from daemon.broker.ha import HA_RUNTIME_KEYS
 from daemon.broker.headers import ConsumerSendMsgBackRequestHeader
@@ -157,7 +158,8 @@ async def test_runtime_info_has_every_498_key_with_real_values(broker: BrokerHan
     table = KVTable.loads(r.body).table
     store_dir = broker.broker.config.commit_log_dir
     # no more, no fewer, but for mqctl's replication, loop, POP in flight, timer state and clock
-    ours = HA_RUNTIME_KEYS | LOOP_RUNTIME_KEYS | POP_RUNTIME_KEYS | TIMER_RUNTIME_KEYS | {CLOCK_RUNTIME_KEY}
+    ours = HA_RUNTIME_KEYS | LOOP_RUNTIME_KEYS | POP_RUNTIME_KEYS | TIMER_RUNTIME_KEYS
+    ours |= {CLOCK_RUNTIME_KEY, WRITE_REFUSED_RUNTIME_KEY}
     assert set(table) - ours == RUNTIME_KEYS_498 | {f"commitLogDiskRatio_{store_dir}"}
     assert abs(int(table[CLOCK_RUNTIME_KEY]) - time.time() * 1000) < 3_600_000  # the wall clock, in ms
     assert table["brokerRole"] == "ASYNC_MASTER"

@@ -18,7 +18,9 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
-from mqctl.services.checks import Perf, State, Watermarks, threshold, worst
+from mqctl.services.checks import Perf, State, Watermarks, threshold, worst, write_refusal
+from store.commitlog import PutMessageStatus
+from store.engine import DefaultMessageStore
 from store.record import decode_msg_id, decode_records
 from tests.broker.test_ha import master_and_slave, start_slave
 from tests.daemons import LocalCluster, handle, local_cluster
@@ -140,6 +142,40 @@ def test_disk_against_the_watermarks(mq: RunCli, daemons: LocalCluster) -> None:
     finally:
         assert mq("broker", "config", "set", "diskMaxUsedSpaceRatio=75").code == 0
     assert "no broker" in plugin(mq("check", "disk", "-b", "127.0.0.1:1"), "UNKNOWN")
+
+
+def test_a_store_that_refuses_writes_is_critical_whatever_the_thresholds(
+    mq: RunCli, daemons: LocalCluster
+) -> None:
+    """A store past diskSpaceWarningLevelRatio (the 10-s disk check's verdict, set here as it sets it) or
+    answering OS_PAGECACHE_BUSY takes no send: check disk and check cluster say CRITICAL and why, though the
+    ratio is under --crit (and check cluster reads no ratio at all)."""
+    store = daemons.broker.store
+    assert isinstance(store, DefaultMessageStore)
+    store.cleaner.disk_full = True
+    try:
+        disk = plugin(mq("check", "disk", "--warn", "0.99", "--crit", "0.99"), "CRITICAL")
+        assert "refuses writes: disk full: the CommitLog partition is" in disk
+        cluster = plugin(mq("check", "cluster", "--clock-warn", "0"), "CRITICAL")
+        assert "broker-a/0@" in cluster and "refuses writes: disk full" in cluster
+        assert "refusing_writes=1;;;0" in cluster
+    finally:
+        store.cleaner.disk_full = False
+    store.put_refusal = lambda: PutMessageStatus.OS_PAGECACHE_BUSY
+    try:
+        busy = plugin(mq("check", "cluster", "--clock-warn", "0"), "CRITICAL")
+        assert "refuses writes: puts answered OS_PAGECACHE_BUSY" in busy
+    finally:
+        store.put_refusal = None
+    plugin(mq("check", "disk"), "OK")
+
+
+def test_a_rocketmq_broker_s_busy_page_cache_is_a_write_refusal() -> None:
+    assert write_refusal({"pageCacheLockTimeMills": "0"}) is None
+    assert write_refusal({"pageCacheLockTimeMills": "999"}) is None
+    said = write_refusal({"pageCacheLockTimeMills": "1500"})
+    assert said is not None and "OS_PAGECACHE_BUSY" in said and "1500 ms" in said
+    assert write_refusal({"storeWriteRefused": "the store is not running"}) == "the store is not running"
 
 
 def test_cluster_down_broker_is_critical(mq: RunCli, daemons: LocalCluster) -> None:
