@@ -63,9 +63,36 @@ def test_no_space_refuses_the_put_leaves_no_sparse_file_and_recovers(
         )
         assert store.max_phy_offset == store.get_consume_queue("Old", 0).max_physic_offset  # nothing appended
         assert store.get_messages("G", "Old", 0, 0, 1).messages  # reads are served
+        assert store.write_refusal() == "its files cannot be written: No space left on device"
         full = False
         r = store.put_message(Message(topic="New", body=b"x" * 100))
         assert r.ok and r.queue_offset == 0
+        assert store.write_refusal() is None
+
+
+def test_a_file_system_remounted_read_only_refuses_puts_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an I/O error the kernel remounts the file system read-only: every put fails, the store
+    says why (runtime info ``storeWriteRefused``, which check disk and check cluster alert on)."""
+    real = os.posix_fallocate
+    broken = True
+
+    def fallocate(fd: int, offset: int, length: int) -> None:
+        if broken:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        real(fd, offset, length)
+
+    with DefaultMessageStore(small_config(tmp_path), clock=FakeClock()) as store:
+        assert store.write_refusal() is None
+        monkeypatch.setattr(os, "posix_fallocate", fallocate)
+        r = store.put_message(Message(topic="New", body=b"x"))
+        assert r.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED
+        assert store.write_refusal() == "its files cannot be written: Read-only file system"
+        broken = False
+        assert store.put_message(Message(topic="New", body=b"x")).ok
+        assert store.write_refusal() is None
+    assert store.write_refusal() == "the store is not running"
 
 
 def test_new_store_files_directories_are_synced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
