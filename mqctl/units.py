@@ -15,6 +15,12 @@ from typing import Any
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 
 
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``1 broker``, ``3 brokers``: a count with its noun in the number it takes (``nouns`` when the
+    plural is not the noun and an s)."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
 def size_text(n: int) -> str:
     """``512 B``, ``1.5 KiB``, ``4.0 MiB``: binary units, one decimal."""
     if abs(n) < 1024:

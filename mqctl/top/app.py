@@ -64,32 +64,90 @@ holds an offset of the group, so its lag is unknown.
 Press Esc or ? to close."""
 
 
+def _height(values: Sequence[str]) -> int:
+    return max((v.count("\n") + 1 for v in values), default=1)
+
+
+def _off_screen(table: Table) -> list[str]:
+    """The info line's phrase for the columns a narrow screen leaves out of ``table``."""
+    return [f"{fmt.plural(table.hidden, 'column')} off screen (widen it)  "] if table.hidden else []
+
+
 def _cells(values: Sequence[str], right_from: int) -> list[Text | str]:
     """Numbers right-aligned: every column from ``right_from`` on."""
     return [Text(v, justify="right") if i >= right_from else v for i, v in enumerate(values)]
 
 
 class Table(DataTable[Any]):
-    """A DataTable that is synced to rows by key: unchanged rows cost nothing, the cursor stays on its row."""
+    """A DataTable that is synced to rows by key: unchanged rows cost nothing, the cursor stays on its row.
 
-    def __init__(self, columns: Sequence[str], *, right_from: int = 1, **kwargs: Any) -> None:
+    It shows the columns that fit its width whole (:func:`~mqctl.top.format.fit_columns`): a column the
+    edge would cut mid-number is left out (``hidden`` counts them), a text column from ``cut_from`` on is
+    cut with an ellipsis, or wrapped over lines (``wrap``: a table of a few rows)."""
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        *,
+        right_from: int = 1,
+        cut_from: int | None = None,
+        wrap: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.columns_spec = tuple(columns)
         self.right_from = right_from
+        self.cut_from = cut_from
+        self.wrap = wrap
+        self.fit = fmt.Fit(len(self.columns_spec))
+        self._rows: list[tuple[str, tuple[str, ...]]] = []
         self._shown: dict[str, tuple[str, ...]] = {}
         self._order: list[str] = []
 
+    @property
+    def hidden(self) -> int:
+        """Columns left out at this width."""
+        return len(self.columns_spec) - self.fit.count
+
     def on_mount(self) -> None:
-        for label in self.columns_spec:
+        for label in self.columns_spec[: self.fit.count]:
             self.add_column(label, key=label)
 
+    def on_resize(self) -> None:
+        before = self.fit
+        self.sync(self._rows)
+        if self.fit != before and isinstance(self.app, TopApp):  # its info line counts the columns left out
+            self.app.call_after_refresh(self.app.render_all)
+
+    def _fit(self, rows: Sequence[tuple[str, ...]]) -> fmt.Fit:
+        """The columns shown in the table's width, less a vertical scrollbar's when the lines overflow."""
+        width, height = self.region.width, self.region.height
+        if not width:  # not laid out yet: a resize follows
+            return fmt.Fit(len(self.columns_spec))
+        fit = fmt.fit_columns(self.columns_spec, rows, width, self.cut_from)
+        lines = 1 + sum(_height(fmt.fitted(r, fit, wrapped=self.wrap)) for r in rows)
+        if lines > height:
+            fit = fmt.fit_columns(
+                self.columns_spec, rows, width - self.styles.scrollbar_size_vertical, self.cut_from
+            )
+        return fit
+
     def sync(self, rows: Sequence[tuple[str, tuple[str, ...]]]) -> None:
+        self._rows = list(rows)
+        fit = self._fit([v for _, v in rows])
+        current = self.current_key()
+        if fit != self.fit:
+            self.fit = fit
+            self.clear(columns=True)
+            for label in self.columns_spec[: fit.count]:
+                self.add_column(label, key=label)
+            self._order = []
+        rows = [(key, fmt.fitted(values, fit, wrapped=self.wrap)) for key, values in rows]
         order = [key for key, _ in rows]
-        if order != self._order:
-            current = self.current_key()
+        if order != self._order or any(_height(v) != _height(self._shown.get(k, ())) for k, v in rows):
             self.clear()
-            for key, values in rows:
-                self.add_row(*_cells(values, self.right_from), key=key)
+            for key, values in rows:  # (a row's height is set as it is added: a wrapped cell's lines)
+                self.add_row(*_cells(values, self.right_from), key=key, height=_height(values))
             if current in order:
                 self.move_cursor(row=order.index(current))
         else:
@@ -142,7 +200,7 @@ class GroupScreen(Screen[None]):
         yield Static(
             Text(f"Group {self.group} — loading…  (Esc back, r refresh)"), id="group-title", classes="title"
         )
-        yield Table(fmt.QUEUE_COLUMNS, right_from=2, id="queues")
+        yield Table(fmt.QUEUE_COLUMNS, right_from=2, cut_from=6, id="queues")
         yield Static("Online clients", classes="title")
         yield Table(fmt.CLIENT_COLUMNS, right_from=3, id="clients")
 
@@ -255,7 +313,7 @@ class TopApp(App[None]):
                 with Horizontal(classes="spark-row"):
                     yield Static(id="get-label")
                     yield Sparkline([], id="get-spark")
-                yield Table(fmt.BROKER_COLUMNS, right_from=99, id="brokers-table")
+                yield Table(fmt.BROKER_COLUMNS, right_from=99, cut_from=9, wrap=True, id="brokers-table")
             with Vertical(id="topics"):
                 yield Static(id="topics-info", classes="info")
                 yield Table(fmt.TOPIC_COLUMNS, id="topics-table")
@@ -264,7 +322,7 @@ class TopApp(App[None]):
                 yield Table(fmt.GROUP_COLUMNS, id="groups-table")
             with Vertical(id="store"):
                 yield Static(id="store-info", classes="info")
-                yield Table(fmt.STORE_COLUMNS, right_from=2, id="store-table")
+                yield Table(fmt.STORE_COLUMNS, right_from=2, cut_from=5, id="store-table")
         yield Input(placeholder="filter by name (Enter keeps, Esc cancels)", id="filter")
         yield Static(id="status")
 
@@ -328,10 +386,10 @@ class TopApp(App[None]):
         """Tabs, stale banner and status bar: everything that depends on time, not on data."""
         if not self.is_running:
             return
-        tabs = Text()
+        tabs = Text(no_wrap=True, overflow="ellipsis")
         for i, (name, label) in enumerate(VIEW_TABS, 1):
             tabs.append(f" {i} {label} ", style="reverse bold" if name == self.view else "")
-        tabs.append(f"  {self.target}", style="dim")
+        tabs.append(fmt.shorten(f"  {self.target}", self.size.width - tabs.cell_len, ";"), style="dim")
         self.query_one("#tabs", Static).update(tabs)
 
         now = self.clock.now()
@@ -349,7 +407,7 @@ class TopApp(App[None]):
         banner.set_class(bool(marker), "on")
         self.query_one("#views").set_class(stale is not None and shown is not None, "stale")
 
-        status = Text()
+        status = Text(no_wrap=True, overflow="ellipsis")
         if self.error is not None:
             status.append(
                 f"error: {self.error}; retrying every {self.interval:g}s (failed {self.failures}×)",
@@ -381,19 +439,30 @@ class TopApp(App[None]):
         unread = [b for b in ov.brokers if b.error is not None]
         down = [b for b in unread if b.unread_as == "DOWN"]  # one that refused or timed out is up
         masters = [b for b in ov.brokers if b.broker_id == 0]
-        namesrvs = "  ".join(f"{n.addr} {'up' if n.up else 'DOWN'}" for n in ov.namesrvs)
-        info = Text()
-        info.append(
-            f"Cluster {listed or '-'}: {len(ov.brokers)} brokers, {len(masters)} masters, "
-            f"{len(down)} down{f', {len(unread) - len(down)} not readable' if len(unread) > len(down) else ''}"
-            f"   NameServers: {namesrvs}\n"
-        )
+        brokers = fmt.select(list(ov.brokers), lambda b: b.name, self.filters["overview"], fmt.BY_BROKER)
+        table = self.query_one("#brokers-table", Table)
+        table.sync([(f"{b.name}/{b.broker_id}/{b.addr}", fmt.broker_cells(b)) for b in brokers])
+        width = self._info_width()
+        unreadable = len(unread) - len(down)
+        counts = [
+            f"Cluster {listed or '-'}:",
+            f"{fmt.plural(len(ov.brokers), 'broker')},",
+            f"{fmt.plural(len(masters), 'master')},",
+            f"{len(down)} down" + (f", {unreadable} not readable" if unreadable else "") + "  ",
+            "NameServers:",
+            *(f"{n.addr} {'up' if n.up else 'DOWN'} " for n in ov.namesrvs),
+        ]
         size = sum(b.commitlog_bytes or 0 for b in masters)
         files = sum(b.commitlog_files or 0 for b in masters)
-        info.append(
-            f"CommitLog: {fmt.human_bytes(size)} in {files} files   "
-            "disk watermarks: clean 75%, force clean 85%, writes blocked 90%"
-        )
+        store = [
+            f"CommitLog: {fmt.human_bytes(size)} in {fmt.plural(files, 'file')}  ",
+            "disk watermarks:",
+            "clean 75%,",
+            "force clean 85%,",
+            "writes blocked 90%  ",
+            *_off_screen(table),
+        ]
+        info = Text(fmt.pack(counts, width) + "\n" + fmt.pack(store, width))
         self.query_one("#overview-info", Static).update(info)
         self.query_one("#put-label", Static).update(Text(f"Put {fmt.rate(ov.put_tps)}"))
         self.query_one("#get-label", Static).update(Text(f"Get {fmt.rate(ov.get_tps)}"))
@@ -404,53 +473,76 @@ class TopApp(App[None]):
         self.query_one("#get-spark", Sparkline).data = (
             list(self.get_history) if len(self.get_history) > 1 else []
         )
-        brokers = fmt.select(list(ov.brokers), lambda b: b.name, self.filters["overview"], fmt.BY_BROKER)
-        self.query_one("#brokers-table", Table).sync(
-            [(f"{b.name}/{b.broker_id}/{b.addr}", fmt.broker_cells(b)) for b in brokers]
-        )
 
     def _render_topics(self, snap: Snapshot) -> None:
         order = fmt.TOPIC_SORTS[self.sorts["topics"]]
         topics = snap.topics or ()
         rows = fmt.select(list(topics), lambda t: t.name, self.filters["topics"], order)
         missing = sorted(m.split(": ", 1)[1] for m in snap.missing if m.startswith("Topics: "))
-        note = (
-            f"   not available without the broker metrics endpoint: {', '.join(missing)}" if missing else ""
-        )
+        note = f"not available without the broker metrics endpoint: {', '.join(missing)}" if missing else ""
         hidden = hidden_note(dict(snap.hidden_topics), "shows")
+        table = self.query_one("#topics-table", Table)
+        table.sync([(t.name, fmt.topic_cells(t)) for t in rows])
         self.query_one("#topics-info", Static).update(
             Text(
-                self._list_info(len(rows), len(topics), "topics", order.label)
-                + (f"   {hidden}" if hidden else "")
-                + note
+                fmt.pack(
+                    [
+                        *self._list_info(len(rows), len(topics), "topics", order.label, table),
+                        hidden or "",
+                        note,
+                    ],
+                    self._info_width(),
+                )
             )
         )
-        self.query_one("#topics-table", Table).sync([(t.name, fmt.topic_cells(t)) for t in rows])
 
     def _render_groups(self, snap: Snapshot) -> None:
         order = fmt.GROUP_SORTS[self.sorts["groups"]]
         groups = snap.groups or ()
         rows = fmt.select(list(groups), lambda g: g.name, self.filters["groups"], order)
+        table = self.query_one("#groups-table", Table)
+        table.sync([(g.name, fmt.group_cells(g)) for g in rows])
         self.query_one("#groups-info", Static).update(
             Text(
-                self._list_info(len(rows), len(groups), "groups", order.label)
-                + "   Enter: queues and clients"
+                fmt.pack(
+                    [
+                        *self._list_info(len(rows), len(groups), "groups", order.label, table),
+                        "Enter: queues and clients",
+                    ],
+                    self._info_width(),
+                )
             )
         )
-        self.query_one("#groups-table", Table).sync([(g.name, fmt.group_cells(g)) for g in rows])
 
     def _render_store(self, snap: Snapshot) -> None:
         now = self.clock.now()
         stores = [s for s in snap.stores or () if self.filters["store"].casefold() in s.broker.casefold()]
-        text = "\n".join(fmt.store_summary(s, now) for s in stores) or "no master broker answered"
-        self.query_one("#store-info", Static).update(Text(text))
         rows = [row for s in stores for row in fmt.store_rows(s, now)]
-        self.query_one("#store-table", Table).sync([(f"{r[0]}/{r[1]}", r) for r in rows])
+        table = self.query_one("#store-table", Table)
+        table.sync([(f"{r[0]}/{r[1]}", r) for r in rows])
+        width = self._info_width()
+        lines = [fmt.pack(fmt.store_phrases(s, now), width) for s in stores] or ["no master broker answered"]
+        if table.hidden:
+            lines.append(fmt.pack(_off_screen(table), width))
+        self.query_one("#store-info", Static).update(Text("\n".join(lines)))
 
-    def _list_info(self, shown: int, total: int, noun: str, order: str) -> str:
+    def _list_info(self, shown: int, total: int, noun: str, order: str, table: Table) -> list[str]:
+        """The phrases of a list's info line (for :func:`~mqctl.top.format.pack`)."""
         where = f" matching '{self.filters[self.view]}'" if self.filters[self.view] else ""
         noun = noun.removesuffix("s") if total == 1 else noun
-        return f"{shown} of {total} {noun}{where}   sorted by {order} (s)   / filter"
+        return [
+            f"{shown} of {total} {noun}{where}  ",
+            f"sorted by {order} (s)  ",
+            "/ filter  ",
+            *_off_screen(table),
+        ]
+
+    def _info_width(self) -> int:
+        """The info lines' width: the screen's, less their padding."""
+        return max(20, self.size.width - 2)
+
+    def on_resize(self) -> None:
+        self.render_all()
 
     # ----------------------------------------------------------------------------------- actions
 

@@ -5,11 +5,13 @@ Kept free of Textual so each rule is tested directly and the App stays a thin re
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from mqctl.top.model import WATERMARKS, BrokerView, ClientView, GroupRow, QueueOffset, StoreView, TopicRow
+from mqctl.units import plural
 
 R = TypeVar("R")
 
@@ -258,18 +260,126 @@ STORE_COLUMNS = (
 
 
 def store_summary(view: StoreView, now: float) -> str:
+    return " ".join(store_phrases(view, now))
+
+
+def store_phrases(view: StoreView, now: float) -> list[str]:
+    """The store's summary as phrases no line break splits (:func:`pack`)."""
     doomed = view.deletable(now)
     reserved = NONE if view.file_reserved_hours is None else f"{view.file_reserved_hours:g}h"
-    parts = [
-        f"{view.broker}: CommitLog {len(view.files)} files, {human_bytes(view.max_offset - view.min_offset)} "
-        f"(offsets {view.min_offset:,}..{view.max_offset:,}), file size {human_bytes(view.file_size)}",
-        f"disk {percent(view.disk_ratio)} [{watermark(view.disk_ratio)}], fileReservedTime {reserved}",
-        f"a clean now deletes {len(doomed)} files ({human_bytes(sum(f.written for f in doomed))})"
-        + (" (the broker's own plan)" if view.planned else " (estimated from file ages)"),
+    phrases = [
+        f"{view.broker}:",
+        f"CommitLog {plural(len(view.files), 'file')},",
+        f"{human_bytes(view.max_offset - view.min_offset)}",
+        f"(offsets {view.min_offset:,}..{view.max_offset:,}),",
+        f"file size {human_bytes(view.file_size)};",
+        f"disk {percent(view.disk_ratio)} [{watermark(view.disk_ratio)}],",
+        f"fileReservedTime {reserved};",
+        f"a clean now deletes {plural(len(doomed), 'file')}",
+        f"({human_bytes(sum(f.written for f in doomed))})",
+        "(the broker's own plan)" if view.planned else "(estimated from file ages)",
     ]
     if view.note:
-        parts.append(view.note)
-    return "; ".join(parts)
+        phrases[-1] += ";"
+        phrases += view.note.split(" ")
+    return phrases
+
+
+def shorten(text: str, width: int, sep: str) -> str:
+    """``text`` whole if it fits ``width``, else as many of its ``sep``-separated parts as fit, then an
+    ellipsis (a list of addresses is never cut inside one); "" when not even one fits."""
+    if len(text) <= width:
+        return text
+    parts = text.split(sep)
+    for n in range(len(parts) - 1, 0, -1):
+        head = sep.join(parts[:n]) + sep + "…"
+        if len(head) <= width:
+            return head
+    return ""
+
+
+# ------------------------------------------------------------------------------------------ fitting
+
+#: The narrowest a text column is cut to (with an ellipsis) rather than left out.
+MIN_CUT = 8
+#: A cell's padding on each side (DataTable's ``cell_padding``).
+PAD = 1
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How much of a table a width shows: the first ``count`` columns whole, the last of them cut or
+    wrapped to ``cut`` characters when given (only a text column, and never inside a number)."""
+
+    count: int
+    cut: int | None = None
+
+
+def fit_columns(
+    labels: Sequence[str], rows: Sequence[Sequence[str]], width: int, cut_from: int | None = None
+) -> Fit:
+    """The columns that fit ``width`` whole, left to right (the first one always), and a text column
+    (index ``cut_from`` or later) that does not, in the room left when that is at least MIN_CUT."""
+    used = 0
+    for i, label in enumerate(labels):
+        need = max([len(label), *(len(r[i]) for r in rows)]) + 2 * PAD
+        if used + need <= width or i == 0:
+            used += need
+            continue
+        room = width - used - 2 * PAD
+        if cut_from is not None and i >= cut_from and room >= max(MIN_CUT, len(label)):
+            return Fit(i + 1, room)
+        return Fit(i)
+    return Fit(len(labels))
+
+
+def fitted(values: Sequence[str], fit: Fit, *, wrapped: bool = False) -> tuple[str, ...]:
+    """The cells ``fit`` shows: the last one :func:`wrap`-ped when ``wrapped`` (a table of a few rows
+    keeps all of it), else :func:`cut` to one line."""
+    shown = tuple(values[: fit.count])
+    if fit.cut is None:
+        return shown
+    return (*shown[:-1], (wrap if wrapped else cut)(shown[-1], fit.cut))
+
+
+def wrap(text: str, width: int) -> str:
+    """``text`` in lines of ``width``: broken after a comma, else between words; a word longer than a
+    line is :func:`cut`."""
+    if len(text) <= width:
+        return text
+    lines = []
+    for line in pack(re.split(r"(?<=,) ", text), width).split("\n"):
+        lines += pack(line.split(" "), width).split("\n") if len(line) > width else [line]
+    return "\n".join(cut(line, width) for line in lines)
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, an ellipsis for what is left out: cut after a whole word (never
+    inside a number such as ``17h05m``), or, in one word, between two characters that are not digits."""
+    if len(text) <= width:
+        return text
+    head = text[: width - 1]
+    if " " in head:
+        return head[: head.rindex(" ")].rstrip(",;:(") + "…"
+    end = len(head)
+    while end and (text[end - 1].isdigit() or text[end].isdigit()):
+        end -= 1
+    return text[:end] + "…"
+
+
+def pack(phrases: Sequence[str], width: int) -> str:
+    """Phrases joined by spaces, a line break only between two of them (never inside a number and its
+    unit, or an address): the info lines at a narrow width. Spaces at a line's ends are dropped."""
+    lines: list[str] = []
+    line = ""
+    for phrase in phrases:
+        joined = f"{line} {phrase}" if line else phrase.lstrip()
+        if line and len(joined.rstrip()) > width:
+            lines.append(line.rstrip())
+            joined = phrase.lstrip()
+        line = joined
+    lines.append(line.rstrip())
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------- filter and sort

@@ -3,7 +3,10 @@ failures and the stale marker."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from rich.console import Console
 from rich.text import Text
 from textual.pilot import Pilot
 from textual.widgets import Static
@@ -186,3 +189,53 @@ async def test_the_overview_counts_as_down_only_brokers_that_are_down() -> None:
         await settle(pilot)
         info = text_of(app, "#overview-info")
     assert "1 down" in info and "1 not readable" in info, info
+
+
+def screen_text(app: TopApp) -> list[str]:
+    """The screen as a terminal shows it, line by line."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True, legacy_windows=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text().splitlines()
+
+
+def tables(app: TopApp) -> list[Table]:
+    return [t for t in app.screen.query(Table) if t.display and t.region.width]
+
+
+@pytest.mark.slow
+async def test_every_screen_at_80_columns_cuts_nothing_mid_number() -> None:
+    """At 80x24 a table shows the columns that fit whole (a left-out one is counted on the info line) and
+    cuts only a text column, after a word; info lines break between phrases, the tab and status rows
+    stay one line each."""
+    source, clock = fixed_source()
+    app = TopApp(source, interval=3600, clock=clock, target="NameServer 10.0.0.1:9876;10.0.0.2:9876")
+    async with app.run_test(size=(80, 24)) as pilot:
+        for key in ("1", "2", "3", "4", "3", "enter"):
+            await pilot.press(key)
+            await settle(pilot)
+            for table in tables(app):
+                widths = sum(c.get_render_width(table) for c in table.columns.values())
+                assert widths <= table.size.width, (table.id, widths, table.size.width)
+                for i in range(table.row_count):
+                    for cell in map(str, table.get_row_at(i)):
+                        assert not cell.endswith("…") or not cell[-2].isdigit(), cell
+            lines = screen_text(app)
+            assert len(lines) == 24 and all(len(line) <= 80 for line in lines)
+            if key != "enter":
+                assert lines[0].rstrip().endswith("NameServer 10.0.0.1:9876;…")
+                assert lines[-1].startswith(" updated ") and lines[-1].rstrip().endswith("q quit")
+        await pilot.press("escape", "1")
+        await settle(pilot)
+        text = "\n".join(screen_text(app))
+        assert "4 brokers," in text and "1 down" in text and "10.0.0.2:9876 DOWN" in text
+        assert "3 columns off screen (widen it)" in text
+        await pilot.press("4")
+        await settle(pilot)
+        text = "\n".join(screen_text(app))
+        for phrase in (
+            "file size 1.0 GiB;",
+            "(offsets 0..2,147,483,653),",
+            "a clean now deletes 1 file (1.0 GiB)",
+        ):
+            assert phrase in text, text

@@ -75,7 +75,7 @@ def test_store_rows_say_what_a_clean_deletes() -> None:
     assert view.deletable(now) == [files[0]]
     verdicts = [row[5] for row in fmt.store_rows(view, now)]
     assert verdicts == ["DELETE on next clean", "kept 43m20s", "active (never deleted)"]
-    assert "a clean now deletes 1 files (100 B) (estimated from file ages)" in fmt.store_summary(view, now)
+    assert "a clean now deletes 1 file (100 B) (estimated from file ages)" in fmt.store_summary(view, now)
 
 
 def test_the_brokers_plan_beats_the_estimate() -> None:
