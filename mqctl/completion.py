@@ -1,4 +1,4 @@
-"""Shell completion: the bash and zsh scripts' protocol, and topic, group and context names.
+"""Shell completion: the bash, zsh and fish scripts' protocol, and topic, group and context names.
 
 Completing ``--topic``/``--group`` reads the cache of the NameServers the command would use; when
 the cache is older than :data:`FRESH_SECONDS` it starts a detached refresh (``python -m
@@ -26,7 +26,7 @@ FRESH_SECONDS = 60.0
 KINDS = ("topics", "groups", "clusters", "brokers")
 #: Seconds the first TAB (no cache yet) waits for the names; a refresh still running then goes on alone.
 FIRST_WAIT = 2.0
-#: The variable the committed bash and zsh scripts pass the command line up to the cursor in.
+#: The variable the committed scripts pass the command line up to the cursor in.
 LINE_VAR = "_MQCTL_COMPLETE_LINE"
 
 
@@ -156,13 +156,36 @@ fi
 """
 
 
+FISH_SCRIPT = """\
+# fish completion for %(prog_name)s, generated from the CLI by 'make docs' (python -m mqctl.docs).
+# Put it in a directory of $fish_complete_path (~/.config/fish/completions), or source it.
+function %(complete_func)s
+    set -l line (commandline -cp | string collect)
+    set -l answers (env %(line_var)s="$line" %(complete_var)s=complete_fish %(prog_name)s 2>/dev/null)
+    if test -z "$answers"
+        __fish_complete_path (commandline -ct)  # nothing of mqctl's to offer: file names
+        return
+    end
+    printf '%%s\\n' $answers
+end
+
+complete --command %(prog_name)s --no-files --arguments '(%(complete_func)s)'
+"""
+
+
 def install_shells() -> None:
-    """Answer completion with mqctl's bash and zsh classes, and Typer's for fish (and its protocol of
+    """Answer completion with mqctl's bash, zsh and fish classes (and Typer's protocol of
     ``complete_SHELL`` instructions). Defined here, not at import: a run that completes nothing never
     builds them."""
     import os
 
-    from click.shell_completion import BashComplete, CompletionItem, ZshComplete, add_completion_class
+    from click.shell_completion import (
+        BashComplete,
+        CompletionItem,
+        FishComplete,
+        ZshComplete,
+        add_completion_class,
+    )
     from typer.completion import completion_init
 
     completion_init()
@@ -199,8 +222,29 @@ def install_shells() -> None:
             value = str(item.value).replace("\\", "\\\\").replace(":", "\\:")
             return f"{value}:{_one_line(item.help)}" if item.help else value
 
+    class Fish(FishComplete):
+        """Answers the committed fish script: ``value<TAB>help`` lines; a file name is the script's to
+        complete (no line: it offers the file names when mqctl offers nothing)."""
+
+        source_template = FISH_SCRIPT
+
+        def source(self) -> str:
+            return self.source_template % {**self.source_vars(), "line_var": LINE_VAR}
+
+        def get_completion_args(self) -> tuple[list[str], str]:
+            return line_args(os.environ.get(LINE_VAR, ""))
+
+        def complete(self) -> str:
+            args, incomplete = self.get_completion_args()
+            items = self.get_completions(args, incomplete)
+            return "\n".join(self.format_completion(item) for item in items if item.type == "plain")
+
+        def format_completion(self, item: CompletionItem) -> str:
+            return f"{item.value}\t{_one_line(item.help)}" if item.help else str(item.value)
+
     add_completion_class(Bash, "bash")
     add_completion_class(Zsh, "zsh")
+    add_completion_class(Fish, "fish")
 
 
 #: Seconds a refresh waits for each answer: a hung broker costs a TAB's cache one second, not a shell.

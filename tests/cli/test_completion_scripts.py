@@ -138,3 +138,49 @@ def test_zsh_finds_the_completion_in_fpath_and_answers_the_first_tab(shell_env: 
     assert {"create", "list", "show"} <= {re.sub(r"(?<!\\):.*", "", c) for c in commands}
     _, *formats = zsh("mqctl -o ")
     assert [f.partition(":")[0] for f in formats] == ["table", "wide", "json", "yaml", "csv"]
+
+
+#: fish finding mqctl.fish in $fish_complete_path, as it autoloads a command's completions, and
+#: completing a line as at a TAB (``complete -C``): ``value<TAB>description`` lines.
+FISH = r"""
+set -p fish_complete_path $COMPLETIONS
+complete -C $argv[1]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (apt-get install fish)")
+def test_fish_completes_nouns_commands_options_and_the_cluster_s_names(
+    shell_env: dict[str, str], cli: RunCli, cluster: LocalCluster
+) -> None:
+    """fish had Typer's generated completion while bash and zsh had mqctl's: the same answers now, with
+    each noun's and option's help as fish's description, names from the live cluster, and file names
+    where mqctl offers nothing."""
+
+    def fish(line: str) -> dict[str, str]:
+        done = subprocess.run(
+            ["fish", "--no-config", "-c", FISH, line],
+            env={**shell_env, "COMPLETIONS": str(COMPLETIONS)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+        assert done.returncode == 0, done.stderr
+        return dict((*answer.split("\t", 1), "")[:2] for answer in done.stdout.splitlines())  # type: ignore[misc]
+
+    namesrv = cluster.namesrv_addr
+    assert cli("topic", "create", "-t", "FishTopic", "-n", namesrv).code == 0
+    nouns = fish("mqctl ")
+    assert set(nouns) >= NOUNS and "topic" in nouns["topic"].lower()
+    assert set(fish("mqctl to")) == {"topic", "top"}
+    assert {"create", "list", "show"} <= set(fish(f"mqctl -n {namesrv} topic "))
+    assert "--topic" in fish("mqctl topic show --")
+    assert list(fish("mqctl -o j")) == ["json"]
+    assert list(fish(f"mqctl -n {namesrv} topic show --topic Fish")) == ["FishTopic"]
+    assert list(fish(f"mqctl -n {namesrv} broker config get -b {cluster.broker_addr[:-1]}")) == [
+        cluster.broker_addr
+    ]
+    assert cli("context", "add", "staging", "-n", namesrv).code == 0
+    assert list(fish("mqctl context use st")) == ["staging"]
+    assert "completions/" in fish("mqctl store verify --store comp")  # a directory: fish's own file names
