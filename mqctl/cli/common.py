@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -532,25 +533,41 @@ def render_every(produce: Callable[[], Any], output: str, watch: float | None = 
 
     A watched table is redrawn (the screen cleared on a terminal); every other format goes through
     the same :class:`~mqctl.output.RowStream` as ``msg tail``: ``-o json`` prints JSON lines.
+
+    A refresh's warnings (a broker not read, a group without a master) are said when they change, not
+    at every refresh: a redrawn screen shows them under its time line each time, a stream or a log
+    once, then what no longer holds (``resolved: ...``).
     """
     from mqctl.output import RowStream, render, stderr_console, stdout_console
 
     if watch is None:
         render(produce(), output)
         return
+    import sys
     import time
 
     console = stdout_console()
     stream = None if output == "table" else RowStream(output)
+    said: dict[str, str] = {}
     try:
         while True:
             taken_at_ms = int(time.time() * 1000)  # when this refresh's reads began
-            result = produce()
-            if stream is None and console.is_terminal:
+            result, warned = _warnings_of(produce)
+            redrawn = stream is None and console.is_terminal
+            if redrawn:
                 console.clear()
             stderr_console().print(
                 f"{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop", style="dim"
             )
+            if redrawn or warned.keys() != said.keys():
+                for key in said:
+                    if key not in warned and not redrawn:
+                        sys.stderr.write(f"mqctl: resolved: {key}\n")
+                for key, line in warned.items():
+                    if redrawn or key not in said:
+                        sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+            said = warned
             if stream is not None:
                 stream.rows(result, taken_at_ms=taken_at_ms)
             else:
@@ -558,6 +575,33 @@ def render_every(produce: Callable[[], Any], output: str, watch: float | None = 
             time.sleep(watch)
     except KeyboardInterrupt:
         return
+
+
+#: A log line's time (the handler's format begins with it): not part of what a warning says.
+_LOG_TIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
+_WARNING = re.compile(r"^(mqctl: warning: |WARNING \S+: )")
+
+
+def _warnings_of(produce: Callable[[], T]) -> tuple[T, dict[str, str]]:
+    """``produce()`` and what it wrote on stderr (warning lines, log records), each line by what it
+    says without its time or prefix, in order."""
+    import contextlib
+    import io
+    import logging
+
+    buffer = io.StringIO()
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    streams = [h.stream for h in handlers]
+    for handler in handlers:
+        handler.setStream(buffer)
+    try:
+        with contextlib.redirect_stderr(buffer):
+            result = produce()
+    finally:
+        for handler, stream in zip(handlers, streams, strict=True):
+            handler.setStream(stream)
+    lines = [line for line in buffer.getvalue().splitlines() if line.strip()]
+    return result, {_WARNING.sub("", _LOG_TIME.sub("", line)): line for line in lines}
 
 
 @contextmanager

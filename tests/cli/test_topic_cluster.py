@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from daemon.remoting.client import RemotingClient
 from mqctl.errors import ConflictError, ConnectError, NotFoundError, UsageError
 from tests.daemons import LocalCluster, local_cluster
-from tests.support.cli import RunCli
+from tests.support.bounded import finish, read_line
+from tests.support.cli import RunCli, spawn
+from tests.support.namesrv import Namesrv
+from tests.support.ports import free_port
 
 
 @pytest.fixture(scope="module")
@@ -367,3 +371,40 @@ def test_times_are_iso_with_an_ms_twin_and_never_for_zero(mq: RunCli, daemons: L
     (cells_row,) = [r for r in cells(table.stdout) if r[0] == "broker-a"]
     assert cells_row[-1] == "never" and "LAST UPDATED MS" not in table.stdout
     assert ["last_updated", "never"] in cells(mq("topic", "stats", "-t", "Quiet").stdout)
+
+
+@pytest.mark.slow
+def test_cluster_list_watch_says_a_warning_once_and_when_it_no_longer_holds(
+    cli_env: dict[str, str], daemons: LocalCluster
+) -> None:
+    """``cluster list --watch`` wrote the same 'no master registered' warning at every refresh, a line a
+    refresh in a log; it is said once, then 'resolved' when the master registers."""
+    dead = f"127.0.0.1:{free_port()}"
+    client = RemotingClient()
+    ns = Namesrv(daemons.namesrv, client)
+    reg = daemons.loop.run(ns.register({}, broker_name="broker-z", broker_addr=dead, broker_id=1))
+    assert reg.code == 0
+    proc = spawn(
+        cli_env, "cluster", "list", "--watch", "0.2", "-o", "json", env={"NAMESRV_ADDR": daemons.namesrv_addr}
+    )
+    try:
+        assert proc.stderr is not None
+        lines: list[str] = []
+
+        def refreshes(n: int) -> None:
+            while sum("every 0.2s" in line for line in lines) < n:
+                lines.append(read_line(proc, proc.stderr, timeout=30))
+
+        refreshes(4)
+        assert (
+            daemons.loop.run(ns.register({}, broker_name="broker-z", broker_addr=dead, broker_id=0)).code == 0
+        )
+        while not any(line.startswith("mqctl: resolved: broker-z: no master registered") for line in lines):
+            lines.append(read_line(proc, proc.stderr, timeout=30))
+        refreshes(sum("every 0.2s" in line for line in lines) + 2)
+    finally:
+        proc.send_signal(2)
+        finish(proc, 10)
+        daemons.loop.run(client.close())
+    warned = [line for line in lines if "broker-z: no master registered" in line]
+    assert len(warned) == 2 and warned[1].startswith("mqctl: resolved: "), lines
