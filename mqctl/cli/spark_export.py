@@ -20,6 +20,7 @@ import typer
 
 from mqctl.cli.common import ExistingPath, SinceOpt, UntilOpt, cluster_options, flags
 from mqctl.spark.export import EXPORT_FORMATS  # stdlib-only at import time, like all of mqctl.spark's surface
+from mqctl.units import plural
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -208,7 +209,7 @@ def _progress_bar() -> Iterator[Callable[[ExportProgress], None]]:
         task = progress.add_task("starting Spark", total=None)
 
         def update(p: ExportProgress) -> None:
-            description = f"{p.files} files, split {p.splits_done}/{p.splits}"
+            description = f"{plural(p.files, 'file')}, split {p.splits_done}/{p.splits}"
             progress.update(task, total=p.bytes_total, completed=p.bytes_done, description=description)
 
         yield update

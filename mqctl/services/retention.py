@@ -25,7 +25,7 @@ from mqctl.admin.client import Admin
 from mqctl.errors import StoreError
 from mqctl.output import Rows
 from mqctl.services import store_inspect as si
-from mqctl.units import size_text
+from mqctl.units import plural, size_text
 from store import (
     WATERMARK,
     CleanPlan,
@@ -189,7 +189,7 @@ class RecoveryStep:
         if self.later_files:
             at += (
                 f" and delete {len(self.later_files)} later file(s) ({', '.join(self.later_files)}: "
-                f"{self.later_records} records)"
+                f"{plural(self.later_records, 'record')})"
             )
         return f"store needs recovery: {self.cause}; recovery would {at}"
 

@@ -226,8 +226,8 @@ class GroupScreen(Screen[None]):
         lag = sum(q.lag for q in detail.queues)
         title.update(
             Text(
-                f"Group {self.group} — {len(detail.queues)} queues, lag {lag:,}, "
-                f"{len(detail.clients)} clients  (Esc back, r refresh)"
+                f"Group {self.group} — {fmt.plural(len(detail.queues), 'queue')}, lag {lag:,}, "
+                f"{fmt.plural(len(detail.clients), 'client')}  (Esc back, r refresh)"
             )
         )
         self.query_one("#queues", Table).sync(

@@ -148,7 +148,7 @@ def stalls(b: BrokerView) -> str:
     if b.loop_stalls is None or b.loop_stall_ms is None:
         return ""
     split = "/".join(f"{v:.0f}" for v in b.loop_stall_ms.values())
-    return f", {b.loop_stalls} stalls {'/'.join(b.loop_stall_ms)} {split}ms"
+    return f", {plural(b.loop_stalls, 'stall')} {'/'.join(b.loop_stall_ms)} {split}ms"
 
 
 BROKER_COLUMNS = (

@@ -326,3 +326,11 @@ def test_up_context_hint_quotes_its_paths(capsys: pytest.CaptureFixture[str]) ->
         "--secret-key-file": "/tmp/my data/acl/admin.secret",
     }
     assert words[-1] == "--use"
+
+
+def test_a_count_takes_the_number_of_its_noun() -> None:
+    """'1 masters', '1 files': a count's noun agrees with it in human output."""
+    from mqctl.units import plural
+
+    assert [plural(n, "master") for n in (0, 1, 2)] == ["0 masters", "1 master", "2 masters"]
+    assert plural(1_000, "entry", "entries") == "1,000 entries" and plural(1, "entry", "entries") == "1 entry"
