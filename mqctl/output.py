@@ -64,7 +64,15 @@ class PrintableFormatter(logging.Formatter):
     they carry what servers said (a broker's name, an address, a remark), and a server's word must not
     drive the terminal."""
 
+    def __init__(self, fmt: str, *, plain: bool = False) -> None:
+        super().__init__(fmt)
+        #: mqctl's own warnings as the CLI's other diagnostics (``mqctl: warning: ...``), one line each;
+        #: the daemons' records, and every record under --debug, keep the time and logger.
+        self.plain = plain
+
     def format(self, record: logging.LogRecord) -> str:
+        if self.plain and record.name.split(".", 1)[0] == "mqctl" and record.levelno == logging.WARNING:
+            return printable(f"mqctl: warning: {record.getMessage()}", newlines=False)
         return printable(super().format(record))
 
 

@@ -276,7 +276,9 @@ def _root(
     _debug["on"] = debug
     configure(no_color=no_color, verbose=verbose, utc=utc)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", plain=not debug)
+    )
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
     if sched_slice_micros:
         _loop_slice(sched_slice_micros)

@@ -334,3 +334,26 @@ def test_a_count_takes_the_number_of_its_noun() -> None:
 
     assert [plural(n, "master") for n in (0, 1, 2)] == ["0 masters", "1 master", "2 masters"]
     assert plural(1_000, "entry", "entries") == "1,000 entries" and plural(1, "entry", "entries") == "1 entry"
+
+
+def test_mqctl_s_own_warnings_read_as_its_other_diagnostics() -> None:
+    """A warning of mqctl's (a group without its master in 'cluster list') came out as a timestamped
+    log record among 'mqctl: warning:' lines; a daemon's record, and every one under --debug, keeps it."""
+    import logging
+
+    from mqctl.output import PrintableFormatter
+
+    def record(name: str, level: int) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, "broker-a: no %s\x1b", ("master",), None)
+
+    plain = PrintableFormatter("%(levelname)s %(name)s: %(message)s", plain=True)
+    assert (
+        plain.format(record("mqctl.services.cluster", logging.WARNING))
+        == "mqctl: warning: broker-a: no master\\x1b"
+    )
+    assert plain.format(record("daemon.broker.ha", logging.WARNING)).startswith("WARNING daemon.broker.ha: ")
+    assert plain.format(record("mqctl.cli.up", logging.ERROR)).startswith("ERROR mqctl.cli.up: ")
+    debug = PrintableFormatter("%(levelname)s %(name)s: %(message)s")
+    assert debug.format(record("mqctl.services.cluster", logging.WARNING)).startswith(
+        "WARNING mqctl.services"
+    )
