@@ -80,6 +80,20 @@ def bash_complete(env: dict[str, str], line: str) -> list[str]:
     return [word for word in done.stdout.splitlines() if word]
 
 
+def shell_lines(env: dict[str, str], *argv: str) -> list[str]:
+    """What a shell run with the committed completions in ``$COMPLETIONS`` printed, line by line."""
+    done = subprocess.run(
+        argv,
+        env={**env, "COMPLETIONS": str(COMPLETIONS)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with local_cluster(tmp_path_factory.mktemp("completion")) as running:
@@ -118,16 +132,7 @@ def test_zsh_finds_the_completion_in_fpath_and_answers_the_first_tab(shell_env: 
     ``mqctl <TAB>`` listed files; sourced, the first TAB only registered the function."""
 
     def zsh(line: str) -> list[str]:
-        done = subprocess.run(
-            ["zsh", "-f", "-c", ZSH, "zsh", line],
-            env={**shell_env, "COMPLETIONS": str(COMPLETIONS)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout.splitlines()
+        return shell_lines(shell_env, "zsh", "-f", "-c", ZSH, "zsh", line)
 
     first, *answers = zsh("mqctl ")
     assert first == "registered:_mqctl"
@@ -158,16 +163,8 @@ def test_fish_completes_nouns_commands_options_and_the_cluster_s_names(
     where mqctl offers nothing."""
 
     def fish(line: str) -> dict[str, str]:
-        done = subprocess.run(
-            ["fish", "--no-config", "-c", FISH, line],
-            env={**shell_env, "COMPLETIONS": str(COMPLETIONS)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
-        )
-        assert done.returncode == 0, done.stderr
-        return dict((*answer.split("\t", 1), "")[:2] for answer in done.stdout.splitlines())  # type: ignore[misc]
+        answers = shell_lines(shell_env, "fish", "--no-config", "-c", FISH, line)
+        return {value: about for value, _, about in (answer.partition("\t") for answer in answers)}
 
     namesrv = cluster.namesrv_addr
     assert cli("topic", "create", "-t", "FishTopic", "-n", namesrv).code == 0

@@ -37,20 +37,27 @@ def test_a_new_consume_queue_file_has_its_first_blocks_allocated_not_all_of_them
         assert CQ_PREPARE_CHUNK <= _allocated(cq_file) < 300_000 * 20  # 10,000 queues must not take 60 GB
 
 
+class FailingAllocation:
+    """``os.posix_fallocate`` failing with ``code`` while ``failing``, as a full or read-only file system."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+        self.real = os.posix_fallocate
+        self.code = code
+        self.failing = True
+        monkeypatch.setattr(os, "posix_fallocate", self)
+
+    def __call__(self, fd: int, offset: int, length: int) -> None:
+        if self.failing:
+            raise OSError(self.code, os.strerror(self.code))
+        self.real(fd, offset, length)
+
+
 def test_no_space_refuses_the_put_leaves_no_sparse_file_and_recovers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real = os.posix_fallocate
-    full = True
-
-    def fallocate(fd: int, offset: int, length: int) -> None:
-        if full:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(fd, offset, length)
-
     with DefaultMessageStore(small_config(tmp_path), clock=FakeClock()) as store:
         assert store.put_message(Message(topic="Old", body=b"kept", properties={"KEYS": "k"})).ok
-        monkeypatch.setattr(os, "posix_fallocate", fallocate)
+        full = FailingAllocation(monkeypatch, errno.ENOSPC)
         with caplog.at_level(logging.ERROR, logger="store.engine"):
             for _ in range(3):  # a new queue's file cannot be allocated: refused before anything is appended
                 r = store.put_message(Message(topic="New", body=b"x" * 100))
@@ -64,7 +71,7 @@ def test_no_space_refuses_the_put_leaves_no_sparse_file_and_recovers(
         assert store.max_phy_offset == store.get_consume_queue("Old", 0).max_physic_offset  # nothing appended
         assert store.get_messages("G", "Old", 0, 0, 1).messages  # reads are served
         assert store.write_refusal() == "its files cannot be written: No space left on device"
-        full = False
+        full.failing = False
         r = store.put_message(Message(topic="New", body=b"x" * 100))
         assert r.ok and r.queue_offset == 0
         assert store.write_refusal() is None
@@ -75,21 +82,13 @@ def test_a_file_system_remounted_read_only_refuses_puts_and_says_why(
 ) -> None:
     """After an I/O error the kernel remounts the file system read-only: every put fails, the store
     says why (runtime info ``storeWriteRefused``, which check disk and check cluster alert on)."""
-    real = os.posix_fallocate
-    broken = True
-
-    def fallocate(fd: int, offset: int, length: int) -> None:
-        if broken:
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
-        real(fd, offset, length)
-
     with DefaultMessageStore(small_config(tmp_path), clock=FakeClock()) as store:
         assert store.write_refusal() is None
-        monkeypatch.setattr(os, "posix_fallocate", fallocate)
+        read_only = FailingAllocation(monkeypatch, errno.EROFS)
         r = store.put_message(Message(topic="New", body=b"x"))
         assert r.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED
         assert store.write_refusal() == "its files cannot be written: Read-only file system"
-        broken = False
+        read_only.failing = False
         assert store.put_message(Message(topic="New", body=b"x")).ok
         assert store.write_refusal() is None
     assert store.write_refusal() == "the store is not running"
