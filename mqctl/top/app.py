@@ -22,6 +22,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import ContentSwitcher, DataTable, Input, Sparkline, Static
 
 from mqctl.errors import translate
+from mqctl.output import printable
 from mqctl.top import format as fmt
 from mqctl.top.model import BrokerView, GroupDetail, Snapshot, TopSource
 from store import Clock, SystemClock
@@ -63,9 +64,17 @@ holds an offset of the group, so its lag is unknown.
 Press Esc or ? to close."""
 
 
-def _cells(values: Sequence[str], right_from: int) -> list[Text | str]:
-    """Numbers right-aligned: every column from ``right_from`` on."""
-    return [Text(v, justify="right") if i >= right_from else v for i, v in enumerate(values)]
+def _cells(values: Sequence[str], right_from: int) -> list[Text]:
+    """Numbers right-aligned: every column from ``right_from`` on. Each cell a ``Text`` of its value with
+    control characters escaped: a DataTable reads a ``str`` cell as Rich markup, so a topic a server named
+    ``[link=...]`` wrote a hyperlink's escape sequence to the terminal, ``[/x]`` ended mqctl top with a
+    MarkupError, and an ESC in a name reached the terminal as it was."""
+    return [Text(_shown(v), justify="right" if i >= right_from else "left") for i, v in enumerate(values)]
+
+
+def _shown(text: str) -> str:
+    """What a server sent, as a terminal may show it (see :func:`mqctl.output.printable`)."""
+    return printable(text, newlines=False)
 
 
 class Table(DataTable[Any]):
@@ -139,7 +148,9 @@ class GroupScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(
-            Text(f"Group {self.group} — loading…  (Esc back, r refresh)"), id="group-title", classes="title"
+            Text(_shown(f"Group {self.group} — loading…  (Esc back, r refresh)")),
+            id="group-title",
+            classes="title",
         )
         yield Table(fmt.QUEUE_COLUMNS, right_from=2, id="queues")
         yield Static("Online clients", classes="title")
@@ -161,14 +172,16 @@ class GroupScreen(Screen[None]):
         try:
             detail = await app.source.group_detail(self.group)
         except Exception as exc:  # shown, never fatal: the group may be gone or the broker down
-            title.update(Text(f"Group {self.group} — error: {translate(exc)}  (Esc back, r retry)"))
+            title.update(Text(_shown(f"Group {self.group} — error: {translate(exc)}  (Esc back, r retry)")))
             return
         self.detail = detail
         lag = sum(q.lag for q in detail.queues)
         title.update(
             Text(
-                f"Group {self.group} — {len(detail.queues)} queues, lag {lag:,}, "
-                f"{len(detail.clients)} clients  (Esc back, r refresh)"
+                _shown(
+                    f"Group {self.group} — {len(detail.queues)} queues, lag {lag:,}, "
+                    f"{len(detail.clients)} clients  (Esc back, r refresh)"
+                )
             )
         )
         self.query_one("#queues", Table).sync(
@@ -330,7 +343,7 @@ class TopApp(App[None]):
         tabs = Text()
         for i, (name, label) in enumerate(VIEW_TABS, 1):
             tabs.append(f" {i} {label} ", style="reverse bold" if name == self.view else "")
-        tabs.append(f"  {self.target}", style="dim")
+        tabs.append(_shown(f"  {self.target}"), style="dim")
         self.query_one("#tabs", Static).update(tabs)
 
         now = self.clock.now()
@@ -351,7 +364,7 @@ class TopApp(App[None]):
         status = Text()
         if self.error is not None:
             status.append(
-                f"error: {self.error}; retrying every {self.interval:g}s (failed {self.failures}×)",
+                _shown(f"error: {self.error}; retrying every {self.interval:g}s (failed {self.failures}×)"),
                 style="bold red",
             )
         elif self.snapshot is None:
@@ -360,7 +373,7 @@ class TopApp(App[None]):
             status.append(f"updated {_clock(self.snapshot.taken_at)}")
             down = down_summary(self.snapshot.overview.brokers)
             if down:
-                status.append(f"  {down}", style="bold yellow")
+                status.append(_shown(f"  {down}"), style="bold yellow")
         status.append(
             f"  every {self.interval:g}s" + ("  PAUSED" if self.paused else "") + "  ? help  q quit",
             style="dim",
@@ -383,9 +396,12 @@ class TopApp(App[None]):
         namesrvs = "  ".join(f"{n.addr} {'up' if n.up else 'DOWN'}" for n in ov.namesrvs)
         info = Text()
         info.append(
-            f"Cluster {listed or '-'}: {len(ov.brokers)} brokers, {len(masters)} masters, "
-            f"{len(down)} down{f', {len(unread) - len(down)} not readable' if len(unread) > len(down) else ''}"
-            f"   NameServers: {namesrvs}\n"
+            _shown(
+                f"Cluster {listed or '-'}: {len(ov.brokers)} brokers, {len(masters)} masters, "
+                f"{len(down)} down{f', {len(unread) - len(down)} not readable' if len(unread) > len(down) else ''}"
+                f"   NameServers: {namesrvs}"
+            )
+            + "\n"
         )
         size = sum(b.commitlog_bytes or 0 for b in masters)
         files = sum(b.commitlog_files or 0 for b in masters)
@@ -437,7 +453,7 @@ class TopApp(App[None]):
         now = self.clock.now()
         stores = [s for s in snap.stores or () if self.filters["store"].casefold() in s.broker.casefold()]
         text = "\n".join(fmt.store_summary(s, now) for s in stores) or "no master broker answered"
-        self.query_one("#store-info", Static).update(Text(text))
+        self.query_one("#store-info", Static).update(Text(printable(text)))
         rows = [row for s in stores for row in fmt.store_rows(s, now)]
         self.query_one("#store-table", Table).sync([(f"{r[0]}/{r[1]}", r) for r in rows])
 
