@@ -20,6 +20,7 @@ from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin.client import Admin
 from mqctl.errors import MqctlError, NotFoundError, is_acl_refusal, translate
 from mqctl.services.cluster import BrokerRow, brokers
+from mqctl.units import server_float, server_int
 from store import dlq_topic
 
 
@@ -337,9 +338,9 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
             clocked.append(row)
             clock = answer.get(CLOCK_RUNTIME_KEY, "")
             skews.append(Skew.measure(int(clock), sent, answered) if clock.isdigit() else None)
-            quarantines = int(answer.get("storeQuarantines") or 0)
+            quarantines = server_int(answer.get("storeQuarantines")) or 0
             if quarantines:  # it serves, but recovery or replication set data aside for the operator
-                records = int(answer.get("storeQuarantinedRecords") or 0)
+                records = server_int(answer.get("storeQuarantinedRecords")) or 0
                 set_aside += records
                 states.append(State.WARNING)
                 problems.append(
@@ -429,10 +430,8 @@ class Watermarks:
         """From GET_BROKER_CONFIG; a 4.9.8 broker keeps the last two as JVM properties: their defaults."""
 
         def number(key: str, default: float) -> float:
-            try:
-                return float(config.get(key, default))
-            except ValueError:
-                return default
+            value = server_float(config.get(key))
+            return default if value is None else value
 
         # diskMaxUsedSpaceRatio is clamped to 10..95 as DefaultMessageStore#CleanCommitLogService does.
         max_used = min(max(number("diskMaxUsedSpaceRatio", 75), 10), 95) / 100
@@ -451,10 +450,11 @@ async def _disk_of(admin: Admin, row: BrokerRow) -> tuple[float, Watermarks] | B
         )
     except RemotingError as exc:
         return exc
-    try:
-        ratio = float(info["commitLogDiskRatio"])
-    except (KeyError, ValueError):
-        return MqctlError(f"{row.addr} reports no commitLogDiskRatio")
+    text = info.get("commitLogDiskRatio")
+    ratio = server_float(text)
+    if ratio is None or ratio > 1:  # a usage is a fraction: NaN, words, infinities and 2^70 are none
+        said = f" but {text!r}"[:80] if text is not None else ""
+        return MqctlError(f"{row.addr} reports no commitLogDiskRatio{said}")
     if ratio < 0:  # UtilAll#getDiskPartitionSpaceUsedPercent's -1: a path it cannot measure, not a usage
         return MqctlError(
             f"{row.addr} reports commitLogDiskRatio {ratio:g}: its CommitLog path cannot be measured"
