@@ -54,7 +54,9 @@ def cluster_body(addr: str, name: str = "broker-a", cluster: str = "DefaultClust
     ).encode()
 
 
-def route_body(addr: str, topic_queues: int = 4, name: str = "broker-a", cluster: str = "DefaultCluster") -> bytes:
+def route_body(
+    addr: str, topic_queues: int = 4, name: str = "broker-a", cluster: str = "DefaultCluster"
+) -> bytes:
     return json.dumps(
         {
             "brokerDatas": [{"cluster": cluster, "brokerName": name, "brokerAddrs": {"0": addr}}],
@@ -90,7 +92,9 @@ class Hostile:
 
     def start(self) -> None:
         self._thread.start()
-        future = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop)
+        future = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
+        )
         self._server = future.result(10)
         self.port = self._server.sockets[0].getsockname()[1]
 
