@@ -211,13 +211,11 @@ class TlsSettings:
                 "tls.server.need.client.auth=require with tls.server.mode=permissive: plaintext clients are "
                 "still served without any certificate; set tls.server.mode=enforcing to require one"
             )
-        for key, path in (
+        _require_files(
             ("tls.server.certPath", self.server_cert),
             ("tls.server.keyPath", self.server_key),
             ("tls.server.trustCertPath", self.server_trust),
-        ):
-            if path and not os.path.isfile(path):
-                raise ConfigError(f"{key} {path}: no such file")
+        )
         # the listener's context is made when the first TLS client arrives: load the files once now, so a
         # key that is not the certificate's, a wrong keyPassword or a trust file that is no PEM stops the
         # daemon here rather than failing every handshake later
@@ -277,13 +275,11 @@ class TlsSettings:
             raise ConfigError("tls.member.certPath and tls.member.keyPath go together: set both or neither")
         if not (self.member_cert or self.client_cert or self.server_cert):
             raise ConfigError("haTls=true needs tls.member.certPath/keyPath or tls.server.certPath/keyPath")
-        for key, path in (
+        _require_files(
             ("tls.member.trustCertPath", self.member_trust),
             ("tls.member.certPath", self.member_cert),
             ("tls.member.keyPath", self.member_key),
-        ):
-            if path and not os.path.isfile(path):
-                raise ConfigError(f"{key} {path}: no such file")
+        )
         try:
             _handshake(self.server_context(require_client=True), self.client_context(verify=True))
         except (ssl.SSLError, OSError, ValueError) as exc:
@@ -355,6 +351,15 @@ class TlsSettings:
         if verify and self.members_only:
             ctx.sslobject_class = MemberOnly
         return ctx
+
+
+def _require_files(*keys: tuple[str, str]) -> None:
+    """Each (key, path) set names a file that exists, else the daemon stops at start naming the key."""
+    from daemon.config import ConfigError
+
+    for key, path in keys:
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"{key} {path}: no such file")
 
 
 def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> None:

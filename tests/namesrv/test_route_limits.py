@@ -22,7 +22,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.headers import RegisterBrokerRequestHeader
 from store.models import DataVersion
-from tests.support.namesrv import Namesrv, count_decodes, namesrv_config
+from tests.support.namesrv import Namesrv, count_decodes, namesrv_config, serving
 
 
 async def _route(namesrv: Namesrv, topic: str) -> TopicRouteData | None:
@@ -177,37 +177,33 @@ async def test_a_slaves_table_is_never_parsed_and_a_listed_address_past_the_cap_
     table of a million invented topics cost the NameServer seconds of CPU at each registration. A
     slave's entries are now stepped over, and a table past the cap is refused by its count from a
     listed address too, which stays listed with what it holds."""
-    controller = NamesrvController(namesrv_config(tmp_path, route_max_queue_datas=200))
-    await controller.start()
-    try:
-        async with RemotingClient() as client:
-            ns = Namesrv(controller, client)
-            real = {f"Real{i}": 4 for i in range(50)}
-            assert (await ns.register(real, compressed=True)).code == ResponseCode.SUCCESS
-            decoded = count_decodes(monkeypatch)
-            flood = {f"Invented{i}": 8 for i in range(5000)}
-            slave = {"broker_addr": "10.9.9.9:10911", "broker_id": 1}
-            for i, compressed in enumerate((True, False)):
-                version = DataVersion(2 + i, 1700000000000 + i)
-                answer = await ns.register(real, version=version, compressed=compressed, **slave)  # type: ignore[arg-type]
+    async with serving(namesrv_config(tmp_path, route_max_queue_datas=200)) as ns:
+        routes = ns.controller.routes
+        real = {f"Real{i}": 4 for i in range(50)}
+        assert (await ns.register(real, compressed=True)).code == ResponseCode.SUCCESS
+        decoded = count_decodes(monkeypatch)
+        slave = "10.9.9.9:10911"
+        for i, compressed in enumerate((True, False)):
+            version = DataVersion(2 + i, 1700000000000 + i)
+            answer = await ns.register(
+                real, version=version, compressed=compressed, broker_addr=slave, broker_id=1
+            )
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            assert routes.broker_live_table[slave].data_version == version
+        flood = {f"Invented{i}": 8 for i in range(5000)}
+        for i, compressed in enumerate((True, False)):
+            for addr, broker_id in ((slave, 1), ("127.0.0.1:10911", 0)):
+                answer = await ns.register(
+                    flood,
+                    broker_addr=addr,
+                    broker_id=broker_id,
+                    version=DataVersion(9 + i, 1700000000009),
+                    compressed=compressed,
+                )
                 assert answer.code == ResponseCode.SUCCESS, answer.remark
-                assert controller.routes.broker_live_table["10.9.9.9:10911"].data_version == version
-            for i, compressed in enumerate((True, False)):
-                for addr, broker_id in (("10.9.9.9:10911", 1), ("127.0.0.1:10911", 0)):
-                    answer = await ns.register(
-                        flood,
-                        broker_addr=addr,
-                        broker_id=broker_id,
-                        version=DataVersion(9 + i, 1700000000009),
-                        compressed=compressed,
-                    )
-                    assert answer.code == ResponseCode.SUCCESS, answer.remark
-            assert decoded == []
-            broker = controller.routes.broker_addr_table["broker-a"]
-            assert broker.broker_addrs == {0: "127.0.0.1:10911", 1: "10.9.9.9:10911"}
-            assert controller.routes.queue_datas == 50 and await _route(ns, "Invented0") is None
-    finally:
-        await controller.stop()
+        assert decoded == []
+        assert routes.broker_addr_table["broker-a"].broker_addrs == {0: "127.0.0.1:10911", 1: slave}
+        assert routes.queue_datas == 50 and await _route(ns, "Invented0") is None
 
 
 def test_a_body_read_without_its_table_keeps_its_version_and_filter_servers() -> None:

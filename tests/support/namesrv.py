@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,3 +79,15 @@ def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(RegisterBrokerBody, "decode", staticmethod(counting))
     return decoded
+
+
+@contextlib.asynccontextmanager
+async def serving(config: NamesrvConfig) -> AsyncIterator[Namesrv]:
+    """A NameServer on `config`, and a client of it; stopped (its KV file written) on the way out."""
+    controller = NamesrvController(config)
+    await controller.start()
+    try:
+        async with RemotingClient() as client:
+            yield Namesrv(controller, client)
+    finally:
+        await controller.stop()

@@ -273,11 +273,7 @@ async def test_slave_replicates_over_mutual_tls_and_a_plaintext_slave_gets_nothi
     master = await start_broker(tmp_path / "master", **ha)
     slave = await start_broker(tmp_path / "slave", broker_id=1, broker_role=SLAVE, **ha)
     try:
-        async with RemotingClient() as client:
-            for i in range(20):
-                sent = await BrokerClient(master.addr, client).send("HaTlsTopic", b"m%d" % i)
-                assert sent.code == ResponseCode.SUCCESS, sent.remark
-        await replicated(master, slave)
+        await _sent_and_replicated(master, slave, "HaTlsTopic", 20)
         assert master.ha_master is not None and master.ha_master.connections
         # a raw plaintext "slave" reporting offset 0 (which pulled a whole CommitLog before): nothing back
         reader, writer = await asyncio.open_connection("127.0.0.1", master.ha_master.port)
@@ -294,6 +290,15 @@ async def test_slave_replicates_over_mutual_tls_and_a_plaintext_slave_gets_nothi
         await slave.stop()
         await master.stop()
         await namesrv.stop()
+
+
+async def _sent_and_replicated(master: Broker, slave: Broker, topic: str, count: int) -> None:
+    """``count`` messages sent to the master, and the slave caught up with them."""
+    async with RemotingClient() as client:
+        for i in range(count):
+            sent = await BrokerClient(master.addr, client).send(topic, b"m%d" % i)
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await replicated(master, slave)
 
 
 async def _ha_read(port: int, ctx: ssl.SSLContext) -> bytes:
@@ -383,11 +388,7 @@ async def test_members_of_their_own_ca_replicate_and_refuse_every_certificate_th
     master = await start_broker(tmp_path / "master", **ha)
     slave = await start_broker(tmp_path / "slave", broker_id=1, broker_role=SLAVE, **ha)
     try:
-        async with RemotingClient() as client:
-            for i in range(5):
-                sent = await BrokerClient(master.addr, client).send("MemberCaTopic", b"m%d" % i)
-                assert sent.code == ResponseCode.SUCCESS, sent.remark
-        await replicated(master, slave)
+        await _sent_and_replicated(master, slave, "MemberCaTopic", 5)
         assert master.ha_master is not None
         for cert, key in (("client_cert", "client_key"), ("server_cert", "server_key")):
             ctx = ssl.create_default_context(cafile=str(members["member_ca"]))
