@@ -129,3 +129,16 @@ def test_top_once_shows_a_runtime_figure_that_is_no_number_as_none(cli: RunCli, 
     assert result.code == 0, (result.code, result.stderr)
     (broker,) = result.json()["brokers"]
     assert value not in json.dumps(broker), broker
+
+
+def test_a_fleet_read_that_no_broker_answered_readably_blames_no_credentials(cli: RunCli) -> None:
+    """Every broker's answer unreadable is exit 14 naming each, and the hint no longer sends the operator
+    to check credentials, which only an ACL refusal calls for."""
+
+    def groups(request: RemotingCommand, addr: str) -> Answer:
+        return _ok(b'{"subscriptionGroupTable": [1, 2]}')
+
+    with hostile(honest_with({RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: groups})) as server:
+        result = cli("-n", server.addr, "--timeout", "5", "group", "list")
+    assert result.code == 14 and result.stderr.count("\n") == 1, (result.code, result.stderr)
+    assert "GET_ALL_SUBSCRIPTIONGROUP_CONFIG" in result.stderr and "credentials" not in result.stderr
