@@ -65,7 +65,8 @@ class RequestTimeoutError(MqctlError):
 
 
 class ProtocolError(MqctlError):
-    """A peer sent something that is not the RocketMQ remoting protocol."""
+    """A peer sent something that is not the RocketMQ remoting protocol, or an answer no RocketMQ server
+    sends (a body that does not read as the bean asked for, a number past 64 bits, NaN)."""
 
     exit_code = 7
 
@@ -149,7 +150,11 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     ),
     (ConnectError.exit_code, "ConnectError", "NameServer or broker unreachable"),
     (RequestTimeoutError.exit_code, "RequestTimeoutError", "no answer in time"),
-    (ProtocolError.exit_code, "ProtocolError", "peer does not speak the RocketMQ remoting protocol"),
+    (
+        ProtocolError.exit_code,
+        "ProtocolError",
+        "peer does not speak the RocketMQ remoting protocol, or answered what no RocketMQ server sends",
+    ),
     (BrokerError.exit_code, "BrokerError", "the server answered a RocketMQ error response code"),
     (
         AuthError.exit_code,
@@ -289,6 +294,8 @@ def translate(exc: BaseException) -> MqctlError:
         return ConflictError(str(exc), hint="stop it first, or give this one another data dir")
     if isinstance(exc, LifecycleError):
         return DaemonError(str(exc))
+    if isinstance(exc, remoting.HeaderFieldError):  # read here, from an answer: the peer's, not a code
+        return ProtocolError(f"an answer's header does not read: {exc.remark}")
     if isinstance(exc, remoting.RemotingCommandError):
         from mqctl.admin.client import Refused
 

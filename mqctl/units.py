@@ -9,10 +9,34 @@ twin as a duration (``3d 04h``).
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
+#: Java's long: a number a RocketMQ server writes as text lies within it.
+_LONG = range(-(2**63), 2**63)
+
+
+def server_int(text: str | None) -> int | None:
+    """A number a server wrote as text (a runtime info or config value), or None when it is none, as a
+    Java server's ``Long.parseLong`` reads it: digits with an optional sign, within 64 bits. What a broken
+    or hostile server sends there (``x``, ``1e400``, ``NaN``, 2^70) is no number: a command's
+    ``int()`` of it ended with a traceback's last line (exit 1) or showed a figure no broker can hold."""
+    if not text or not text.lstrip("+-").isdigit() or len(text) > 20:
+        return None
+    value = int(text)
+    return value if value in _LONG else None
+
+
+def server_float(text: str | None) -> float | None:
+    """A finite number a server wrote as text, or None (NaN, infinities and words are none: a NaN disk
+    ratio was a monitoring plugin's DISK OK)."""
+    try:
+        value = float(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 def plural(n: int, noun: str, nouns: str | None = None) -> str:

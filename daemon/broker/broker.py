@@ -202,6 +202,11 @@ class Broker:
         self.tls_settings = config.tls_settings()
         #: The replication channels' (HA port and client, DLedger channel) settings under haTls.
         self.ha_tls_settings = self.tls_settings.check_mutual() if config.ha_tls else None
+        if self.tls_settings.member_trust and not config.ha_tls:
+            log.warning(
+                "tls.member.trustCertPath is set but haTls=false: the replication channels are not on TLS "
+                "and the members' CA is not used; set haTls=true"
+            )
         self.tls = ServerTls(self.tls_settings)
         self.server = RemotingServer(
             host=config.listen_host,

@@ -9,11 +9,19 @@ one message REQUEST_ARRIVAL_S (and up to a second more), else the call ends DEAD
 reset), and a host has ARRIVING_PER_HOST calls waiting for their request at most, all hosts ARRIVING: a
 further call is ended RESOURCE_EXHAUSTED at once. The wire is the same: a unary call is a stream of one
 message.
+
+A call waiting for its message buffers what has come of it, and grpc opens the stream's flow-control
+window to the whole message its 5-byte prefix announces (up to the largest request the front takes, some
+4 MiB): a host's thousand calls each announcing 4 MiB and sending all but a byte held gigabytes for their
+10 s. So a call still waiting at the second sweep after it began is *slow*: a host keeps SLOW_PER_HOST
+slow calls at most and all hosts SLOW, the heaviest host's oldest ended first (RESOURCE_EXHAUSTED). A
+real client's request arrives with its headers, or within a second unless its link is saturated.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,18 +43,23 @@ REQUEST_ARRIVAL_S = 10.0
 ARRIVING_PER_HOST = 1024
 #: Calls all hosts together may have waiting for their request.
 ARRIVING = 8192
+#: Calls one host may have waiting for their request past a sweep (see the module), and all hosts together.
+SLOW_PER_HOST = 32
+SLOW = 256
 
 
 class _Waiting:
     """A call waiting for its request: the sweep it started at, and its host once it is counted."""
 
-    __slots__ = ("context", "expired", "host", "sweep")
+    __slots__ = ("context", "crowded", "expired", "host", "sweep")
 
     def __init__(self, context: Any, sweep: int) -> None:
         self.context = context
         self.sweep = sweep
         self.host = ""
         self.expired = False
+        #: Ended as one slow call too many (see the module).
+        self.crowded = False
 
 
 class Arrivals:
@@ -63,9 +76,11 @@ class Arrivals:
         #: Calls waiting by host while they are counted (see the class), else empty.
         self.hosts: Counter[str] = Counter()
         self._counting = False
-        #: Calls ended because their request came too late, and because too many were waiting.
+        #: Calls ended because their request came too late, because too many were waiting, and because
+        #: too many were slow.
         self.expired = 0
         self.refused = 0
+        self.crowded = 0
         self._sweeps = 0
         self._sweeper: asyncio.TimerHandle | None = None
         self._warnings = WarningGate(log)
@@ -98,13 +113,19 @@ class Arrivals:
         try:
             request = await context.read()
         except asyncio.CancelledError:
-            if not waiting.expired:
+            if not (waiting.expired or waiting.crowded):
                 raise  # the client's cancellation, or the server's stop
             task.uncancel()
         finally:
             del calls[task]
             if waiting.host:
                 self._uncount(waiting.host)
+        if waiting.crowded:
+            self.crowded += 1
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many calls from this host whose requests are still arriving ({SLOW_PER_HOST} at most)",
+            )
         if waiting.expired:
             self.expired += 1
             await context.abort(
@@ -158,7 +179,51 @@ class Arrivals:
                     _host(call.context),
                     REQUEST_ARRIVAL_S,
                 )
+        self._end_slow()
         self._sweeper = asyncio.get_running_loop().call_later(1.0, self._sweep) if self.calls else None
+
+    def _end_slow(self) -> None:
+        """Ends the slow calls (see the module) past SLOW_PER_HOST of a host and past SLOW of all hosts,
+        the oldest of the heaviest host first."""
+        began = self._sweeps - 1  # a call that began before the last sweep has waited a second at least
+        slow: dict[str, list[tuple[asyncio.Task[Any], _Waiting]]] = {}
+        total = 0
+        for task, call in self.calls.items():
+            if call.sweep >= began:
+                break
+            if not (call.expired or call.crowded):
+                slow.setdefault(call.host or _host(call.context), []).append((task, call))
+                total += 1
+        if total <= SLOW_PER_HOST:
+            return  # (the common case: none, or too few to matter)
+        ended: Counter[str] = Counter()
+        for host, calls in slow.items():
+            ended[host] = max(0, len(calls) - SLOW_PER_HOST)
+        total -= sum(ended.values())
+        heaviest = [(-min(len(calls), SLOW_PER_HOST), host) for host, calls in slow.items()]
+        heapq.heapify(heaviest)
+        while total > SLOW:  # the heaviest host gives up its oldest, one call at a time
+            left, host = heapq.heappop(heaviest)
+            ended[host] += 1
+            total -= 1
+            if left < -1:
+                heapq.heappush(heaviest, (left + 1, host))
+        for host, count in ended.items():
+            for task, call in slow[host][:count]:
+                call.crowded = True
+                task.cancel()
+        ended = +ended
+        if ended:
+            host, count = ended.most_common(1)[0]
+            self._warnings.warning(
+                "gRPC front: %d calls whose requests were still arriving after a second ended, %d of them "
+                "%s's (%d such calls a host at most, %d in all)",
+                sum(ended.values()),
+                count,
+                host,
+                SLOW_PER_HOST,
+                SLOW,
+            )
 
 
 def _host(context: Any) -> str:

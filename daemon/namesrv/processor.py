@@ -200,12 +200,19 @@ class NamesrvProcessor:
             decoded = True
             try:
                 refusal = self._over_route_cap_unread(h, req)
-                if refusal is not None:
+                if refusal is not None and h.broker_addr not in self.routes.broker_live_table:
                     self._route_cap_warnings.warning(
                         "refused REGISTER_BROKER from %s: %s", conn.peer, refusal
                     )
                     return req.make_response(ResponseCode.SYSTEM_ERROR, refusal)
-                topics = await self._decode_topics(req, h.compressed)
+                if refusal is not None:  # a listed broker stays listed, its table unread
+                    self._route_cap_warnings.warning(
+                        "REGISTER_BROKER from %s: its topic table left unread: %s", conn.peer, refusal
+                    )
+                    topics = self._listed_without_table(h)
+                    decoded = False
+                else:
+                    topics = await self._decode_topics(req, h.compressed, h.broker_id == 0)
             except ValueError as exc:
                 return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad registration body: {exc}")
         holder = self._live_holder(conn, h.broker_name, h.broker_id, h.broker_addr)
@@ -300,19 +307,27 @@ class NamesrvProcessor:
         invented topics, small compressed, kept the NameServer's CPU for seconds and every other answer
         waiting, only to be refused by the cap afterwards). For an address the routes do not list: more
         topics than `routeMaxQueueDatas` never fit, nor does a new master's table (a broker name the routes
-        do not hold either: none of its topics is held yet) that would pass it. Any other registration is
-        parsed, then counted exactly (a listed broker stays listed with what it holds)."""
+        do not hold either: none of its topics is held yet) that would pass it. A table past the cap is
+        refused from a listed address too (it stays listed with what it holds, its table unread: a listed
+        slave's was parsed whole, only to be left unused). Any other registration is parsed, then
+        counted exactly."""
         routes = self.routes
-        if h.broker_addr in routes.broker_live_table:
-            return None
         count = RegisterBrokerBody.topic_count(req.body, h.compressed and req.version >= Version.V3_0_11)
         cap = self.config.route_max_queue_datas
         held = routes.queue_datas + len(routes.broker_live_table)
         if count > cap:
             return _cap_refusal(h, count, held, cap)
+        if h.broker_addr in routes.broker_live_table:
+            return None
         if h.broker_id != 0 or h.broker_name in routes.broker_addr_table:
             return None
         return _cap_refusal(h, 1 + count, held, cap) if held + 1 + count > cap else None
+
+    def _listed_without_table(self, h: RegisterBrokerRequestHeader) -> RegisterBrokerBody:
+        """A listed broker's registration refreshed without its table or filter servers (both as held), at
+        a data version no broker sends (so its next registration is read whole, when there may be room)."""
+        servers = self.routes.filter_server_table.get(h.broker_addr, [])
+        return RegisterBrokerBody(TopicConfigSerializeWrapper({}, DataVersion()), list(servers))
 
     def _held_topics_only(self, broker_name: str, topics: RegisterBrokerBody) -> RegisterBrokerBody:
         """``topics`` without those the routes do not hold for ``broker_name`` yet, at a data version no
@@ -410,15 +425,17 @@ class NamesrvProcessor:
         )
 
     @staticmethod
-    async def _decode_topics(req: RemotingCommand, compressed: bool) -> RegisterBrokerBody:
+    async def _decode_topics(req: RemotingCommand, compressed: bool, master: bool) -> RegisterBrokerBody:
+        """The body parsed, its topic table too for a master only: the routes take none of a slave's."""
         if req.version < Version.V3_0_11:  # pre-3.0.11 brokers send a bare wrapper
             wrapper = (
                 TopicConfigSerializeWrapper.loads(req.body) if req.body else TopicConfigSerializeWrapper()
             )
             return RegisterBrokerBody(wrapper)
+        decode = RegisterBrokerBody.decode if master else RegisterBrokerBody.decode_without_table
         if len(req.body) > LARGE_BODY:
-            return await asyncio.to_thread(RegisterBrokerBody.decode, req.body, compressed)
-        return RegisterBrokerBody.decode(req.body, compressed)
+            return await asyncio.to_thread(decode, req.body, compressed)
+        return decode(req.body, compressed)
 
     def unregister_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = UnregisterBrokerRequestHeader.from_ext_fields(req.ext_fields)

@@ -56,6 +56,10 @@ FILE_KEYS = (
     "tls.client.certPath",
     "tls.client.authServer",
     "tls.client.trustCertPath",
+    "tls.member.trustCertPath",
+    "tls.member.certPath",
+    "tls.member.keyPath",
+    "tls.member.keyPassword",
 )
 
 
@@ -81,6 +85,11 @@ class TlsConfig:
     tls_client_trust_cert_path: str = field(default="", metadata=_key("tls.client.trustCertPath"))
     tls_test_mode_enable: bool = field(default=True, metadata=_key("tls.test.mode.enable"))
     tls_config_file: str = field(default="/etc/rocketmq/tls.properties", metadata=_key("tls.config.file"))
+    #: Ours (haTls): the CA(s) only members' certificates chain to, and this member's pair on the channels.
+    tls_member_trust_cert_path: str = field(default="", metadata=_key("tls.member.trustCertPath"))
+    tls_member_cert_path: str = field(default="", metadata=_key("tls.member.certPath"))
+    tls_member_key_path: str = field(default="", metadata=_key("tls.member.keyPath"))
+    tls_member_key_password: str = field(default="", metadata=_key("tls.member.keyPassword", secret=True))
     #: Our daemons' own clients (broker -> NameServer, slave -> master) connect over TLS.
     tls_enable: bool = field(default=False, metadata=_key("tls.enable"))
 
@@ -100,6 +109,10 @@ class TlsConfig:
             "tls.client.authServer": str(self.tls_client_auth_server).lower(),
             "tls.client.trustCertPath": self.tls_client_trust_cert_path,
             "tls.test.mode.enable": str(self.tls_test_mode_enable).lower(),
+            "tls.member.trustCertPath": self.tls_member_trust_cert_path,
+            "tls.member.certPath": self.tls_member_cert_path,
+            "tls.member.keyPath": self.tls_member_key_path,
+            "tls.member.keyPassword": self.tls_member_key_password,
         }
         values.update(_file_keys(self.tls_config_file))
         return TlsSettings.from_keys(values)
@@ -140,6 +153,12 @@ class TlsSettings:
     test_mode: bool = True
     #: haTls: the channel's handshakes fail unless the peer's certificate carries the member mark.
     members_only: bool = False
+    #: haTls with a CA of the members' own: the channels verify both ends against it alone, with
+    #: ``member_cert`` (else the pair haTls takes without it) as this member's certificate.
+    member_trust: str = ""
+    member_cert: str = ""
+    member_key: str = ""
+    member_key_password: str = ""
 
     @classmethod
     def from_keys(cls, keys: Mapping[str, str]) -> TlsSettings:
@@ -164,6 +183,10 @@ class TlsSettings:
             client_auth_server=_bool(keys["tls.client.authServer"]),
             client_trust=keys["tls.client.trustCertPath"],
             test_mode=_bool(keys["tls.test.mode.enable"]),
+            member_trust=keys.get("tls.member.trustCertPath", ""),
+            member_cert=keys.get("tls.member.certPath", ""),
+            member_key=keys.get("tls.member.keyPath", ""),
+            member_key_password=keys.get("tls.member.keyPassword", ""),
         )
         settings.check()
         return settings
@@ -188,13 +211,11 @@ class TlsSettings:
                 "tls.server.need.client.auth=require with tls.server.mode=permissive: plaintext clients are "
                 "still served without any certificate; set tls.server.mode=enforcing to require one"
             )
-        for key, path in (
+        _require_files(
             ("tls.server.certPath", self.server_cert),
             ("tls.server.keyPath", self.server_key),
             ("tls.server.trustCertPath", self.server_trust),
-        ):
-            if path and not os.path.isfile(path):
-                raise ConfigError(f"{key} {path}: no such file")
+        )
         # the listener's context is made when the first TLS client arrives: load the files once now, so a
         # key that is not the certificate's, a wrong keyPassword or a trust file that is no PEM stops the
         # daemon here rather than failing every handshake later
@@ -218,6 +239,9 @@ class TlsSettings:
         says that any certificate the trust file verifies, a client's too, is taken for a member's."""
         from daemon.config import ConfigError
 
+        if self.member_trust:
+            self._check_member_ca()
+            return self
         if not self.server_trust:
             raise ConfigError("haTls=true needs tls.server.trustCertPath (the CA that signs the slaves)")
         own = self.client_cert or self.server_cert
@@ -241,8 +265,47 @@ class TlsSettings:
             )
         return replace(self, members_only=True)
 
+    def _check_member_ca(self) -> None:
+        """haTls with `tls.member.trustCertPath`: the files load, and this member's channel certificates
+        pass a handshake with each other under the member trust alone (as two members' would), so a pair
+        the members' CA did not sign stops the broker at start rather than every handshake later."""
+        from daemon.config import ConfigError
+
+        if bool(self.member_cert) != bool(self.member_key):
+            raise ConfigError("tls.member.certPath and tls.member.keyPath go together: set both or neither")
+        if not (self.member_cert or self.client_cert or self.server_cert):
+            raise ConfigError("haTls=true needs tls.member.certPath/keyPath or tls.server.certPath/keyPath")
+        _require_files(
+            ("tls.member.trustCertPath", self.member_trust),
+            ("tls.member.certPath", self.member_cert),
+            ("tls.member.keyPath", self.member_key),
+        )
+        try:
+            _handshake(self.server_context(require_client=True), self.client_context(verify=True))
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise ConfigError(
+                f"haTls: this member's certificate {self._member_pair()[0]} and tls.member.trustCertPath "
+                f"{self.member_trust} do not make a handshake (each member verifies the other against the "
+                f"trust file alone: it must sign the member certificates): {exc}"
+            ) from None
+
+    def _member_pair(self, listener: bool = False) -> tuple[str, str, str]:
+        """The certificate, key and key password this member presents on a replication channel."""
+        if self.member_trust and self.member_cert:
+            return self.member_cert, self.member_key, self.member_key_password
+        if self.client_cert and not listener:
+            return self.client_cert, self.client_key, self.client_key_password
+        return self.server_cert, self.server_key, self.server_key_password
+
     def server_context(self, *, require_client: bool = False) -> ssl.SSLContext:
         """The listener's context; `require_client` (the HA port under haTls) demands a verified client."""
+        if require_client and self.member_trust:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            cert, key, password = self._member_pair(listener=True)
+            ctx.load_cert_chain(cert, key, password or None)
+            ctx.load_verify_locations(self.member_trust)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            return ctx
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         if self.server_cert:
             ctx.load_cert_chain(self.server_cert, self.server_key, self.server_key_password or None)
@@ -261,9 +324,14 @@ class TlsSettings:
 
     def client_context(self, *, verify: bool = False) -> ssl.SSLContext:
         """Our daemons' client context (registration, HA); `verify` (haTls) demands the server's chain."""
-        trust = self.client_trust or (self.server_trust if verify else "")
         ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
         ctx.check_hostname = False  # as 4.9.8's client: the chain, not the name (brokers register IPs)
+        if verify and self.member_trust:
+            ctx.load_verify_locations(self.member_trust)
+            cert, key, password = self._member_pair()
+            ctx.load_cert_chain(cert, key or None, password or None)
+            return ctx
+        trust = self.client_trust or (self.server_trust if verify else "")
         if trust:
             ctx.load_verify_locations(trust)
         elif verify:
@@ -283,6 +351,39 @@ class TlsSettings:
         if verify and self.members_only:
             ctx.sslobject_class = MemberOnly
         return ctx
+
+
+def _require_files(*keys: tuple[str, str]) -> None:
+    """Each (key, path) set names a file that exists, else the daemon stops at start naming the key."""
+    from daemon.config import ConfigError
+
+    for key, path in keys:
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"{key} {path}: no such file")
+
+
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> None:
+    """A TLS handshake between the two contexts in memory; raises what either end raises."""
+    bios = [(ssl.MemoryBIO(), ssl.MemoryBIO()), (ssl.MemoryBIO(), ssl.MemoryBIO())]
+    ends = [
+        server.wrap_bio(*bios[0], server_side=True),
+        client.wrap_bio(*bios[1], server_side=False),
+    ]
+    done = [False, False]
+    for _ in range(16):
+        for i, end in enumerate(ends):
+            if not done[i]:
+                try:
+                    end.do_handshake()
+                    done[i] = True
+                except ssl.SSLWantReadError:
+                    pass
+            pending = bios[i][1].read()
+            if pending:
+                bios[1 - i][0].write(pending)
+        if all(done):
+            return
+    raise ssl.SSLError(ssl.SSL_ERROR_SSL, "the handshake did not finish")
 
 
 #: The organizational unit that marks a certificate as a replication member's (a broker's), not a client's.
@@ -529,4 +630,30 @@ def write_local_ca(directory: Path, *, sans: list[str] | None = None) -> dict[st
     write_pem(paths["server_key"], key_pem(server_key))
     write_pem(paths["client_cert"], cert_pem(client), private=False)
     write_pem(paths["client_key"], key_pem(client_key))
+    return paths
+
+
+#: The files `write_member_ca` makes, by role.
+MEMBER_FILES = {
+    "member_ca": "member-ca.pem",
+    "member_ca_key": "member-ca.key",
+    "member_cert": "member.pem",
+    "member_key": "member.key",
+}
+
+
+def write_member_ca(directory: Path, *, sans: list[str] | None = None) -> dict[str, Path]:
+    """A CA of the replication members' own and a member certificate it signs (no mark needed: that CA
+    signs nothing else), for `tls.member.trustCertPath` and `tls.member.certPath`/`keyPath`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, key = new_key(), new_key()
+    ca_cert = make_certificate(ca_key, "mqctl member CA", issuer=None, sans=[], ca=True, days=3650)
+    member = make_certificate(
+        key, "mqctl member", issuer=(ca_cert, ca_key), sans=sans or default_sans(), ca=False
+    )
+    paths = {role: directory / name for role, name in MEMBER_FILES.items()}
+    write_pem(paths["member_ca"], cert_pem(ca_cert), private=False)
+    write_pem(paths["member_ca_key"], key_pem(ca_key))
+    write_pem(paths["member_cert"], cert_pem(member), private=False)
+    write_pem(paths["member_key"], key_pem(key))
     return paths

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
+import math
+import types
+import typing
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from daemon.broker import bodies as bb, headers as bh
 from daemon.remoting import headers as h
@@ -38,6 +43,7 @@ from store import AUTO_CREATE_TOPIC, fastjson
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+H = TypeVar("H", bound=h.CommandHeader)
 
 #: Answers meaning "not done, try later" (the retriable errors of docs/operations.md minus the flush and slave
 #: timeouts, which come after the broker stored a message: sending again would duplicate it).
@@ -248,7 +254,7 @@ class Admin:
 
     async def cluster_info(self) -> ClusterInfo:
         response = await self.namesrv_call(RequestCode.GET_BROKER_CLUSTER_INFO)
-        info = ClusterInfo.loads(response.body)
+        info = read_answer(ClusterInfo.loads, response, RequestCode.GET_BROKER_CLUSTER_INFO)
         for data in info.broker_addr_table.values():
             self.broker_names.update(dict.fromkeys(data.broker_addrs.values(), data.broker_name))
         for cluster, names in info.cluster_addr_table.items():
@@ -258,20 +264,25 @@ class Admin:
     async def topic_route(self, topic: str) -> TopicRouteData:
         header = h.GetRouteInfoRequestHeader(topic=topic)
         response = await self.namesrv_call(RequestCode.GET_ROUTEINFO_BY_TOPIC, header)
-        return TopicRouteData.loads(response.body)
+        return read_answer(TopicRouteData.loads, response, RequestCode.GET_ROUTEINFO_BY_TOPIC)
 
     async def topic_list(self, cluster: str | None = None) -> list[str]:
         if cluster is None:
-            response = await self.namesrv_call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+            code = RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+            response = await self.namesrv_call(code)
         else:
-            header = h.GetTopicsByClusterRequestHeader(cluster=cluster)
-            response = await self.namesrv_call(RequestCode.GET_TOPICS_BY_CLUSTER, header)
-        return sorted(TopicList.loads(response.body).topic_list)
+            code = RequestCode.GET_TOPICS_BY_CLUSTER
+            response = await self.namesrv_call(code, h.GetTopicsByClusterRequestHeader(cluster=cluster))
+        return sorted(read_answer(TopicList.loads, response, code).topic_list)
 
     async def own_topic_names(self) -> set[str]:
         """The cluster and broker names, each a topic its brokers create (GET_SYSTEM_TOPIC_LIST_FROM_NS)."""
         response = await self.namesrv_call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
-        return set(TopicList.loads(response.body).topic_list) if response.body else set()
+        return (
+            set(read_answer(TopicList.loads, response, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).topic_list)
+            if response.body
+            else set()
+        )
 
     async def kv_get(self, namespace: str, key: str) -> str | None:
         header = h.GetKVConfigRequestHeader(namespace=namespace, key=key)
@@ -289,7 +300,9 @@ class Admin:
             header,
             expect=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
         )
-        return {} if response.code == ResponseCode.QUERY_NOT_FOUND else KVTable.loads(response.body).table
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return {}
+        return read_answer(KVTable.loads, response, RequestCode.GET_KVLIST_BY_NAMESPACE).table
 
     async def kv_put(self, namespace: str, key: str, value: str) -> None:
         """Write to every NameServer: they never talk to each other (mqadmin does the same)."""
@@ -329,7 +342,7 @@ class Admin:
 
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
         response = await self.call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
-        return KVTable.loads(response.body).table
+        return read_answer(KVTable.loads, response, RequestCode.GET_BROKER_RUNTIME_INFO).table
 
     async def broker_config(self, addr: str) -> dict[str, str]:
         """The broker's effective configuration (GET_BROKER_CONFIG answers a properties text)."""
@@ -369,7 +382,9 @@ class Admin:
 
     async def topic_configs(self, addr: str) -> dict[str, TopicConfig]:
         response = await self.call(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
-        return TopicConfigSerializeWrapper.loads(response.body).topic_config_table
+        return read_answer(
+            TopicConfigSerializeWrapper.loads, response, RequestCode.GET_ALL_TOPIC_CONFIG
+        ).topic_config_table
 
     async def broker_stats(self, addr: str, name: str, key: str) -> dict[str, dict[str, float]] | None:
         """VIEW_BROKER_STATS_DATA: one stats item's `statsMinute/Hour/Day` `{sum, tps, avgpt}`; None when
@@ -379,18 +394,20 @@ class Admin:
         response = await self.call(addr, RequestCode.VIEW_BROKER_STATS_DATA, header, expect=expect)
         if response.code != ResponseCode.SUCCESS:
             return None
-        return fastjson.loads(response.body)  # type: ignore[no-any-return]
+        return read_answer(fastjson.loads, response, RequestCode.VIEW_BROKER_STATS_DATA)  # type: ignore[no-any-return]
 
     async def topic_stats(self, addr: str, topic: str) -> bb.TopicStatsTable:
         response = await self.call(addr, RequestCode.GET_TOPIC_STATS_INFO, bh.TopicHeader(topic=topic))
-        return bb.TopicStatsTable.loads(response.body)
+        return read_answer(bb.TopicStatsTable.loads, response, RequestCode.GET_TOPIC_STATS_INFO)
 
     async def create_group(self, addr: str, config: bb.SubscriptionGroupConfig) -> None:
         await self.call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=fastjson.dumps(config))
 
     async def group_configs(self, addr: str) -> dict[str, bb.SubscriptionGroupConfig]:
         response = await self.call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        return bb.SubscriptionGroupWrapper.loads(response.body).subscription_group_table
+        return read_answer(
+            bb.SubscriptionGroupWrapper.loads, response, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+        ).subscription_group_table
 
     async def delete_group(self, addr: str, group: str, *, remove_offsets: bool) -> None:
         header = bh.DeleteSubscriptionGroupRequestHeader(group_name=group, remove_offset=remove_offsets)
@@ -399,7 +416,7 @@ class Admin:
     async def consume_stats(self, addr: str, group: str, topic: str | None = None) -> bb.ConsumeStats:
         header = bh.GetConsumeStatsRequestHeader(consumer_group=group, topic=topic)
         response = await self.call(addr, RequestCode.GET_CONSUME_STATS, header)
-        return bb.ConsumeStats.loads(response.body)
+        return read_answer(bb.ConsumeStats.loads, response, RequestCode.GET_CONSUME_STATS)
 
     async def consumer_connections(self, addr: str, group: str) -> bb.ConsumerConnection | None:
         """The group's online clients on ``addr``, or None when none is online."""
@@ -412,7 +429,7 @@ class Admin:
         return (
             None
             if response.code == ResponseCode.CONSUMER_NOT_ONLINE
-            else bb.ConsumerConnection.loads(response.body)
+            else read_answer(bb.ConsumerConnection.loads, response, RequestCode.GET_CONSUMER_CONNECTION_LIST)
         )
 
     async def producer_connections(self, addr: str, group: str) -> bb.ProducerConnection | None:
@@ -428,7 +445,7 @@ class Admin:
             if "not exist" in (response.remark or ""):
                 return None
             raise RemotingCommandError(response.code, response.remark)
-        return bb.ProducerConnection.loads(response.body)
+        return read_answer(bb.ProducerConnection.loads, response, RequestCode.GET_PRODUCER_CONNECTION_LIST)
 
     async def consumer_offset(self, addr: str, group: str, topic: str, queue_id: int) -> int | None:
         """The committed offset, or None when the group never committed one for the queue."""
@@ -441,17 +458,21 @@ class Admin:
         )
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
-        return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+        return answer_header(bh.OffsetResponseHeader, response).offset
 
     async def all_consumer_offsets(self, addr: str) -> dict[tuple[str, str, int], int]:
         """GET_ALL_CONSUMER_OFFSET (43): every committed offset on ``addr``, by (group, topic, queue id)."""
         response = await self.call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        table: dict[str, dict[str, int]] = fastjson.loads(response.body)["offsetTable"]
-        out = {}
-        for key, queues in table.items():
-            topic, _, group = key.partition("@")
-            out.update({(group, topic, int(q)): int(offset) for q, offset in queues.items()})
-        return out
+
+        def offsets(body: bytes) -> dict[tuple[str, str, int], int]:
+            table: dict[str, dict[str, int]] = fastjson.loads(body)["offsetTable"]
+            out = {}
+            for key, queues in table.items():
+                topic, _, group = key.partition("@")
+                out.update({(group, topic, int(q)): int(offset) for q, offset in queues.items()})
+            return out
+
+        return read_answer(offsets, response, RequestCode.GET_ALL_CONSUMER_OFFSET)
 
     async def commit_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
         header = bh.UpdateConsumerOffsetRequestHeader(
@@ -464,26 +485,26 @@ class Admin:
         response = await self.call(
             addr, RequestCode.GET_MAX_OFFSET, bh.QueueHeader(topic=topic, queue_id=queue_id)
         )
-        return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+        return answer_header(bh.OffsetResponseHeader, response).offset
 
     async def min_offset(self, addr: str, topic: str, queue_id: int) -> int:
         """GET_MIN_OFFSET (31): the oldest queue offset still stored."""
         response = await self.call(
             addr, RequestCode.GET_MIN_OFFSET, bh.QueueHeader(topic=topic, queue_id=queue_id)
         )
-        return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+        return answer_header(bh.OffsetResponseHeader, response).offset
 
     async def earliest_time(self, addr: str, topic: str, queue_id: int) -> int:
         """GET_EARLIEST_MSG_STORETIME (32): the store time (ms) of the queue's oldest stored message."""
         response = await self.call(
             addr, RequestCode.GET_EARLIEST_MSG_STORETIME, bh.QueueHeader(topic=topic, queue_id=queue_id)
         )
-        return bh.TimestampResponseHeader.from_ext_fields(response.ext_fields).timestamp
+        return answer_header(bh.TimestampResponseHeader, response).timestamp
 
     async def search_offset(self, addr: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
         header = bh.SearchOffsetRequestHeader(topic=topic, queue_id=queue_id, timestamp=timestamp_ms)
         response = await self.call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header)
-        return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+        return answer_header(bh.OffsetResponseHeader, response).offset
 
     async def reset_offset_by_time(
         self, addr: str, topic: str, group: str, timestamp_ms: int
@@ -491,7 +512,131 @@ class Admin:
         """INVOKE_BROKER_TO_RESET_OFFSET: the broker moves its online consumers to ``timestamp_ms``."""
         header = bh.ResetOffsetRequestHeader(topic=topic, group=group, timestamp=timestamp_ms, is_force=True)
         response = await self.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header)
-        return bb.ResetOffsetBody.loads(response.body).offset_table if response.body else {}
+        if not response.body:
+            return {}
+        return read_answer(
+            bb.ResetOffsetBody.loads, response, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET
+        ).offset_table
+
+
+#: The exceptions a reader of a peer's body raises on what does not read as the bean it should be.
+_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError)
+
+
+def read_answer(read: Callable[[bytes], T], response: RemotingCommand, code: int) -> T:
+    """``read(response.body)`` (a bean's ``loads``), checked against what a RocketMQ server can send: each
+    field of the type its hint names, numbers within Java's long and finite. A body that is not raises
+    RemotingProtocolError (exit 7) naming the request: a hostile or broken server's answer of a list where
+    an object belongs, a number past 64 bits or NaN, reached the commands' arithmetic and tables and ended
+    them with a traceback's last line (exit 1, "a bug")."""
+    try:
+        value = read(response.body)
+        problem = _misshapen(value)
+        problem = None if problem is None else f"body{problem}"
+    except _UNREADABLE as exc:
+        problem = str(exc) or type(exc).__name__
+    if problem is not None:
+        raise RemotingProtocolError(f"the answer to {_code_name(code)} does not read: {problem}")
+    return value
+
+
+def answer_header(kind: type[H], response: RemotingCommand) -> H:
+    """``kind`` read from the answer's fields, its numbers within Java's long (see :func:`read_answer`)."""
+    header = kind.from_ext_fields(response.ext_fields)
+    problem = _misshapen(header)
+    problem = None if problem is None else f"{kind.__name__}{problem}"
+    if problem is not None:
+        raise RemotingProtocolError(f"an answer's header does not read: {problem}")
+    return header
+
+
+def _code_name(code: int) -> str:
+    try:
+        return f"{RequestCode(code).name} ({code})"
+    except ValueError:
+        return f"request code {code}"
+
+
+def _misshapen(value: Any, hint: Any = Any, depth: int = 0) -> str | None:
+    """What in ``value`` (decoded JSON, or beans made of it) is not of ``hint``, as ``path: problem``
+    (the path relative to ``value``), or None. Written for a 10,000-topic table: the common values
+    return on their first test and a path is built only for a problem."""
+    kind: Any = type(value)  # (Any: mypy takes a class for no Hashable)
+    hint, origin, args = _shape(hint)
+    if kind is str:
+        return None if hint is str or hint is Any else f": a string where a {_hint_name(hint)} belongs"
+    if kind is int:
+        if hint is not int and hint is not Any and hint is not float:
+            return f": {value!r} where a {_hint_name(hint)} belongs"
+        return None if _MIN_LONG <= value <= _MAX_LONG else f": {value} is past 64 bits"
+    if value is None:
+        return None
+    if depth > 64:
+        return ": nested too deep"
+    if hasattr(kind, "__dataclass_fields__"):
+        for name, item_hint in _field_hints(kind):
+            problem = _misshapen(getattr(value, name), item_hint, depth + 1)
+            if problem is not None:
+                return f".{name}{problem}"
+        return None
+    if kind is bool:
+        return None if hint is bool or hint is Any else f": {value!r} where a {_hint_name(hint)} belongs"
+    if kind is float:
+        if hint is not float and hint is not Any:
+            return f": {value!r} where a {_hint_name(hint)} belongs"
+        return None if math.isfinite(value) else f": {value!r} is no number"
+    if kind is dict:
+        if hint is not Any and origin is not dict:
+            return f": an object where a {_hint_name(hint)} belongs"
+        key_hint, item_hint = args if args else (Any, Any)
+        for key, item in value.items():
+            problem = _misshapen(key, key_hint, depth + 1)
+            if problem is not None:
+                return f" key{problem}"
+            problem = _misshapen(item, item_hint, depth + 1)
+            if problem is not None:
+                return f"[{key!r:.60}]{problem}"
+        return None
+    if kind in (list, set, frozenset, tuple):
+        if hint is not Any and origin not in (list, set, frozenset, tuple):
+            return f": a list where a {_hint_name(hint)} belongs"
+        item_hint = args[0] if args else Any
+        for item in value:
+            problem = _misshapen(item, item_hint, depth + 1)
+            if problem is not None:
+                return f"[]{problem}"
+    return None
+
+
+_MIN_LONG, _MAX_LONG = -(2**63), 2**63 - 1
+
+
+@functools.cache
+def _shape(hint: Any) -> tuple[Any, Any, tuple[Any, ...]]:
+    """``hint`` without its ``| None``, with its origin and arguments."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        hint = inner[0] if len(inner) == 1 else Any
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    return hint, origin, args
+
+
+@functools.cache
+def _field_hints(kind: type) -> tuple[tuple[str, Any], ...]:
+    hints = typing.get_type_hints(kind)
+    return tuple((item.name, hints[item.name]) for item in dataclasses.fields(kind))
+
+
+def _hint_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is dict:
+        return "JSON object"
+    if origin in (list, set, frozenset, tuple):
+        return "list"
+    return {int: "number", float: "number", str: "string", bool: "boolean"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
 
 
 def read_deadline(timeout: float) -> float:

@@ -32,7 +32,7 @@ from daemon.broker.headers import (
 )
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.errors import RemotingCommandError
-from mqctl.admin.client import Admin
+from mqctl.admin.client import Admin, answer_header
 from store import (
     AUTO_CREATE_TOPIC,
     PROPERTY_UNIQ_KEY,
@@ -145,7 +145,7 @@ async def send(
         ResponseCode.SLAVE_NOT_AVAILABLE,
     )
     response = await admin.call(addr, RequestCode.SEND_MESSAGE_V2, header, body, expect=stored)
-    reply = SendMessageResponseHeader.from_ext_fields(response.ext_fields)
+    reply = answer_header(SendMessageResponseHeader, response)
     status = "SEND_OK" if response.code == ResponseCode.SUCCESS else ResponseCode(response.code).name
     return SendResult(props[PROPERTY_UNIQ_KEY], reply.msg_id, reply.queue_id, reply.queue_offset, status)
 
@@ -212,7 +212,7 @@ async def pull(
         ResponseCode.PULL_OFFSET_MOVED,
     )
     response = await admin.call(addr, RequestCode.PULL_MESSAGE, header, expect=expect)
-    reply = PullMessageResponseHeader.from_ext_fields(response.ext_fields)
+    reply = answer_header(PullMessageResponseHeader, response)
     found = response.code == ResponseCode.SUCCESS
     result = PullResult(found, reply.next_begin_offset, reply.min_offset, reply.max_offset)
     if found and decode:

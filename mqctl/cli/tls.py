@@ -24,6 +24,14 @@ def init(
         ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace existing files.")] = False,
+    member_ca: Annotated[
+        bool,
+        typer.Option(
+            "--member-ca",
+            help="Also write a CA of the replication members' own and a member certificate it signs "
+            "(member-ca.pem/.key, member.pem/.key), for tls.member.trustCertPath.",
+        ),
+    ] = False,
     output: OutputOpt = "table",
 ) -> None:
     """Write a CA, a server certificate and a client certificate signed by it (keys mode 600).
@@ -33,21 +41,30 @@ def init(
 
     Daemons: tls.server.certPath=server.pem, tls.server.keyPath=server.key, tls.server.trustCertPath=ca.pem
     (and tls.client.trustCertPath=ca.pem with tls.enable=true). mqctl: --ca ca.pem [--cert client.pem
-    --key client.key]."""
+    --key client.key].
+
+    With --member-ca, the members trust one another by their own CA instead of the mark:
+    tls.member.trustCertPath=member-ca.pem, tls.member.certPath=member.pem, tls.member.keyPath=member.key
+    (haTls=true), and the CA that signs clients signs no member."""
     from mqctl.output import render
 
-    paths = write_certificates(directory, san or None, force=force)
+    paths = write_certificates(directory, san or None, force=force, member_ca=member_ca)
     render([{"role": role, "file": str(path)} for role, path in paths.items()], output)
 
 
-def write_certificates(directory: Path, sans: list[str] | None, *, force: bool) -> dict[str, Path]:
-    """`daemon.remoting.tls.write_local_ca` into `directory`, refusing to replace files unless `force`."""
-    from daemon.remoting.tls import LOCAL_FILES, write_local_ca
+def write_certificates(
+    directory: Path, sans: list[str] | None, *, force: bool, member_ca: bool = False
+) -> dict[str, Path]:
+    """`daemon.remoting.tls.write_local_ca` (and `write_member_ca`) into `directory`, refusing to replace
+    files unless `force`."""
+    from daemon.remoting.tls import LOCAL_FILES, MEMBER_FILES, write_local_ca, write_member_ca
     from mqctl.errors import ConflictError
 
-    existing = [name for name in LOCAL_FILES.values() if (directory / name).exists()]
+    names = [*LOCAL_FILES.values(), *(MEMBER_FILES.values() if member_ca else ())]
+    existing = [name for name in names if (directory / name).exists()]
     if existing and not force:
         raise ConflictError(
             f"{directory} already holds {', '.join(existing)}", hint="use --force to replace them"
         )
-    return write_local_ca(directory, sans=sans)
+    paths = write_local_ca(directory, sans=sans)
+    return {**paths, **write_member_ca(directory, sans=sans)} if member_ca else paths

@@ -21,7 +21,7 @@ from daemon.acl.admin import (
 from daemon.acl.plain import address_matcher, parse_perm, perm_name
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.errors import RemotingCommandError
-from mqctl.admin.client import Admin
+from mqctl.admin.client import Admin, answer_header
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.output import Rows
 from mqctl.services.cluster import brokers
@@ -205,7 +205,7 @@ async def show(
     out: list[AclSummary] = []
     for addr in await targets(admin, cluster, broker):
         info = await admin.call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
-        header = GetBrokerAclConfigResponseHeader.from_ext_fields(info.ext_fields)
+        header = answer_header(GetBrokerAclConfigResponseHeader, info)
         config = await config_of(admin, addr)
         out.append(
             {

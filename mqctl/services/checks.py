@@ -21,6 +21,7 @@ from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin.client import Admin
 from mqctl.errors import MqctlError, NotFoundError, is_acl_refusal, translate
 from mqctl.services.cluster import BrokerRow, brokers
+from mqctl.units import server_float, server_int
 from store import dlq_topic
 
 
@@ -224,8 +225,7 @@ def write_refusal(info: dict[str, str], busy_ms: float = PAGE_CACHE_BUSY_MS) -> 
     said = info.get(WRITE_REFUSED_RUNTIME_KEY)
     if said:
         return said
-    locked = info.get("pageCacheLockTimeMills", "0")
-    held = int(locked) if locked.isdigit() else 0
+    held = server_int(info.get("pageCacheLockTimeMills")) or 0
     if busy_ms < held < 10_000_000:  # 4.9.8's isOSPageCacheBusy (a larger figure is no lock at all)
         return f"OS page cache busy: the CommitLog lock held {held} ms, puts answered OS_PAGECACHE_BUSY"
     return None
@@ -362,9 +362,9 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
                 refusing += 1
                 states.append(State.CRITICAL)
                 problems.append(f"{_name(row)} refuses writes: {refusal}")
-            quarantines = int(answer.get("storeQuarantines") or 0)
+            quarantines = server_int(answer.get("storeQuarantines")) or 0
             if quarantines:  # it serves, but recovery or replication set data aside for the operator
-                records = int(answer.get("storeQuarantinedRecords") or 0)
+                records = server_int(answer.get("storeQuarantinedRecords")) or 0
                 set_aside += records
                 states.append(State.WARNING)
                 problems.append(
@@ -455,10 +455,8 @@ class Watermarks:
         """From GET_BROKER_CONFIG; a 4.9.8 broker keeps the last two as JVM properties: their defaults."""
 
         def number(key: str, default: float) -> float:
-            try:
-                return float(config.get(key, default))
-            except ValueError:
-                return default
+            value = server_float(config.get(key))
+            return default if value is None else value
 
         # diskMaxUsedSpaceRatio is clamped to 10..95 as DefaultMessageStore#CleanCommitLogService does.
         max_used = min(max(number("diskMaxUsedSpaceRatio", 75), 10), 95) / 100
@@ -479,17 +477,18 @@ async def _disk_of(admin: Admin, row: BrokerRow) -> tuple[float, Watermarks, str
         )
     except RemotingError as exc:
         return exc
-    try:
-        ratio = float(info["commitLogDiskRatio"])
-    except (KeyError, ValueError):
-        return MqctlError(f"{row.addr} reports no commitLogDiskRatio")
+    text = info.get("commitLogDiskRatio")
+    ratio = server_float(text)
+    if ratio is None or ratio > 1:  # a usage is a fraction: NaN, words, infinities and 2^70 are none
+        said = f" but {text!r}"[:80] if text is not None else ""
+        return MqctlError(f"{row.addr} reports no commitLogDiskRatio{said}")
     if ratio < 0:  # UtilAll#getDiskPartitionSpaceUsedPercent's -1: a path it cannot measure, not a usage
         return MqctlError(
             f"{row.addr} reports commitLogDiskRatio {ratio:g}: its CommitLog path cannot be measured"
         )
     marks = Watermarks.of(config)
-    busy = config.get("osPageCacheBusyTimeOutMills", "")
-    refusal = write_refusal(info, float(busy) if busy.isdigit() else PAGE_CACHE_BUSY_MS)
+    busy = server_int(config.get("osPageCacheBusyTimeOutMills"))
+    refusal = write_refusal(info, PAGE_CACHE_BUSY_MS if busy is None else busy)
     if refusal is None and ratio > marks.warning_level:
         refusal = f"disk full: {ratio:.0%} used, above diskSpaceWarningLevelRatio {marks.warning_level:.0%}"
     return ratio, marks, refusal

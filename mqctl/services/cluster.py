@@ -11,6 +11,7 @@ from typing import TypedDict
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
+from mqctl.units import server_float, server_int
 
 log = logging.getLogger(__name__)
 
@@ -94,13 +95,13 @@ def stall_split(table: dict[str, str]) -> dict[str, float] | None:
 
     if STALL_KEYS[0] not in table:
         return None
-    return {cause: float(table.get(key, "0")) for cause, key in zip(CAUSES, STALL_KEYS, strict=True)}
+    return {cause: server_float(table.get(key)) or 0.0 for cause, key in zip(CAUSES, STALL_KEYS, strict=True)}
 
 
 def first_float(text: str | None) -> float | None:
     """RocketMQ's TPS fields hold 'last10s last60s last600s' (or blanks before any traffic)."""
     parts = (text or "").split()
-    return float(parts[0]) if parts else None
+    return server_float(parts[0]) if parts else None
 
 
 async def status_of(admin: Admin, row: BrokerRow) -> BrokerStatus:
@@ -114,10 +115,10 @@ async def status_of(admin: Admin, row: BrokerRow) -> BrokerStatus:
         version=table.get("brokerVersionDesc"),
         put_tps=first_float(table.get("putTps")),
         get_tps=first_float(table.get("getTransferedTps")),
-        disk_ratio=float(table["commitLogDiskRatio"]) if "commitLogDiskRatio" in table else None,
-        commitlog_max_offset=int(max_offset) if max_offset and max_offset.lstrip("-").isdigit() else None,
+        disk_ratio=server_float(table.get("commitLogDiskRatio")),
+        commitlog_max_offset=server_int(max_offset),
         broker_role=table.get("brokerRole"),
-        pop_in_flight=int(table["popInFlightTotal"]) if table.get("popInFlightTotal", "").isdigit() else None,
+        pop_in_flight=server_int(table.get("popInFlightTotal")),
     )
 
 

@@ -212,8 +212,10 @@ async def each_broker(
         named = "; ".join(f.describe() for f in found[:NAMED_FAILURES])
         if len(found) > NAMED_FAILURES:
             named += f"; and {len(found) - NAMED_FAILURES} more"
+        denied = any(f.reason == "ACL denied" for f in found)  # (else credentials are not the cause)
         raise NothingReadError(
             "no broker could be read: " + named,
-            hint="check credentials (--access-key) for an ACL-enabled cluster, or narrow it with --cluster",
+            hint=("check credentials (--access-key) for an ACL-enabled cluster, or " if denied else "")
+            + "narrow it with --cluster",
         )
     return answers

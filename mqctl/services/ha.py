@@ -9,6 +9,7 @@ from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
 from mqctl.output import Rows
 from mqctl.services.cluster import BrokerRow, brokers
+from mqctl.units import server_int
 
 
 @dataclass
@@ -81,8 +82,7 @@ NARROW = (
 )
 
 
-def _int(text: str | None) -> int | None:
-    return int(text) if text and text.lstrip("-").isdigit() else None
+_int = server_int
 
 
 def _peer(fields: list[str]) -> str:

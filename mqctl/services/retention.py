@@ -21,7 +21,7 @@ from daemon.broker.clean import CLEAN_PLAN, PlanBody
 from daemon.broker.headers import DeleteExpiredCommitLogHeader
 from daemon.remoting.codes import RequestCode, ResponseCode
 from mqctl.admin import messaging
-from mqctl.admin.client import Admin
+from mqctl.admin.client import Admin, read_answer
 from mqctl.errors import StoreError
 from mqctl.output import Rows
 from mqctl.services import store_inspect as si
@@ -486,7 +486,9 @@ async def broker_plan(admin: Admin, addr: str) -> PlanBody | None:
     response = await admin.call(
         addr, CLEAN_PLAN, expect=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
     )
-    return PlanBody.loads(response.body) if response.code == ResponseCode.SUCCESS else None
+    return (
+        read_answer(PlanBody.loads, response, CLEAN_PLAN) if response.code == ResponseCode.SUCCESS else None
+    )
 
 
 async def broker_clean(admin: Admin, addr: str, *, execute: bool, wait: float) -> CleanReport:

@@ -22,6 +22,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import ContentSwitcher, DataTable, Input, Sparkline, Static
 
 from mqctl.errors import translate
+from mqctl.output import printable
 from mqctl.services.topics import hidden_note
 from mqctl.top import format as fmt
 from mqctl.top.model import BrokerView, GroupDetail, Snapshot, TopSource
@@ -73,9 +74,18 @@ def _off_screen(table: Table) -> list[str]:
     return [f"{fmt.plural(table.hidden, 'column')} off screen (widen it)  "] if table.hidden else []
 
 
-def _cells(values: Sequence[str], right_from: int) -> list[Text | str]:
-    """Numbers right-aligned: every column from ``right_from`` on."""
-    return [Text(v, justify="right") if i >= right_from else v for i, v in enumerate(values)]
+def _cells(values: Sequence[str], right_from: int) -> list[Text]:
+    """Numbers right-aligned: every column from ``right_from`` on. Each cell a ``Text`` of its value with
+    control characters escaped: a DataTable reads a ``str`` cell as Rich markup, so a topic a server named
+    ``[link=...]`` wrote a hyperlink's escape sequence to the terminal, ``[/x]`` ended mqctl top with a
+    MarkupError, and an ESC in a name reached the terminal as it was. A cell's newlines stay: a wrapped
+    cell's lines are counted into its row's height."""
+    return [Text(printable(v), justify="right" if i >= right_from else "left") for i, v in enumerate(values)]
+
+
+def _shown(text: str) -> str:
+    """What a server sent, as a terminal may show it (see :func:`mqctl.output.printable`)."""
+    return printable(text, newlines=False)
 
 
 class Table(DataTable[Any]):
@@ -198,7 +208,9 @@ class GroupScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(
-            Text(f"Group {self.group} — loading…  (Esc back, r refresh)"), id="group-title", classes="title"
+            Text(_shown(f"Group {self.group} — loading…  (Esc back, r refresh)")),
+            id="group-title",
+            classes="title",
         )
         yield Table(fmt.QUEUE_COLUMNS, right_from=2, cut_from=6, id="queues")
         yield Static("Online clients", classes="title")
@@ -220,14 +232,16 @@ class GroupScreen(Screen[None]):
         try:
             detail = await app.source.group_detail(self.group)
         except Exception as exc:  # shown, never fatal: the group may be gone or the broker down
-            title.update(Text(f"Group {self.group} — error: {translate(exc)}  (Esc back, r retry)"))
+            title.update(Text(_shown(f"Group {self.group} — error: {translate(exc)}  (Esc back, r retry)")))
             return
         self.detail = detail
         lag = sum(q.lag for q in detail.queues)
         title.update(
             Text(
-                f"Group {self.group} — {fmt.plural(len(detail.queues), 'queue')}, lag {lag:,}, "
-                f"{fmt.plural(len(detail.clients), 'client')}  (Esc back, r refresh)"
+                _shown(
+                    f"Group {self.group} — {fmt.plural(len(detail.queues), 'queue')}, lag {lag:,}, "
+                    f"{fmt.plural(len(detail.clients), 'client')}  (Esc back, r refresh)"
+                )
             )
         )
         self.query_one("#queues", Table).sync(
@@ -389,7 +403,9 @@ class TopApp(App[None]):
         tabs = Text(no_wrap=True, overflow="ellipsis")
         for i, (name, label) in enumerate(VIEW_TABS, 1):
             tabs.append(f" {i} {label} ", style="reverse bold" if name == self.view else "")
-        tabs.append(fmt.shorten(f"  {self.target}", self.size.width - tabs.cell_len, ";"), style="dim")
+        tabs.append(
+            fmt.shorten(_shown(f"  {self.target}"), self.size.width - tabs.cell_len, ";"), style="dim"
+        )
         self.query_one("#tabs", Static).update(tabs)
 
         now = self.clock.now()
@@ -410,7 +426,7 @@ class TopApp(App[None]):
         status = Text(no_wrap=True, overflow="ellipsis")
         if self.error is not None:
             status.append(
-                f"error: {self.error}; retrying every {self.interval:g}s (failed {self.failures}×)",
+                _shown(f"error: {self.error}; retrying every {self.interval:g}s (failed {self.failures}×)"),
                 style="bold red",
             )
         elif self.snapshot is None:
@@ -419,7 +435,7 @@ class TopApp(App[None]):
             status.append(f"updated {_clock(self.snapshot.taken_at)}")
             down = down_summary(self.snapshot.overview.brokers)
             if down:
-                status.append(f"  {down}", style="bold yellow")
+                status.append(_shown(f"  {down}"), style="bold yellow")
         status.append(
             f"  every {self.interval:g}s" + ("  PAUSED" if self.paused else "") + "  ? help  q quit",
             style="dim",
@@ -462,7 +478,7 @@ class TopApp(App[None]):
             "writes blocked 90%  ",
             *_off_screen(table),
         ]
-        info = Text(fmt.pack(counts, width) + "\n" + fmt.pack(store, width))
+        info = Text(fmt.pack([_shown(c) for c in counts], width) + "\n" + fmt.pack(store, width))
         self.query_one("#overview-info", Static).update(info)
         self.query_one("#put-label", Static).update(Text(f"Put {fmt.rate(ov.put_tps)}"))
         self.query_one("#get-label", Static).update(Text(f"Get {fmt.rate(ov.get_tps)}"))
@@ -521,7 +537,9 @@ class TopApp(App[None]):
         table = self.query_one("#store-table", Table)
         table.sync([(f"{r[0]}/{r[1]}", r) for r in rows])
         width = self._info_width()
-        lines = [fmt.pack(fmt.store_phrases(s, now), width) for s in stores] or ["no master broker answered"]
+        lines = [fmt.pack([_shown(p) for p in fmt.store_phrases(s, now)], width) for s in stores] or [
+            "no master broker answered"
+        ]
         if table.hidden:
             lines.append(fmt.pack(_off_screen(table), width))
         self.query_one("#store-info", Static).update(Text("\n".join(lines)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass, field, replace
@@ -45,6 +46,7 @@ from mqctl.top.model import (
     StoreView,
     TopicRow,
 )
+from mqctl.units import server_float, server_int
 from store import SYSTEM_GROUPS, Clock, SystemClock
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,8 @@ def parse_metrics(text: str) -> Scrape:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             table = wanted.get(sample.name)
-            if table is not None:
-                topic = sample.labels["topic"]
+            topic = sample.labels.get("topic")
+            if table is not None and topic is not None and math.isfinite(sample.value):
                 table[topic] = table.get(topic, 0) + int(sample.value)
     return scrape
 
@@ -106,14 +108,13 @@ def _settings(addr: str, config: dict[str, str]) -> BrokerSettings:
     )
     reserved = config.get("fileReservedTime")
     return BrokerSettings(
-        file_size=int(config.get("mappedFileSizeCommitLog", 1024**3)),
-        reserved_hours=float(reserved) if reserved else None,
+        file_size=server_int(config.get("mappedFileSizeCommitLog")) or 1024**3,
+        reserved_hours=server_float(reserved),
         metrics_url=url,
     )
 
 
-def _int(text: str | None) -> int | None:
-    return int(text) if text and text.lstrip("-").isdigit() else None
+_int = server_int
 
 
 async def _none() -> None:
@@ -226,7 +227,7 @@ class LiveSource:
             version=runtime.get("brokerVersionDesc"),
             put_tps=first_float(runtime.get("putTps")),
             get_tps=first_float(runtime.get("getTransferedTps")),
-            disk_ratio=float(disk) if disk else None,
+            disk_ratio=server_float(disk),
             commitlog_min=_int(runtime.get("commitLogMinOffset")),
             commitlog_max=_int(runtime.get("commitLogMaxOffset")),
             file_size=settings.file_size,
@@ -254,7 +255,11 @@ class LiveSource:
         except httpx.HTTPError as exc:
             log.info("metrics at %s unavailable (%s); using admin requests", url, exc)
             return None
-        return parse_metrics(response.text)
+        try:
+            return parse_metrics(response.text)
+        except ValueError as exc:  # not the exposition format: the broker's word, not a failure of ours
+            log.info("metrics at %s do not read (%s); using admin requests", url, exc)
+            return None
 
     # ------------------------------------------------------------------------------------- topics
 

@@ -44,7 +44,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.frame import encode_command
-from daemon.remoting.tls import write_local_ca
+from daemon.remoting.tls import write_local_ca, write_member_ca
 from store.dledger import encode_entry
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_group import failover
@@ -265,6 +265,43 @@ async def test_on_ha_tls_the_channel_is_mutual_tls(tmp_path: Path, caplog: pytes
         for b in brokers:
             if b is not None:
                 await b.stop()
+
+
+async def test_on_a_members_own_ca_the_channel_refuses_every_certificate_the_clients_ca_signed(
+    tmp_path: Path,
+) -> None:
+    """With `tls.member.trustCertPath` the group elects and replicates on the members' own CA, and a
+    peer presenting a certificate of the CA that signs the clients is refused, the daemons' listener
+    certificate included (it carries the member mark, which that CA could put on any certificate)."""
+    certs = write_local_ca(tmp_path / "ca")
+    own = write_member_ca(tmp_path / "members")
+    member_ca = {
+        "tls_member_trust_cert_path": str(own["member_ca"]),
+        "tls_member_cert_path": str(own["member_cert"]),
+        "tls_member_key_path": str(own["member_key"]),
+    }
+    keys = [{**k, "ha_tls": True, **server_keys(certs), **member_ca} for k in members(tmp_path)]
+    brokers = await running(keys)
+    client = RemotingClient(ssl=client_context(certs))
+    try:
+        leader, _on = await settled(brokers, client)
+        follower = next(b for b in brokers if b is not leader)
+        before = snapshot(brokers)
+        for cert, key in (("client_cert", "client_key"), ("server_cert", "server_key")):
+            ctx = client_context({"ca": own["member_ca"]})
+            ctx.load_cert_chain(certs[cert], certs[key])
+            intruder = RemotingClient(ssl=ctx, connect_timeout=1.0)
+            try:
+                for addr, req in forged(leader, follower):
+                    assert await send_forged(intruder, addr, req) is None, cert
+            finally:
+                await intruder.close()
+        await asyncio.sleep(0.5)
+        assert snapshot(brokers) == before
+    finally:
+        await client.close()
+        for b in brokers:
+            await b.stop()
 
 
 def _client_context(certs: dict[str, Path], trust: dict[str, Path] | None = None) -> Any:

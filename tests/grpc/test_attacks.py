@@ -916,12 +916,52 @@ def test_calls_whose_request_never_arrives_are_ended_and_bounded(
         arrivals = front.arrivals
         wait_for(lambda: arrivals.waiting == 0 and not arrivals.hosts, "no call left waiting", timeout=30)
         assert arrivals.refused >= calls - 40 and arrivals.expired >= 1
-        assert arrivals.refused + arrivals.expired == calls
+        assert arrivals.refused + arrivals.expired + arrivals.crowded == calls
         with grpc.insecure_channel(endpoint(cluster)) as channel:
             reply = MessagingServiceStub(channel).QueryRoute(
                 spb.QueryRouteRequest(topic=pb.Resource(name="Held")), timeout=10
             )
         assert reply.status.code == pb.OK and len(reply.message_queues) == 4
+
+
+def test_a_hosts_calls_whose_large_requests_stay_incomplete_are_ended_past_the_slow_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call waiting for its message buffers what came of it, and grpc opens its window to the whole
+    message the prefix announces: a host's thousand calls each announcing 4 MiB and sending all but a byte
+    held gigabytes for their 10 s. A host's calls still waiting after a second are now bounded (the oldest
+    past the bound ended RESOURCE_EXHAUSTED); those within it wait as before, and a real client is served."""
+    from daemon.grpc import arrival
+
+    monkeypatch.setattr(arrival, "REQUEST_ARRIVAL_S", 120.0)  # (no call ends by the time limit here)
+    monkeypatch.setattr(arrival, "SLOW_PER_HOST", 5)
+    calls, announced = 20, 1 << 20
+    with grpc_cluster(tmp_path) as cluster:
+        create_topic(cluster, "Held")
+        front = cluster.broker.grpc
+        assert front is not None
+        with _opened(front.port) as sock:
+            head = sock.recv(9)
+            sock.recv(int.from_bytes(head[:3], "big"))
+            sock.sendall(_h2_frame(4, 1, 0, b""))
+            fields = _call_headers("SendMessage")
+            part = b"\x00" + announced.to_bytes(4, "big") + b"x" * 8000
+            for i in range(calls):
+                sock.sendall(_h2_frame(1, 0x4, 2 * i + 1, fields) + _h2_frame(0, 0, 2 * i + 1, part))
+            ended: set[int] = set()
+            for kind, flags, stream in _h2_frames(sock, time.monotonic() + 60):
+                if kind == 3 or (kind == 1 and flags & 0x1):
+                    ended.add(stream)
+                if len(ended) == calls - 5:
+                    break
+            assert ended == {2 * i + 1 for i in range(calls - 5)}, sorted(ended)  # the oldest
+            arrivals = front.arrivals
+            assert arrivals.crowded == calls - 5 and arrivals.waiting == 5 and arrivals.expired == 0
+            with grpc.insecure_channel(endpoint(cluster)) as channel:
+                reply = MessagingServiceStub(channel).QueryRoute(
+                    spb.QueryRouteRequest(topic=pb.Resource(name="Held")), timeout=10
+                )
+            assert reply.status.code == pb.OK
 
 
 def test_a_request_trickling_in_within_the_limit_is_answered(

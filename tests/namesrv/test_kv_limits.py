@@ -4,35 +4,20 @@ kvConfig.json to be written."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import tracemalloc
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from daemon.namesrv import kvconfig
-from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.namesrv.kvconfig import encode_table
 from daemon.remoting.bodies import TopicRouteData
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store import fastjson
-from tests.support.namesrv import Namesrv, namesrv_config
-
-
-@contextlib.asynccontextmanager
-async def serving(config: NamesrvConfig) -> AsyncIterator[Namesrv]:
-    """A NameServer on `config`, and a client of it; stopped (its KV file written) on the way out."""
-    controller = NamesrvController(config)
-    await controller.start()
-    try:
-        async with RemotingClient() as client:
-            yield Namesrv(controller, client)
-    finally:
-        await controller.stop()
+from tests.support.namesrv import Namesrv, namesrv_config, serving
 
 
 def put(namespace: str, key: str, value: str) -> dict[str, str]:

@@ -4,6 +4,7 @@ mode leaves it open), and a peer registering thousands of invented brokers of th
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.headers import RegisterBrokerRequestHeader
 from store.models import DataVersion
-from tests.support.namesrv import Namesrv, count_decodes, namesrv_config
+from tests.support.namesrv import Namesrv, count_decodes, namesrv_config, serving
 
 
 async def _route(namesrv: Namesrv, topic: str) -> TopicRouteData | None:
@@ -165,3 +166,55 @@ async def test_a_table_past_the_cap_is_refused_by_its_count_before_it_is_parsed(
             assert len(decoded) == 2
     finally:
         await controller.stop()
+
+
+@pytest.mark.pure_python
+async def test_a_slaves_table_is_never_parsed_and_a_listed_address_past_the_cap_is_left_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The routes take no topic of a slave, yet a slave's table was parsed whole, and a listed address's
+    table whatever its count: a peer registering as a slave (listed once with a small table) with a
+    table of a million invented topics cost the NameServer seconds of CPU at each registration. A
+    slave's entries are now stepped over, and a table past the cap is refused by its count from a
+    listed address too, which stays listed with what it holds."""
+    async with serving(namesrv_config(tmp_path, route_max_queue_datas=200)) as ns:
+        routes = ns.controller.routes
+        real = {f"Real{i}": 4 for i in range(50)}
+        assert (await ns.register(real, compressed=True)).code == ResponseCode.SUCCESS
+        decoded = count_decodes(monkeypatch)
+        slave = "10.9.9.9:10911"
+        for i, compressed in enumerate((True, False)):
+            version = DataVersion(2 + i, 1700000000000 + i)
+            answer = await ns.register(
+                real, version=version, compressed=compressed, broker_addr=slave, broker_id=1
+            )
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            assert routes.broker_live_table[slave].data_version == version
+        flood = {f"Invented{i}": 8 for i in range(5000)}
+        for i, compressed in enumerate((True, False)):
+            for addr, broker_id in ((slave, 1), ("127.0.0.1:10911", 0)):
+                answer = await ns.register(
+                    flood,
+                    broker_addr=addr,
+                    broker_id=broker_id,
+                    version=DataVersion(9 + i, 1700000000009),
+                    compressed=compressed,
+                )
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+        assert decoded == []
+        assert routes.broker_addr_table["broker-a"].broker_addrs == {0: "127.0.0.1:10911", 1: slave}
+        assert routes.queue_datas == 50 and await _route(ns, "Invented0") is None
+
+
+def test_a_body_read_without_its_table_keeps_its_version_and_filter_servers() -> None:
+    version = DataVersion(7, 1700000000007)
+    table = {f"T{i}": TopicConfig(f"T{i}", 4, 4) for i in range(300)}
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper(table, version), ["10.0.0.1:1", "10.0.0.2:2"])
+    for compressed in (True, False):
+        head = RegisterBrokerBody.decode_without_table(body.encode(compressed), compressed)
+        assert head.topic_config_serialize_wrapper.data_version == version
+        assert head.topic_config_serialize_wrapper.topic_config_table == {}
+        assert head.filter_server_list == ["10.0.0.1:1", "10.0.0.2:2"]
+    cut = zlib.compress(zlib.decompress(body.encode(True))[:-40])
+    with pytest.raises(ValueError, match="truncated"):
+        RegisterBrokerBody.decode_without_table(cut, True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,12 +70,34 @@ class Namesrv:
 
 def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record the size of every registration body the NameServer parses whole from now on."""
-    decoded: list[int] = []
-    decode = RegisterBrokerBody.decode
+    return _count(monkeypatch, "decode")
+
+
+def count_heads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the size of every registration body the NameServer reads without its topic table (a
+    slave's) from now on."""
+    return _count(monkeypatch, "decode_without_table")
+
+
+def _count(monkeypatch: pytest.MonkeyPatch, method: str) -> list[int]:
+    sizes: list[int] = []
+    read = getattr(RegisterBrokerBody, method)
 
     def counting(body: bytes, compressed: bool = False) -> RegisterBrokerBody:
-        decoded.append(len(body))
-        return decode(body, compressed)
+        sizes.append(len(body))
+        return read(body, compressed)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(RegisterBrokerBody, "decode", staticmethod(counting))
-    return decoded
+    monkeypatch.setattr(RegisterBrokerBody, method, staticmethod(counting))
+    return sizes
+
+
+@contextlib.asynccontextmanager
+async def serving(config: NamesrvConfig) -> AsyncIterator[Namesrv]:
+    """A NameServer on `config`, and a client of it; stopped (its KV file written) on the way out."""
+    controller = NamesrvController(config)
+    await controller.start()
+    try:
+        async with RemotingClient() as client:
+            yield Namesrv(controller, client)
+    finally:
+        await controller.stop()

@@ -34,6 +34,7 @@ from daemon.remoting.tls import (
     make_certificate,
     new_key,
     write_local_ca,
+    write_member_ca,
     write_pem,
 )
 from daemon.safe_config import refuse_unsafe
@@ -272,11 +273,7 @@ async def test_slave_replicates_over_mutual_tls_and_a_plaintext_slave_gets_nothi
     master = await start_broker(tmp_path / "master", **ha)
     slave = await start_broker(tmp_path / "slave", broker_id=1, broker_role=SLAVE, **ha)
     try:
-        async with RemotingClient() as client:
-            for i in range(20):
-                sent = await BrokerClient(master.addr, client).send("HaTlsTopic", b"m%d" % i)
-                assert sent.code == ResponseCode.SUCCESS, sent.remark
-        await replicated(master, slave)
+        await _sent_and_replicated(master, slave, "HaTlsTopic", 20)
         assert master.ha_master is not None and master.ha_master.connections
         # a raw plaintext "slave" reporting offset 0 (which pulled a whole CommitLog before): nothing back
         reader, writer = await asyncio.open_connection("127.0.0.1", master.ha_master.port)
@@ -293,6 +290,15 @@ async def test_slave_replicates_over_mutual_tls_and_a_plaintext_slave_gets_nothi
         await slave.stop()
         await master.stop()
         await namesrv.stop()
+
+
+async def _sent_and_replicated(master: Broker, slave: Broker, topic: str, count: int) -> None:
+    """``count`` messages sent to the master, and the slave caught up with them."""
+    async with RemotingClient() as client:
+        for i in range(count):
+            sent = await BrokerClient(master.addr, client).send(topic, b"m%d" % i)
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await replicated(master, slave)
 
 
 async def _ha_read(port: int, ctx: ssl.SSLContext) -> bytes:
@@ -336,6 +342,81 @@ def test_ha_tls_on_certificates_without_the_member_mark_warns_that_clients_pass(
         broker_config(tmp_path / "marked", ha_tls=True, **server_keys(write_local_ca(tmp_path / "m")))
     )
     assert marked.ha_tls_settings is not None and marked.ha_tls_settings.members_only
+
+
+def member_keys(members: dict[str, Path]) -> dict[str, Any]:
+    """haTls on a CA of the members' own (`write_member_ca`), by field name."""
+    return {
+        "ha_tls": True,
+        "tls_member_trust_cert_path": str(members["member_ca"]),
+        "tls_member_cert_path": str(members["member_cert"]),
+        "tls_member_key_path": str(members["member_key"]),
+    }
+
+
+def test_a_member_pair_the_member_ca_did_not_sign_stops_the_broker_at_start(
+    tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    """With `tls.member.trustCertPath` each member verifies the other against it alone: a member pair it
+    did not sign (here the clients' CA's server certificate, marked as it is) would fail every
+    handshake, so the broker says so at start; the member CA's own pair passes, no mark needed."""
+    members = write_member_ca(tmp_path / "members")
+    wrong = {**member_keys(members), "tls_member_cert_path": str(certs["server_cert"])}
+    wrong["tls_member_key_path"] = str(certs["server_key"])
+    with pytest.raises(ConfigError, match=r"tls\.member\.trustCertPath .* do not make a handshake"):
+        Broker(broker_config(tmp_path / "wrong", **server_keys(certs), **wrong))
+    broker = Broker(broker_config(tmp_path / "right", **server_keys(certs), **member_keys(members)))
+    assert broker.ha_tls_settings is not None and broker.ha_tls_settings.member_trust
+
+
+@pytest.mark.slow
+async def test_members_of_their_own_ca_replicate_and_refuse_every_certificate_the_clients_ca_signed(
+    tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    """An operator whose CA marks nothing gives the members a CA of their own: the HA port then admits
+    the certificates it signs (unmarked) and refuses every certificate of the clients' CA, the daemons'
+    marked server certificate too, as the mark alone could not (that CA signs both)."""
+    members = write_member_ca(tmp_path / "members")
+    namesrv = await start_namesrv(tmp_path)
+    ha = {
+        "ha_listen_port": 0,
+        "ha_send_heartbeat_interval": 500,
+        "namesrv_addr": f"127.0.0.1:{namesrv.port}",
+        **server_keys(certs, mode="permissive"),
+        **member_keys(members),
+    }
+    master = await start_broker(tmp_path / "master", **ha)
+    slave = await start_broker(tmp_path / "slave", broker_id=1, broker_role=SLAVE, **ha)
+    try:
+        await _sent_and_replicated(master, slave, "MemberCaTopic", 5)
+        assert master.ha_master is not None
+        for cert, key in (("client_cert", "client_key"), ("server_cert", "server_key")):
+            ctx = ssl.create_default_context(cafile=str(members["member_ca"]))
+            ctx.check_hostname = False
+            ctx.load_cert_chain(certs[cert], certs[key])
+            assert await _ha_read(master.ha_master.port, ctx) == b"", cert
+        member = ssl.create_default_context(cafile=str(members["member_ca"]))
+        member.check_hostname = False
+        member.load_cert_chain(members["member_cert"], members["member_key"])
+        assert await _ha_read(master.ha_master.port, member) != b""
+    finally:
+        await slave.stop()
+        await master.stop()
+        await namesrv.stop()
+
+
+def test_tls_init_member_ca_writes_a_separate_ca(cli: RunCli, tmp_path: Path) -> None:
+    made = cli("tls", "init", str(tmp_path / "pki"), "--member-ca", "-o", "json")
+    assert made.code == 0, made.stderr
+    files = {row["role"]: Path(row["file"]) for row in made.json()}
+    assert {"ca", "server_cert", "member_ca", "member_cert", "member_key"} <= files.keys()
+    assert (files["member_key"].stat().st_mode & 0o077) == 0
+    from cryptography import x509
+
+    member = x509.load_pem_x509_certificate(files["member_cert"].read_bytes())
+    ca = x509.load_pem_x509_certificate(files["member_ca"].read_bytes())
+    member.verify_directly_issued_by(ca)
+    assert member.issuer != x509.load_pem_x509_certificate(files["ca"].read_bytes()).subject
 
 
 @pytest.mark.slow

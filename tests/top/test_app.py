@@ -239,3 +239,29 @@ async def test_every_screen_at_80_columns_cuts_nothing_mid_number() -> None:
             "a clean now deletes 1 file (1.0 GiB)",
         ):
             assert phrase in text, text
+
+
+@pytest.mark.slow
+async def test_names_a_server_sends_are_shown_as_data_never_as_markup_or_escapes() -> None:
+    """A DataTable reads a str cell as Rich markup: a topic a server named ``[/x]`` ended mqctl top with
+    a MarkupError, ``[link=...]`` made a hyperlink's escape sequence, and an ESC in a name reached the
+    terminal. Every cell is now its value as text, control characters escaped."""
+    from dataclasses import replace
+
+    from tests.top.data import SNAPSHOT, TOPICS
+
+    hostile = ("[/x]", "[link=https://example.invalid]click[/link]", "\x1b]0;title\x07\x1b[2Jred")
+    source, clock = fixed_source()
+    source.data = replace(SNAPSHOT, topics=(*TOPICS, *(replace(TOPICS[0], name=n) for n in hostile)))
+    app = TopApp(source, interval=3600, clock=clock, screen="topics")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.query_one("#topics-table", Table)
+        cells = [table.get_row_at(i)[0] for i in range(table.row_count)]
+        shown = {cell.plain: cell for cell in cells if isinstance(cell, Text)}
+        assert len(shown) == len(cells)  # every cell a Text, none a str read as markup
+        assert "[/x]" in shown and "[link=https://example.invalid]click[/link]" in shown
+        assert "\\x1b]0;title\\x07\\x1b[2Jred" in shown
+        assert all(not cell.spans and "\x1b" not in cell.plain for cell in cells)
+        rendered = "".join(str(seg.text) for seg in table.render_line(1))  # a row is drawn, no error
+        assert "\x1b" not in rendered

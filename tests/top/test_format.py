@@ -117,6 +117,19 @@ def test_parse_metrics_sums_queues_per_topic() -> None:
     assert scrape.puts == {"T": 7} and scrape.put_bytes == {"T": 700} and scrape.max_offsets == {"T": 7}
 
 
+def test_parse_metrics_skips_samples_no_broker_writes() -> None:
+    """A broker's /metrics is its word too: a NaN or infinite counter, or one without its topic label,
+    ended mqctl top with a traceback's last line ('cannot convert float NaN to integer')."""
+    text = (
+        'rocketmq_broker_put_messages_total{topic="T"} NaN\n'
+        'rocketmq_broker_put_messages_total{topic="U"} +Inf\n'
+        'rocketmq_broker_put_messages_total{cluster="c"} 5.0\n'
+        'rocketmq_broker_put_bytes_total{topic="T"} 700.0\n'
+    )
+    scrape = parse_metrics(text)
+    assert scrape.puts == {} and scrape.put_bytes == {"T": 700}
+
+
 def test_broker_state_carries_loop_lag_of_an_mqctl_broker_only() -> None:
     java = BrokerView("C", "broker-a", 0, "h:1", "V4_9_8", disk_ratio=0.1, metrics=True)
     assert fmt.broker_cells(java)[-1] == fmt.watermark(0.1)
