@@ -1539,6 +1539,12 @@ class DefaultMessageStore:
 
         return set_aside_replica_tail(self, cut, why)
 
+    def restart_replica_log(self, start: int) -> int:
+        """See :func:`store.replica_tail.restart_replica_log` (a slave behind its master's retention)."""
+        from store.replica_tail import restart_replica_log
+
+        return restart_replica_log(self, start)
+
     def replica_checked(self, end: int) -> None:
         """The divergence check found this log its master's up to ``end`` (its end then, or where it cut):
         the mark moves there, written at once, and reads are no longer held back."""

@@ -416,6 +416,13 @@ class ReplicaStore(Protocol):
         """Serve past the mark without a check (the master cannot be asked); the mark stays."""
         ...
 
+    def restart_replica_log(self, start: int) -> int:
+        """Begin the log again, empty, at ``start`` (a file's start past its end): the master's first retained
+        offset, when its retention deleted the slave's whole log (the master's records: the mark counted
+        them). Its files, and what was dispatched from them, are deleted as the master's were. Returns the
+        CommitLog files deleted. Never called while :meth:`dispatch_replica` runs."""
+        ...
+
     def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
         """Take everything from ``cut`` on out of service: the CommitLog's bytes and what was dispatched from
         them, kept where the store keeps what it sets aside (a file store: ``quarantine/<UTC>/``). A slave

@@ -31,6 +31,7 @@ from typing import Any
 
 from daemon.broker.headers import DAMAGED_FIELD, UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
 from daemon.lifecycle import cancel_tasks, supervise
+from daemon.remoting.bodies import KVTable
 from daemon.protect import budget_host
 from daemon.remoting.client import Transport, connected_to_itself, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -224,6 +225,18 @@ class SlaveConnection:
                     self.addr,
                     offset,
                     end,
+                )
+                return
+            first = self.master.store.min_phy_offset
+            if self.acked < 0 and 0 < offset < first:
+                # (4.9.8 sends such a slave heartbeats for ever: nothing it could append follows its end)
+                log.error(
+                    "HA slave %s reports offset %d, below this master's first retained offset %d (its retention "
+                    "deleted the records between): a slave of ours begins its log again there once it has "
+                    "asked this master where that is, any other needs an empty store: closing",
+                    self.addr,
+                    offset,
+                    first,
                 )
                 return
             if self.acked < 0:
@@ -561,6 +574,20 @@ class TailUncheckable(Exception):
     not speak VIEW_MESSAGE_BY_ID): the slave cannot check its tail against it at all."""
 
 
+_ACL_HINT = (
+    "; a slave's requests reach an ACL master signed (innerClientAuthenticationCredentials) or "
+    "from an address in its globalWhiteRemoteAddresses, as its metadata sync needs too"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MasterLog:
+    """What a master says of its CommitLog besides its records: ``first_offset``, where it starts (its
+    retention deleted what was before; 0 when it does not say)."""
+
+    first_offset: int
+
+
 class MasterRecords:
     """The record the master stores at a CommitLog offset, by VIEW_MESSAGE_BY_ID (33): the body of its
     answer is the stored record, byte for byte (4.9.8's ``selectOneMessageByOffset``; ours the same),
@@ -579,18 +606,34 @@ class MasterRecords:
         self._addr = addr
         self._find = find
 
-    async def at(self, offset: int) -> bytes | None:
+    async def _ask(self, request: RemotingCommand) -> tuple[str, RemotingCommand]:
         addr = self._addr()
         if addr is None and self._find is not None:
             addr = await self._find()
         if addr is None:
             raise TailUnknown("the master's broker address is not known yet")
-        fields = ViewMessageRequestHeader(offset).to_ext_fields()
-        request = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, fields)
         try:
-            response = await self._client.invoke(addr, request, 3.0)
+            return addr, await self._client.invoke(addr, request, 3.0)
         except RemotingError as exc:
             raise TailUnknown(f"master {addr}: {exc}") from None
+
+    async def log(self) -> MasterLog:
+        """Where the master's CommitLog starts, from its GET_BROKER_RUNTIME_INFO (``commitLogMinOffset``,
+        4.9.8's key too). A master that does not answer it says nothing: the check is made as before."""
+        addr, response = await self._ask(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        if response.code != ResponseCode.SUCCESS:
+            if is_acl_refusal(response.code, response.remark):
+                raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}{_ACL_HINT}")
+            return MasterLog(0)
+        try:
+            table = KVTable.loads(response.body or b"").table
+            return MasterLog(max(0, int(table.get("commitLogMinOffset", "0"))))
+        except ValueError:
+            return MasterLog(0)
+
+    async def at(self, offset: int) -> bytes | None:
+        fields = ViewMessageRequestHeader(offset).to_ext_fields()
+        addr, response = await self._ask(RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, fields))
         if response.code == ResponseCode.SUCCESS:
             return response.body or b""
         refused = is_acl_refusal(response.code, response.remark)
@@ -600,22 +643,26 @@ class MasterRecords:
                     f"master {addr}: its record at offset {offset} is damaged ({response.remark})"
                 )
             return None
-        hint = ""
         # an ACL master's refusal (a 4.9.8 one answers SYSTEM_ERROR with its AclException: taken for "no
         # record there", every record the check asked of would have counted as divergent, and been cut)
-        if refused:
-            hint = (
-                "; a slave's requests reach an ACL master signed (innerClientAuthenticationCredentials) or "
-                "from an address in its globalWhiteRemoteAddresses, as its metadata sync needs too"
-            )
+        hint = _ACL_HINT if refused else ""
         raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}{hint}")
 
 
-async def common_end(store: ReplicaStore, master_at: Callable[[int], Awaitable[bytes | None]]) -> int:
+async def common_end(
+    store: ReplicaStore,
+    master_at: Callable[[int], Awaitable[bytes | None]],
+    retained_from: int = 0,
+    vouched: int = 0,
+) -> int:
     """Where the slave's CommitLog stops agreeing with its master's: its end when its last record is
     byte for byte the master's record at the same offset, else the end of the last record they share
     (its start when none is shared). Walks back a file at a time by each file's first record, then
     searches the file whose first record is shared (a tail that differs differs from where it starts).
+
+    Below ``retained_from`` (the master's first offset) the master holds nothing to compare with: its
+    retention deleted those files, which is no divergence. A record there counts as shared when it ends
+    at or below ``vouched`` (the replica mark: the master's records, taken from its stream), else not.
 
     A record set aside in place (taken from the master, which serves it to no one) cannot be compared:
     the master answers no record there. The record after it decides for it (both logs agree past it, so
@@ -627,6 +674,8 @@ async def common_end(store: ReplicaStore, master_at: Callable[[int], Awaitable[b
 
     async def same(spans: list[tuple[int, int]], i: int) -> bool:
         while True:
+            if spans[i][0] < retained_from:
+                return spans[i][0] + spans[i][1] <= vouched
             mine = store.read_commit_log(*spans[i])
             if mine is None:
                 return False
@@ -816,36 +865,68 @@ class HASlave:
         if self.master_records is None or end == 0:
             return True
         try:
-            cut = await common_end(store, self.master_records.at)
+            master = await self.master_records.log()
+            cut = await common_end(store, self.master_records.at, master.first_offset, store.replica_mark)
         except TailUnknown as exc:
             log.warning("HA: this slave's last record is not checked against its master yet: %s", exc)
             return False
         except TailUncheckable as exc:
             log.warning("HA: this slave's last record cannot be checked against its master: %s", exc)
             return True
-        if cut >= end:
-            await self._checked(end)
-            return True
-        why = (
-            f"the slave's CommitLog differs from its master's from offset {cut} to its end {end} (a store "
-            "that ran apart from this master, or a master restored from an older disk)"
-        )
+        if cut < end:
+            await self._set_aside_tail(cut, end, master.first_offset)
+        if cut < master.first_offset:
+            await self._restart_log(cut, master.first_offset)
+            cut = master.first_offset
+        await self._checked(cut)
+        return True
+
+    async def _set_aside_tail(self, cut: int, end: int, retained_from: int) -> None:
+        """Take the records from ``cut`` to ``end`` out of service: they are not the master's or, below the
+        master's first offset ``retained_from`` and past the replica mark, not known to be and never to be
+        checked."""
+        if cut < retained_from:
+            why = (
+                f"the slave's CommitLog from offset {cut} to its end {end} is past its replica mark (not known "
+                f"to be its master's) and below its master's first retained offset {retained_from}: the "
+                "master's retention deleted what it could have been checked against"
+            )
+        else:
+            why = (
+                f"the slave's CommitLog differs from its master's from offset {cut} to its end {end} (a store "
+                "that ran apart from this master, or a master restored from an older disk)"
+            )
         async with self._dispatching:
             # on the loop, not in a worker: pulls are served on the loop, so none reads the tail while it
             # is copied away and truncated (a rare stall, and never a cut record served or a read of a
             # file being cut)
-            records, where = store.set_aside_replica_tail(cut, why)
+            records, where = self.store.set_aside_replica_tail(cut, why)
         log.error(
-            "HA: %d record(s) of this slave, offsets %d to %d, are not its master's: set aside%s; "
-            "replicating from offset %d",
+            "HA: %d record(s) of this slave, offsets %d to %d, are not %s: set aside%s; replicating from offset %d",
             records,
             cut,
             end,
+            "known to be its master's" if cut < retained_from else "its master's",
             f" in {where}" if where else "",
-            cut,
+            max(cut, retained_from),
         )
-        await self._checked(cut)
-        return True
+
+    async def _restart_log(self, end: int, start: int) -> None:
+        """The slave's log ends at ``end``, below its master's first offset ``start``: its records were its
+        master's, which its retention deleted with those up to ``start``. They go here as they went there,
+        and the log begins again at ``start``, where the master has records to send."""
+        async with self._dispatching:
+            files = self.store.restart_replica_log(start)
+        log.warning(
+            "HA: this slave's CommitLog ends at offset %d, below its master's first retained offset %d: the "
+            "master's retention deleted those records and the ones after them; the slave's %d CommitLog "
+            "file(s) of them are deleted as the master's were, with their ConsumeQueue and index files; "
+            "replicating from offset %d",
+            end,
+            start,
+            files,
+            start,
+        )
 
     async def _checked(self, end: int) -> None:
         """The log is the master's up to ``end``: the replica mark moves there and what was held back is

@@ -1,0 +1,115 @@
+"""A slave that comes back after its master's retention deleted the files holding its last records
+(docs/replication.md §behind-its-masters-retention)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from daemon.broker.broker import Broker
+from daemon.remoting.codes import ResponseCode
+from store.engine import DefaultMessageStore
+from store.ha import encode_report
+from store.record import decode_records
+from store.replica_tail import diverged_quarantines
+from tests.broker.test_ha import SMALL, Group, commitlog_files, master_and_slave, start_slave
+from tests.broker.test_ha_mark import TOPIC, fixed_ports, restart_master, send_common
+from tests.support.broker import replicated, start_broker
+from tests.support.cli import RunCli
+
+
+async def served(g: Group, broker: Broker) -> list[list[bytes]]:
+    """Every queue of the topic as a consumer reads it from its first retained offset."""
+    store = broker.store
+    assert isinstance(store, DefaultMessageStore)
+    out = []
+    for q in range(4):
+        bodies: list[bytes] = []
+        offset = store.get_min_offset(TOPIC, q)
+        while True:
+            r = await g.on(broker).pull("G", TOPIC, q, offset, max_nums=32)
+            if r.code != ResponseCode.SUCCESS:
+                break
+            bodies += [m.body for m in decode_records(r.body)]
+            offset = int(r.ext_fields["nextBeginOffset"])
+        out.append(bodies)
+    return out
+
+
+async def expire_all_but_the_newest_file(g: Group, tmp_path: Path, cli: RunCli) -> None:
+    """The operator's retention on the stopped master: every file but the newest expired, deleted by
+    'mqctl store clean --execute'."""
+    await g.master.stop()
+    done = await asyncio.to_thread(
+        cli, "store", "clean", "--store", str(tmp_path / "master"), "--reserved-hours", "0", "--execute", "--yes"
+    )
+    assert done.code == 0, done.stderr
+
+
+@pytest.mark.slow
+async def test_a_slave_behind_its_masters_retention_sets_nothing_aside_and_catches_up(
+    tmp_path: Path, cli: RunCli, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The slave was down while its master wrote several files and the operator's retention deleted all
+    but the newest: every record the slave holds is older than the master's first retained offset. Those
+    were the master's (its replica mark counts them all): none is set aside as divergent, and the slave
+    then holds exactly what the master holds, serves it, and replicates what follows."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 40, "old")
+        await replicated(g.master, g.slave)
+        slave_end = g.slave.store.max_phy_offset
+        await g.slave.stop()
+        for i in range(300):  # past several 256 KiB files
+            assert (await g.on(g.master).send(TOPIC, b"n" * 4000, queue_id=i % 4)).code == 0
+        await expire_all_but_the_newest_file(g, tmp_path, cli)
+        await restart_master(g, tmp_path, fixed)
+        assert g.master.store.min_phy_offset > slave_end
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await send_common(g, 8, "after")
+        await replicated(g.master, g.slave)
+        assert not diverged_quarantines(str(tmp_path / "slave"))
+        assert "not its master's" not in caplog.text
+        assert commitlog_files(g.slave) == commitlog_files(g.master)
+        assert await served(g, g.slave) == await served(g, g.master)
+        assert g.slave.store.replica_mark == g.master.store.max_phy_offset
+        # a slave that does not ask where the master's log starts (4.9.8's) reporting that old end is closed
+        # (4.9.8's master sends it heartbeats for ever)
+        reader, writer = await asyncio.open_connection("127.0.0.1", g.master.config.ha_listen_port)
+        writer.write(encode_report(slave_end))
+        async with asyncio.timeout(10):
+            assert await reader.read() == b""
+        writer.close()
+        assert f"reports offset {slave_end}, below this master's first retained offset" in caplog.text
+
+
+@pytest.mark.slow
+async def test_records_past_the_mark_below_the_masters_retention_are_set_aside_the_rest_are_not(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """The slave's store also ran as a master on its own (30 records past its mark) before its master's
+    retention deleted the files that could have told whether those were its master's: they are set
+    aside (never served), the 40 its mark counted are not, and the slave catches up as above."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 40, "old")
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        alone = await start_broker(tmp_path / "slave", **SMALL)  # the slave's store, a master on its own
+        for i in range(30):
+            assert (await g.on(alone).send(TOPIC, f"foreign-{i}".encode(), queue_id=i % 4)).code == 0
+        await alone.stop()
+        for i in range(300):
+            assert (await g.on(g.master).send(TOPIC, b"n" * 4000, queue_id=i % 4)).code == 0
+        await expire_all_but_the_newest_file(g, tmp_path, cli)
+        await restart_master(g, tmp_path, fixed)
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await replicated(g.master, g.slave)
+        [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
+        assert quarantine.records == 30
+        assert commitlog_files(g.slave) == commitlog_files(g.master)
+        assert await served(g, g.slave) == await served(g, g.master)
