@@ -412,6 +412,21 @@ class ReplicaStore(Protocol):
         too) and nothing is held back any longer."""
         ...
 
+    def name_replica_master(self, identity: str) -> None:
+        """The mark counts the records of the master's store ``identity`` (hex; "": not known: a master
+        that says none, or one the slave replicates from unchecked) from now on."""
+        ...
+
+    @property
+    def identity(self) -> str:
+        """This store's identity (hex), made once and kept beside it ("": a store that keeps nothing)."""
+        ...
+
+    @property
+    def replica_master(self) -> str:
+        """The identity of the master's store whose records the mark counts ("": not known)."""
+        ...
+
     def serve_unchecked(self) -> None:
         """Serve past the mark without a check (the master cannot be asked); the mark stays."""
         ...

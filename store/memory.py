@@ -232,6 +232,13 @@ class InMemoryMessageStore:
     def replica_checked(self, end: int) -> None:
         pass
 
+    def name_replica_master(self, identity: str) -> None:
+        pass
+
+    #: Nothing outlives the process: no identity to keep, no master's to remember.
+    identity = ""
+    replica_master = ""
+
     def serve_unchecked(self) -> None:
         pass
 

@@ -74,7 +74,7 @@ def restart_replica_log(store: DefaultMessageStore, start: int) -> int:
     with store._put_lock:
         cl = store.commit_log
         old = cl.files.files
-        if old and old[-1].file_from_offset + cl.file_size > start or start % cl.file_size:
+        if (old and old[-1].file_from_offset + cl.file_size > start) or start % cl.file_size:
             raise ValueError(f"offset {start} is not a file's start past the end of the log")
         cl.files.files = []
         cl.files.create_file(start)

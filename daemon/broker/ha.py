@@ -31,8 +31,8 @@ from typing import Any
 
 from daemon.broker.headers import DAMAGED_FIELD, UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
 from daemon.lifecycle import cancel_tasks, supervise
-from daemon.remoting.bodies import KVTable
 from daemon.protect import budget_host
+from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import Transport, connected_to_itself, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -41,6 +41,7 @@ from daemon.remoting.errors import RemotingError, is_acl_refusal
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import TLS_HANDSHAKE_TIMEOUT, bind_listener
 from store import fastjson
+from store.checkpoint import IDENTITY_SIZE
 from store.commitlog import PutMessageStatus
 from store.config import SLAVE, SYNC_MASTER, StoreConfig
 from store.config_files import (
@@ -583,9 +584,19 @@ _ACL_HINT = (
 @dataclass(frozen=True, slots=True)
 class MasterLog:
     """What a master says of its CommitLog besides its records: ``first_offset``, where it starts (its
-    retention deleted what was before; 0 when it does not say)."""
+    retention deleted what was before; 0 when it does not say), and ``identity``, its store's (ours,
+    ``haStoreIdentity``; "" from a master that carries none, 4.9.8's)."""
 
     first_offset: int
+    identity: str = ""
+
+
+def _is_identity(value: str) -> bool:
+    """A store identity as a broker shows it: hex, of :data:`store.checkpoint.IDENTITY_SIZE` bytes."""
+    try:
+        return len(bytes.fromhex(value)) == IDENTITY_SIZE
+    except ValueError:
+        return False
 
 
 class MasterRecords:
@@ -618,8 +629,9 @@ class MasterRecords:
             raise TailUnknown(f"master {addr}: {exc}") from None
 
     async def log(self) -> MasterLog:
-        """Where the master's CommitLog starts, from its GET_BROKER_RUNTIME_INFO (``commitLogMinOffset``,
-        4.9.8's key too). A master that does not answer it says nothing: the check is made as before."""
+        """Where the master's CommitLog starts and whose store it is, from its GET_BROKER_RUNTIME_INFO
+        (``commitLogMinOffset``, 4.9.8's key too; ``haStoreIdentity``, ours). A master that does not answer
+        it says nothing: the check is made as before."""
         addr, response = await self._ask(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
         if response.code != ResponseCode.SUCCESS:
             if is_acl_refusal(response.code, response.remark):
@@ -627,9 +639,11 @@ class MasterRecords:
             return MasterLog(0)
         try:
             table = KVTable.loads(response.body or b"").table
-            return MasterLog(max(0, int(table.get("commitLogMinOffset", "0"))))
+            first = max(0, int(table.get("commitLogMinOffset", "0")))
         except ValueError:
             return MasterLog(0)
+        identity = table.get("haStoreIdentity", "")
+        return MasterLog(first, identity if _is_identity(identity) else "")
 
     async def at(self, offset: int) -> bytes | None:
         fields = ViewMessageRequestHeader(offset).to_ext_fields()
@@ -862,24 +876,47 @@ class HASlave:
     async def _check_tail(self) -> bool:
         store = self.store
         end = store.max_phy_offset
-        if self.master_records is None or end == 0:
+        if self.master_records is None:
+            store.name_replica_master("")  # (what it appends at its mark is a master's it cannot name)
+            return True
+        if end == 0:  # nothing to check: the master's store is named, if it says, for what follows
+            with contextlib.suppress(TailUnknown, TailUncheckable):
+                store.name_replica_master((await self.master_records.log()).identity)
+                return True
+            store.name_replica_master("")
             return True
         try:
             master = await self.master_records.log()
-            cut = await common_end(store, self.master_records.at, master.first_offset, store.replica_mark)
+            cut = await common_end(store, self.master_records.at, master.first_offset, self._vouched(master))
         except TailUnknown as exc:
             log.warning("HA: this slave's last record is not checked against its master yet: %s", exc)
             return False
         except TailUncheckable as exc:
             log.warning("HA: this slave's last record cannot be checked against its master: %s", exc)
+            store.name_replica_master("")
             return True
         if cut < end:
             await self._set_aside_tail(cut, end, master.first_offset)
         if cut < master.first_offset:
             await self._restart_log(cut, master.first_offset)
             cut = master.first_offset
+        store.name_replica_master(master.identity)
         await self._checked(cut)
         return True
+
+    def _vouched(self, master: MasterLog) -> int:
+        """Up to where the replica mark vouches for this master's records: all of it, unless the mark
+        counts another master's store (the slave was switched to another master of its broker name)."""
+        mine = self.store.replica_master
+        if not (master.identity and mine and mine != master.identity):
+            return self.store.replica_mark
+        log.warning(
+            "HA: this slave's replica mark counts the records of another master's store (%s) than its "
+            "master's now (%s): none is taken as this master's unless it holds the same",
+            mine,
+            master.identity,
+        )
+        return 0
 
     async def _set_aside_tail(self, cut: int, end: int, retained_from: int) -> None:
         """Take the records from ``cut`` to ``end`` out of service: they are not the master's or, below the
@@ -1032,6 +1069,8 @@ HA_RUNTIME_KEYS = frozenset(
         "haDivergedRecords",
         "haDivergedQuarantine",
         "haReplicaMark",
+        "haReplicaMaster",
+        "haStoreIdentity",
         "haHeldBackBytes",
         "storeQuarantines",
         "storeQuarantinedRecords",
@@ -1040,7 +1079,11 @@ HA_RUNTIME_KEYS = frozenset(
 
 
 def ha_runtime_info(
-    role: str, master: HAMaster | None, slave: HASlave | None, quarantines: list[Manifest] | None = None
+    role: str,
+    master: HAMaster | None,
+    slave: HASlave | None,
+    quarantines: list[Manifest] | None = None,
+    identity: str = "",
 ) -> dict[str, str]:
     """mqctl's additions to GET_BROKER_RUNTIME_INFO: the role and the replication state.
 
@@ -1050,9 +1093,12 @@ def ha_runtime_info(
     and its replica mark with the bytes past it held back unchecked (``haReplicaMark``, ``haHeldBackBytes``).
     Offsets are CommitLog offsets; lag is the reader's sum. A store holding ``quarantines`` (data recovery
     or replication set aside, until the operator removes it) says how many and the records in them; of a
-    divergent tail set aside, how many records and the newest one.
+    divergent tail set aside, how many records and the newest one. ``identity``: the store's (a slave
+    learns its master's here, which its replica mark names: ``haStoreIdentity``, ``haReplicaMaster``).
     """
     info = {"brokerRole": role}
+    if identity:
+        info["haStoreIdentity"] = identity
     if quarantines:
         info["storeQuarantines"] = str(len(quarantines))
         info["storeQuarantinedRecords"] = str(sum(max(0, m.records) + max(0, m.damaged) for m in quarantines))
@@ -1072,6 +1118,8 @@ def ha_runtime_info(
             info["haClientAddress"] = slave.local_addr
         info["haMasterLastReadTimestamp"] = str(slave.last_read_ms)
         info["haReplicaMark"] = str(slave.store.replica_mark)
+        if slave.store.replica_master:
+            info["haReplicaMaster"] = slave.store.replica_master
         info["haHeldBackBytes"] = str(slave.store.held_back)
     return info
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from store.ha import encode_report
 from store.record import decode_records
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import SMALL, Group, commitlog_files, master_and_slave, start_slave
-from tests.broker.test_ha_mark import TOPIC, fixed_ports, restart_master, send_common
+from tests.broker.test_ha_mark import TOPIC, fixed_ports, restart_master, runtime, send_common
 from tests.support.broker import replicated, start_broker
 from tests.support.cli import RunCli
 
@@ -38,14 +39,29 @@ async def served(g: Group, broker: Broker) -> list[list[bytes]]:
     return out
 
 
-async def expire_all_but_the_newest_file(g: Group, tmp_path: Path, cli: RunCli) -> None:
-    """The operator's retention on the stopped master: every file but the newest expired, deleted by
-    'mqctl store clean --execute'."""
+async def write_then_expire_all_but_the_newest_file(g: Group, root: Path, cli: RunCli) -> None:
+    """The master writes past several files; then the operator's retention on it, stopped: every file but
+    the newest expired, deleted by 'mqctl store clean --execute' of its store (``root``)."""
+    for i in range(300):
+        assert (await g.on(g.master).send(TOPIC, b"n" * 4000, queue_id=i % 4)).code == 0
     await g.master.stop()
     done = await asyncio.to_thread(
-        cli, "store", "clean", "--store", str(tmp_path / "master"), "--reserved-hours", "0", "--execute", "--yes"
+        cli, "store", "clean", "--store", str(root), "--reserved-hours", "0", "--execute", "--yes"
     )
     assert done.code == 0, done.stderr
+
+
+async def slave_back(g: Group, tmp_path: Path, set_aside: int) -> None:
+    """The slave restarted with its master up: once it caught up, ``set_aside`` records of it are in a
+    quarantine (none: no quarantine), and it holds and serves what its master does."""
+    g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+    await send_common(g, 8, "after")
+    await replicated(g.master, g.slave)
+    quarantines = diverged_quarantines(str(tmp_path / "slave"))
+    assert [q.records for q in quarantines] == ([set_aside] if set_aside else [])
+    assert commitlog_files(g.slave) == commitlog_files(g.master)
+    assert await served(g, g.slave) == await served(g, g.master)
+    assert g.slave.store.replica_mark == g.master.store.max_phy_offset
 
 
 @pytest.mark.slow
@@ -62,20 +78,12 @@ async def test_a_slave_behind_its_masters_retention_sets_nothing_aside_and_catch
         await replicated(g.master, g.slave)
         slave_end = g.slave.store.max_phy_offset
         await g.slave.stop()
-        for i in range(300):  # past several 256 KiB files
-            assert (await g.on(g.master).send(TOPIC, b"n" * 4000, queue_id=i % 4)).code == 0
-        await expire_all_but_the_newest_file(g, tmp_path, cli)
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
         await restart_master(g, tmp_path, fixed)
         assert g.master.store.min_phy_offset > slave_end
 
-        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
-        await send_common(g, 8, "after")
-        await replicated(g.master, g.slave)
-        assert not diverged_quarantines(str(tmp_path / "slave"))
+        await slave_back(g, tmp_path, 0)
         assert "not its master's" not in caplog.text
-        assert commitlog_files(g.slave) == commitlog_files(g.master)
-        assert await served(g, g.slave) == await served(g, g.master)
-        assert g.slave.store.replica_mark == g.master.store.max_phy_offset
         # a slave that does not ask where the master's log starts (4.9.8's) reporting that old end is closed
         # (4.9.8's master sends it heartbeats for ever)
         reader, writer = await asyncio.open_connection("127.0.0.1", g.master.config.ha_listen_port)
@@ -102,14 +110,40 @@ async def test_records_past_the_mark_below_the_masters_retention_are_set_aside_t
         for i in range(30):
             assert (await g.on(alone).send(TOPIC, f"foreign-{i}".encode(), queue_id=i % 4)).code == 0
         await alone.stop()
-        for i in range(300):
-            assert (await g.on(g.master).send(TOPIC, b"n" * 4000, queue_id=i % 4)).code == 0
-        await expire_all_but_the_newest_file(g, tmp_path, cli)
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
         await restart_master(g, tmp_path, fixed)
 
-        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await slave_back(g, tmp_path, 30)
+
+
+@pytest.mark.slow
+async def test_a_slave_switched_to_another_master_of_its_name_takes_none_of_the_old_ones_records_for_its(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """Two masters of broker-a, two stores: the slave copied 40 records of master A; A is gone and B, of
+    the same name, took its place and its retention deleted all but its newest file. The slave's mark
+    counts A's records: taken as B's they would have been deleted as B's expired ones. The mark names A's
+    store, B says its own (runtime info): the 40 are set aside, not B's; the slave then copies B and its
+    mark names B's store."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 40, "a")
         await replicated(g.master, g.slave)
-        [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
-        assert quarantine.records == 30
-        assert commitlog_files(g.slave) == commitlog_files(g.master)
-        assert await served(g, g.slave) == await served(g, g.master)
+        a_identity = g.master.store.identity
+        assert g.slave.store.replica_master == a_identity
+        await g.slave.stop()
+        await g.master.stop()
+        conf = {**SMALL, "namesrv_addr": g.ns_addr, **fixed}
+        g.master = await start_broker(tmp_path / "b", **conf)  # B: broker-a's master, another store
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "b", cli)
+        g.master = await start_broker(tmp_path / "b", **conf)
+        b_identity = g.master.store.identity
+        assert b_identity != a_identity
+
+        await slave_back(g, tmp_path, 40)
+        table = await runtime(g, g.slave)
+        assert table["haReplicaMaster"] == b_identity == (await runtime(g, g.master))["haStoreIdentity"]
+        status = await asyncio.to_thread(cli, "broker", "ha", "status", "-n", g.ns_addr, "-o", "json")
+        assert status.code == 0, status.stderr
+        rows = {r["broker_id"]: r for r in json.loads(status.stdout)}
+        assert rows[1]["replica_master"] == rows[0]["store_identity"] == b_identity
