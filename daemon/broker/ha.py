@@ -575,12 +575,6 @@ class TailUncheckable(Exception):
     not speak VIEW_MESSAGE_BY_ID): the slave cannot check its tail against it at all."""
 
 
-_ACL_HINT = (
-    "; a slave's requests reach an ACL master signed (innerClientAuthenticationCredentials) or "
-    "from an address in its globalWhiteRemoteAddresses, as its metadata sync needs too"
-)
-
-
 @dataclass(frozen=True, slots=True)
 class MasterLog:
     """What a master says of its CommitLog besides its records: ``first_offset``, where it starts (its
@@ -631,11 +625,10 @@ class MasterRecords:
     async def log(self) -> MasterLog:
         """Where the master's CommitLog starts and whose store it is, from its GET_BROKER_RUNTIME_INFO
         (``commitLogMinOffset``, 4.9.8's key too; ``haStoreIdentity``, ours). A master that does not answer
-        it says nothing: the check is made as before."""
-        addr, response = await self._ask(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        it (an ACL that admits the slave's records check but not this) says nothing: the check is made by
+        the records alone, as before."""
+        _addr, response = await self._ask(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
         if response.code != ResponseCode.SUCCESS:
-            if is_acl_refusal(response.code, response.remark):
-                raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}{_ACL_HINT}")
             return MasterLog(0)
         try:
             table = KVTable.loads(response.body or b"").table
@@ -657,9 +650,14 @@ class MasterRecords:
                     f"master {addr}: its record at offset {offset} is damaged ({response.remark})"
                 )
             return None
+        hint = ""
         # an ACL master's refusal (a 4.9.8 one answers SYSTEM_ERROR with its AclException: taken for "no
         # record there", every record the check asked of would have counted as divergent, and been cut)
-        hint = _ACL_HINT if refused else ""
+        if refused:
+            hint = (
+                "; a slave's requests reach an ACL master signed (innerClientAuthenticationCredentials) or "
+                "from an address in its globalWhiteRemoteAddresses, as its metadata sync needs too"
+            )
         raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}{hint}")
 
 

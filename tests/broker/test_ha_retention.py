@@ -92,6 +92,11 @@ async def test_a_slave_behind_its_masters_retention_sets_nothing_aside_and_catch
             assert await reader.read() == b""
         writer.close()
         assert f"reports offset {slave_end}, below this master's first retained offset" in caplog.text
+        await g.slave.stop()  # its store, begun again, is a sound one
+        verify = await asyncio.to_thread(
+            cli, "store", "verify", "--store", str(tmp_path / "slave"), "-o", "json"
+        )
+        assert verify.code == 0 and json.loads(verify.stdout)["ok"], verify.stdout
 
 
 @pytest.mark.slow
