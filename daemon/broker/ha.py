@@ -579,10 +579,14 @@ class TailUncheckable(Exception):
 class MasterLog:
     """What a master says of its CommitLog besides its records: ``first_offset``, where it starts (its
     retention deleted what was before; 0 when it does not say), and ``identity``, its store's (ours,
-    ``haStoreIdentity``; "" from a master that carries none, 4.9.8's)."""
+    ``haStoreIdentity``; "" from a master that carries none, 4.9.8's). A master that was a slave (promoted)
+    also says whose records its own replica mark counts, and up to where (``replica_master``,
+    ``replica_mark``): its log holds that store's records there."""
 
     first_offset: int
     identity: str = ""
+    replica_master: str = ""
+    replica_mark: int = 0
 
 
 def _is_identity(value: str) -> bool:
@@ -636,7 +640,11 @@ class MasterRecords:
         except ValueError:
             return MasterLog(0)
         identity = table.get("haStoreIdentity", "")
-        return MasterLog(first, identity if _is_identity(identity) else "")
+        lineage = table.get("haReplicaMaster", "")
+        mark = table.get("haReplicaMark", "")
+        if not (_is_identity(lineage) and mark.isdigit()):
+            lineage, mark = "", "0"
+        return MasterLog(first, identity if _is_identity(identity) else "", lineage, int(mark))
 
     async def at(self, offset: int) -> bytes | None:
         fields = ViewMessageRequestHeader(offset).to_ext_fields()
@@ -904,10 +912,14 @@ class HASlave:
 
     def _vouched(self, master: MasterLog) -> int:
         """Up to where the replica mark vouches for this master's records: all of it, unless the mark
-        counts another master's store (the slave was switched to another master of its broker name)."""
-        mine = self.store.replica_master
+        counts another master's store (the slave was switched to another master of its broker name). A
+        master that was a slave of that store (promoted in its place) holds its records up to its own mark."""
+        store = self.store
+        mine = store.replica_master
         if not (master.identity and mine and mine != master.identity):
-            return self.store.replica_mark
+            return store.replica_mark
+        if master.replica_master == mine:
+            return min(store.replica_mark, master.replica_mark)
         log.warning(
             "HA: this slave's replica mark counts the records of another master's store (%s) than its "
             "master's now (%s): none is taken as this master's unless it holds the same",
@@ -1081,7 +1093,7 @@ def ha_runtime_info(
     master: HAMaster | None,
     slave: HASlave | None,
     quarantines: list[Manifest] | None = None,
-    identity: str = "",
+    store: ReplicaStore | None = None,
 ) -> dict[str, str]:
     """mqctl's additions to GET_BROKER_RUNTIME_INFO: the role and the replication state.
 
@@ -1091,12 +1103,16 @@ def ha_runtime_info(
     and its replica mark with the bytes past it held back unchecked (``haReplicaMark``, ``haHeldBackBytes``).
     Offsets are CommitLog offsets; lag is the reader's sum. A store holding ``quarantines`` (data recovery
     or replication set aside, until the operator removes it) says how many and the records in them; of a
-    divergent tail set aside, how many records and the newest one. ``identity``: the store's (a slave
-    learns its master's here, which its replica mark names: ``haStoreIdentity``, ``haReplicaMaster``).
+    divergent tail set aside, how many records and the newest one. Of the ``store``: its identity, and
+    the identity of the master's store whose records its mark counts, with the mark (a slave learns its
+    master's here: ``haStoreIdentity``, ``haReplicaMaster``, ``haReplicaMark``; a promoted slave keeps them).
     """
     info = {"brokerRole": role}
-    if identity:
-        info["haStoreIdentity"] = identity
+    if store is not None and store.identity:
+        info["haStoreIdentity"] = store.identity
+    if store is not None and store.replica_master:
+        info["haReplicaMaster"] = store.replica_master
+        info["haReplicaMark"] = str(store.replica_mark)
     if quarantines:
         info["storeQuarantines"] = str(len(quarantines))
         info["storeQuarantinedRecords"] = str(sum(max(0, m.records) + max(0, m.damaged) for m in quarantines))
@@ -1116,8 +1132,6 @@ def ha_runtime_info(
             info["haClientAddress"] = slave.local_addr
         info["haMasterLastReadTimestamp"] = str(slave.last_read_ms)
         info["haReplicaMark"] = str(slave.store.replica_mark)
-        if slave.store.replica_master:
-            info["haReplicaMaster"] = slave.store.replica_master
         info["haHeldBackBytes"] = str(slave.store.held_back)
     return info
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,13 +52,13 @@ async def write_then_expire_all_but_the_newest_file(g: Group, root: Path, cli: R
     assert done.code == 0, done.stderr
 
 
-async def slave_back(g: Group, tmp_path: Path, set_aside: int) -> None:
-    """The slave restarted with its master up: once it caught up, ``set_aside`` records of it are in a
-    quarantine (none: no quarantine), and it holds and serves what its master does."""
-    g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+async def slave_back(g: Group, root: Path, set_aside: int, **overrides: Any) -> None:
+    """The slave (its store ``root``) restarted with its master up: once it caught up, ``set_aside``
+    records of it are in a quarantine (none: no quarantine), and it holds and serves what its master does."""
+    g.slave = await start_slave(root, g.ns_addr, **overrides)
     await send_common(g, 8, "after")
     await replicated(g.master, g.slave)
-    quarantines = diverged_quarantines(str(tmp_path / "slave"))
+    quarantines = diverged_quarantines(str(root))
     assert [q.records for q in quarantines] == ([set_aside] if set_aside else [])
     assert commitlog_files(g.slave) == commitlog_files(g.master)
     assert await served(g, g.slave) == await served(g, g.master)
@@ -82,7 +83,7 @@ async def test_a_slave_behind_its_masters_retention_sets_nothing_aside_and_catch
         await restart_master(g, tmp_path, fixed)
         assert g.master.store.min_phy_offset > slave_end
 
-        await slave_back(g, tmp_path, 0)
+        await slave_back(g, tmp_path / "slave", 0)
         assert "not its master's" not in caplog.text
         # a slave that does not ask where the master's log starts (4.9.8's) reporting that old end is closed
         # (4.9.8's master sends it heartbeats for ever)
@@ -118,7 +119,7 @@ async def test_records_past_the_mark_below_the_masters_retention_are_set_aside_t
         await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
         await restart_master(g, tmp_path, fixed)
 
-        await slave_back(g, tmp_path, 30)
+        await slave_back(g, tmp_path / "slave", 30)
 
 
 @pytest.mark.slow
@@ -145,10 +146,39 @@ async def test_a_slave_switched_to_another_master_of_its_name_takes_none_of_the_
         b_identity = g.master.store.identity
         assert b_identity != a_identity
 
-        await slave_back(g, tmp_path, 40)
+        await slave_back(g, tmp_path / "slave", 40)
         table = await runtime(g, g.slave)
         assert table["haReplicaMaster"] == b_identity == (await runtime(g, g.master))["haStoreIdentity"]
         status = await asyncio.to_thread(cli, "broker", "ha", "status", "-n", g.ns_addr, "-o", "json")
         assert status.code == 0, status.stderr
         rows = {r["broker_id"]: r for r in json.loads(status.stdout)}
         assert rows[1]["replica_master"] == rows[0]["store_identity"] == b_identity
+
+
+@pytest.mark.slow
+async def test_a_slave_of_a_master_whose_other_slave_was_promoted_in_its_place_keeps_its_records(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """Master A with slaves S1 and S2; S2 is down when A is lost and S1 is made the master (its store, its
+    identity), whose retention then deletes all but its newest file. S2's mark names A's store, not S1's,
+    but S1's own mark says it holds A's records as far: S2's 40 are its master's expired records, deleted
+    as they were there, none set aside."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        s2 = await start_slave(tmp_path / "s2", g.ns_addr, broker_id=2)
+        try:
+            await send_common(g, 40, "a")
+            await replicated(g.master, g.slave)
+            await replicated(g.master, s2)
+        finally:
+            await s2.stop()
+        await g.slave.stop()
+        await g.master.stop()
+        promoted = {**SMALL, "namesrv_addr": g.ns_addr, **fixed}
+        g.master = await start_broker(tmp_path / "slave", **promoted)  # S1 made the master
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "slave", cli)
+        g.master = await start_broker(tmp_path / "slave", **promoted)
+        assert g.master.store.replica_master != g.master.store.identity
+
+        await slave_back(g, tmp_path / "s2", 0, broker_id=2)
+        assert g.slave.store.replica_master == g.master.store.identity
