@@ -73,11 +73,11 @@ def restart_replica_log(store: DefaultMessageStore, start: int) -> int:
     points below ``start``), deleted. Returns the CommitLog files deleted."""
     with store._put_lock:
         cl = store.commit_log
-        old = cl.files.files
+        old = list(cl.files.files)
         if (old and old[-1].file_from_offset + cl.file_size > start) or start % cl.file_size:
             raise ValueError(f"offset {start} is not a file's start past the end of the log")
-        cl.files.files = []
-        cl.files.create_file(start)
+        cl.files.create_file(start)  # first: a full disk leaves the log as it was
+        cl.files.files = cl.files.files[-1:]
         cl.set_aside.clear()
         cqs = list(store._cqs.values())
         store._cqs.clear()
