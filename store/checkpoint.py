@@ -43,6 +43,13 @@ _MARK = struct.Struct(">8sq")
 _OWNED_MAGIC = b"mqctlRM2"
 # the same with the CRC32 of the broker name whose master's records the mark counts, after the offset
 _OWNED = struct.Struct(">8sqI")
+_MASTERED_MAGIC = b"mqctlRM3"
+# the same with the identity of the master's store whose records the mark counts, after the name's CRC32
+_MASTERED = struct.Struct(">8sqI16s")
+_LAYOUTS = {_MARK_MAGIC: _MARK, _OWNED_MAGIC: _OWNED, _MASTERED_MAGIC: _MASTERED}
+#: A store's identity (see :func:`store_identity`): the file in its root directory, and its size in bytes.
+IDENTITY_FILE = "identity"
+IDENTITY_SIZE = 16
 #: What one write covers: the longs, RocketMQ 5.x's fields after them (kept as read), the recovery point and
 #: the replica mark, all in the first sector, which a disk writes whole.
 _PAGE = 256
@@ -100,23 +107,65 @@ def _decode_recovery(data: bytes, header: bytes) -> RecoveryPoint | None:
     return RecoveryPoint(offset, index)
 
 
-def _encode_mark(offset: int, owner: int | None, header: bytes) -> bytes:
-    fields = _MARK.pack(_MARK_MAGIC, offset) if owner is None else _OWNED.pack(_OWNED_MAGIC, offset, owner)
+def _encode_mark(offset: int, owner: int | None, master: bytes, header: bytes) -> bytes:
+    if owner is None:
+        fields = _MARK.pack(_MARK_MAGIC, offset)
+    elif master:
+        fields = _MASTERED.pack(_MASTERED_MAGIC, offset, owner, master)
+    else:
+        fields = _OWNED.pack(_OWNED_MAGIC, offset, owner)
     return fields + _CRC.pack(zlib.crc32(header + fields))
 
 
-def _decode_mark(data: bytes, header: bytes) -> tuple[int | None, int | None, bool]:
-    """The replica mark, its owner (the CRC32 of its broker name; None: not named) and whether one was
-    there: ``(None, None, False)`` when absent (a store from before it, or RocketMQ's), ``(None, None,
-    True)`` when void (damaged, or the longs were rewritten since it was)."""
-    layout = _OWNED if data[:8] == _OWNED_MAGIC else _MARK
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    offset: int | None
+    owner: int | None
+    master: bytes
+    found: bool
+
+
+def _decode_mark(data: bytes, header: bytes) -> _Mark:
+    """The replica mark, its owner (the CRC32 of its broker name; None: not named), the identity of the
+    master's store it counts (empty: not known) and whether one was there: no offset and not found when
+    absent (a store from before it, or RocketMQ's), no offset and found when void (damaged, or the longs
+    were rewritten since it was)."""
+    layout = _LAYOUTS.get(bytes(data[:8]))
+    if layout is None or len(data) < layout.size + _CRC.size:
+        return _Mark(None, None, b"", False)
     fields = data[: layout.size]
-    if len(data) < layout.size + _CRC.size or fields[:8] not in (_MARK_MAGIC, _OWNED_MAGIC):
-        return None, None, False
-    offset = _MARK.unpack_from(fields)[1]
-    if _CRC.unpack_from(data, layout.size)[0] != zlib.crc32(header + fields) or offset < 0:
-        return None, None, True
-    return offset, _OWNED.unpack(fields)[2] if layout is _OWNED else None, True
+    values = layout.unpack(fields)
+    if _CRC.unpack_from(data, layout.size)[0] != zlib.crc32(header + fields) or values[1] < 0:
+        return _Mark(None, None, b"", True)
+    owner = values[2] if len(values) > 2 else None
+    return _Mark(values[1], owner, values[3] if len(values) > 3 else b"", True)
+
+
+def store_identity(root: str, *, create: bool) -> bytes:
+    """This store's identity: random bytes made once, kept in ``root``'s :data:`IDENTITY_FILE` (empty when
+    there is none and ``create`` is off). A slave's replica mark names the identity of the master's store
+    whose records it counts, so a slave switched to another master of its broker name (another store)
+    does not take its old master's records for the new one's (docs/replication.md §the-replica-mark)."""
+    path = os.path.join(root, IDENTITY_FILE)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(IDENTITY_SIZE + 1)
+        if len(data) == IDENTITY_SIZE:
+            return data
+    except FileNotFoundError:
+        pass
+    if not create:
+        return b""
+    # a file that is not one (torn by a crash while made: never used yet) is made again
+    identity = os.urandom(IDENTITY_SIZE)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(identity)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    sync_directory(root)
+    return identity
 
 
 class StoreCheckpoint:
@@ -141,6 +190,8 @@ class StoreCheckpoint:
         self.replica_mark_found = False
         #: The CRC32 of the broker name whose master's records the mark counts (None: not named).
         self.replica_owner: int | None = None
+        #: The identity of the master's store whose records the mark counts (empty: not known).
+        self.replica_master = b""
         self._fd: int | None = None
         self._page = bytearray(_PAGE)
         self._lock = threading.Lock()  # one composer of the page at a time: its fields agree with each other
@@ -151,9 +202,9 @@ class StoreCheckpoint:
         self._page[: len(page)] = page
         data = page[: _LAYOUT.size]
         self.recovery_point = _decode_recovery(page[RECOVERY_POINT_AT:], data)
-        self.replica_mark, self.replica_owner, self.replica_mark_found = _decode_mark(
-            page[REPLICA_MARK_AT:], data
-        )
+        mark = _decode_mark(page[REPLICA_MARK_AT:], data)
+        self.replica_mark, self.replica_owner, self.replica_master = mark.offset, mark.owner, mark.master
+        self.replica_mark_found = mark.found
         if read_only:
             os.close(fd)
         else:
@@ -189,7 +240,7 @@ class StoreCheckpoint:
                 recovery = _encode_recovery(point, header)
                 page[RECOVERY_POINT_AT : RECOVERY_POINT_AT + len(recovery)] = recovery
             if self.replica_mark is not None:
-                mark = _encode_mark(self.replica_mark, self.replica_owner, header)
+                mark = _encode_mark(self.replica_mark, self.replica_owner, self.replica_master, header)
                 page[REPLICA_MARK_AT : REPLICA_MARK_AT + len(mark)] = mark
             os.pwrite(fd, page, 0)
 

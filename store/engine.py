@@ -38,7 +38,7 @@ from store.api import (
     batch_is_legal,
     search_by_timestamp,
 )
-from store.checkpoint import RecoveryPoint, StoreCheckpoint
+from store.checkpoint import RecoveryPoint, StoreCheckpoint, store_identity
 from store.cleanup import (
     Cleaner,
     CleanPlan,
@@ -360,6 +360,10 @@ class DefaultMessageStore:
         self.held_from = -1
         #: The mark as the checkpoint last wrote it (the flush loop writes it again when it moved).
         self._mark_on_disk = -1
+        #: This store's identity (hex), made once and kept beside it: a slave's mark names its master's.
+        self.identity = ""
+        #: The identity of the master's store whose records the mark counts ("": not known).
+        self.replica_master = ""
 
     # ================================================================== lifecycle
 
@@ -386,6 +390,7 @@ class DefaultMessageStore:
             self.commit_log.load()
             self._load_consume_queues()
             self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), read_only=self.read_only)
+            self.identity = store_identity(root, create=not self.read_only).hex()
             point = None if self.last_exit_ok or self.read_only else self._usable_recovery_point()
             if self.config.message_index_enable:
                 self.index.load(
@@ -553,6 +558,7 @@ class DefaultMessageStore:
             owner = zlib.crc32(self.broker_name.encode())
             if mark is not None and cp.replica_owner is not None and cp.replica_owner != owner:
                 mark = 0
+                cp.replica_master = b""
                 if end > cl.min_offset:
                     log.warning(
                         "the checkpoint's replica mark was written while this store was another broker name's: "
@@ -569,6 +575,7 @@ class DefaultMessageStore:
                     "until a slave checks them"
                 )
         self.replica_mark = max(min(mark, end), cl.min_offset)
+        self.replica_master = cp.replica_master.hex() if mark else ""
         if not self.keep_replica_mark:
             cp.replica_mark = self.replica_mark
         if slave and not self.read_only and self.replica_mark < end:
@@ -1560,6 +1567,20 @@ class DefaultMessageStore:
         from store.replica_tail import set_aside_replica_tail  # (it reaches into this class)
 
         return set_aside_replica_tail(self, cut, why)
+
+    def restart_replica_log(self, start: int) -> int:
+        """See :func:`store.replica_tail.restart_replica_log` (a slave behind its master's retention)."""
+        from store.replica_tail import restart_replica_log
+
+        return restart_replica_log(self, start)
+
+    def name_replica_master(self, identity: str) -> None:
+        """The mark counts the records of the master's store ``identity`` (hex; "": not known) from now on,
+        written with the mark's next write."""
+        with self._put_lock:
+            self.replica_master = identity
+            if self.checkpoint is not None:
+                self.checkpoint.replica_master = bytes.fromhex(identity)
 
     def replica_checked(self, end: int) -> None:
         """The divergence check found this log its master's up to ``end`` (its end then, or where it cut):

@@ -412,8 +412,30 @@ class ReplicaStore(Protocol):
         too) and nothing is held back any longer."""
         ...
 
+    def name_replica_master(self, identity: str) -> None:
+        """The mark counts the records of the master's store ``identity`` (hex; "": not known: a master
+        that says none, or one the slave replicates from unchecked) from now on."""
+        ...
+
+    @property
+    def identity(self) -> str:
+        """This store's identity (hex), made once and kept beside it ("": a store that keeps nothing)."""
+        ...
+
+    @property
+    def replica_master(self) -> str:
+        """The identity of the master's store whose records the mark counts ("": not known)."""
+        ...
+
     def serve_unchecked(self) -> None:
         """Serve past the mark without a check (the master cannot be asked); the mark stays."""
+        ...
+
+    def restart_replica_log(self, start: int) -> int:
+        """Begin the log again, empty, at ``start`` (a file's start past its end): the master's first retained
+        offset, when its retention deleted the slave's whole log (the master's records: the mark counted
+        them). Its files, and what was dispatched from them, are deleted as the master's were. Returns the
+        CommitLog files deleted. Never called while :meth:`dispatch_replica` runs."""
         ...
 
     def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:

@@ -232,8 +232,19 @@ class InMemoryMessageStore:
     def replica_checked(self, end: int) -> None:
         pass
 
+    def name_replica_master(self, identity: str) -> None:
+        pass
+
+    #: Nothing outlives the process: no identity to keep, no master's to remember.
+    identity = ""
+    replica_master = ""
+
     def serve_unchecked(self) -> None:
         pass
+
+    def restart_replica_log(self, start: int) -> int:
+        """Never needed: this store keeps everything, so a master of its kind retains its whole log."""
+        raise NotImplementedError("an in-memory store's log starts at offset 0")
 
     def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
         """Drop the log from ``cut`` on with its queue units and index entries (no files: kept nowhere)."""

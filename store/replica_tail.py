@@ -61,3 +61,41 @@ def set_aside_replica_tail(store: DefaultMessageStore, cut: int, why: str) -> tu
 def diverged_quarantines(store_root: str) -> list[Manifest]:
     """The quarantines holding a slave's divergent tails (not recovery's), oldest first."""
     return [m for m in list_quarantines(store_root) if m.recovery == DIVERGED]
+
+
+def restart_replica_log(store: DefaultMessageStore, start: int) -> int:
+    """Begin a slave's CommitLog again, empty, at ``start``: its master's first retained offset (a file's
+    start), past the slave's whole log. The master's retention deleted the files that held the slave's
+    records, and with them the records between the slave's end and ``start``: its log cannot continue
+    where it ends, and its master has nothing older to send. What it holds is its master's expired
+    records (the caller knows them to be: the replica mark counted them), so they go as they went on
+    the master: the CommitLog files, and the ConsumeQueue and index files built from them (every one
+    points below ``start``), deleted. Returns the CommitLog files deleted."""
+    with store._put_lock:
+        cl = store.commit_log
+        old = list(cl.files.files)
+        if (old and old[-1].file_from_offset + cl.file_size > start) or start % cl.file_size:
+            raise ValueError(f"offset {start} is not a file's start past the end of the log")
+        cl.files.create_file(start)  # first: a full disk leaves the log as it was
+        cl.files.files = cl.files.files[-1:]
+        cl.set_aside.clear()
+        cqs = list(store._cqs.values())
+        store._cqs.clear()
+        store._dirty_cqs = []
+        store._due_cqs = []
+        store._queues_replaced()
+        indexes = store.index.files
+        store.index.files = []
+        store.reput_from_offset = start
+        store.replica_mark = start
+        store.held_from = -1
+    for mf in old:
+        log.info("deleting commit log file %s (its master's retention deleted it)", mf.path)
+        mf.destroy()
+    cl.first_files_deleted()
+    for cq in cqs:
+        cq.destroy()
+    for f in indexes:
+        f.destroy()
+    store._checkpoint()
+    return len(old)

@@ -1281,6 +1281,7 @@ class Broker:
                 self.ha_master,
                 self.ha_slave,
                 list_quarantines(config.store_path_root_dir),
+                store,
             ),
             **(dledger_runtime_info(self.dledger) if self.dledger is not None else {}),
             # and the event loop's lag and the GC's pauses

@@ -32,6 +32,7 @@ from typing import Any
 from daemon.broker.headers import DAMAGED_FIELD, UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
 from daemon.lifecycle import cancel_tasks, supervise
 from daemon.protect import budget_host
+from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import Transport, connected_to_itself, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -40,6 +41,7 @@ from daemon.remoting.errors import RemotingError, is_acl_refusal
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import TLS_HANDSHAKE_TIMEOUT, bind_listener
 from store import fastjson
+from store.checkpoint import IDENTITY_SIZE
 from store.commitlog import PutMessageStatus
 from store.config import SLAVE, SYNC_MASTER, StoreConfig
 from store.config_files import (
@@ -231,6 +233,18 @@ class SlaveConnection:
                     self.addr,
                     offset,
                     end,
+                )
+                return
+            first = self.master.store.min_phy_offset
+            if self.acked < 0 and 0 < offset < first:
+                # (4.9.8 sends such a slave heartbeats for ever: nothing it could append follows its end)
+                log.error(
+                    "HA slave %s reports offset %d, below this master's first retained offset %d (its retention "
+                    "deleted the records between): a slave of ours begins its log again there once it has "
+                    "asked this master where that is, any other needs an empty store: closing",
+                    self.addr,
+                    offset,
+                    first,
                 )
                 return
             if self.acked < 0:
@@ -598,6 +612,28 @@ class TailUncheckable(Exception):
     not speak VIEW_MESSAGE_BY_ID): the slave cannot check its tail against it at all."""
 
 
+@dataclass(frozen=True, slots=True)
+class MasterLog:
+    """What a master says of its CommitLog besides its records: ``first_offset``, where it starts (its
+    retention deleted what was before; 0 when it does not say), and ``identity``, its store's (ours,
+    ``haStoreIdentity``; "" from a master that carries none, 4.9.8's). A master that was a slave (promoted)
+    also says whose records its own replica mark counts, and up to where (``replica_master``,
+    ``replica_mark``): its log holds that store's records there."""
+
+    first_offset: int
+    identity: str = ""
+    replica_master: str = ""
+    replica_mark: int = 0
+
+
+def _is_identity(value: str) -> bool:
+    """A store identity as a broker shows it: hex, of :data:`store.checkpoint.IDENTITY_SIZE` bytes."""
+    try:
+        return len(bytes.fromhex(value)) == IDENTITY_SIZE
+    except ValueError:
+        return False
+
+
 class MasterRecords:
     """The record the master stores at a CommitLog offset, by VIEW_MESSAGE_BY_ID (33): the body of its
     answer is the stored record, byte for byte (4.9.8's ``selectOneMessageByOffset``; ours the same),
@@ -616,18 +652,40 @@ class MasterRecords:
         self._addr = addr
         self._find = find
 
-    async def at(self, offset: int) -> bytes | None:
+    async def _ask(self, request: RemotingCommand) -> tuple[str, RemotingCommand]:
         addr = self._addr()
         if addr is None and self._find is not None:
             addr = await self._find()
         if addr is None:
             raise TailUnknown("the master's broker address is not known yet")
-        fields = ViewMessageRequestHeader(offset).to_ext_fields()
-        request = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, fields)
         try:
-            response = await self._client.invoke(addr, request, 3.0)
+            return addr, await self._client.invoke(addr, request, 3.0)
         except RemotingError as exc:
             raise TailUnknown(f"master {addr}: {exc}") from None
+
+    async def log(self) -> MasterLog:
+        """Where the master's CommitLog starts and whose store it is, from its GET_BROKER_RUNTIME_INFO
+        (``commitLogMinOffset``, 4.9.8's key too; ``haStoreIdentity``, ours). A master that does not answer
+        it (an ACL that admits the slave's records check but not this) says nothing: the check is made by
+        the records alone, as before."""
+        _addr, response = await self._ask(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        if response.code != ResponseCode.SUCCESS:
+            return MasterLog(0)
+        try:
+            table = KVTable.loads(response.body or b"").table
+            first = max(0, int(table.get("commitLogMinOffset", "0")))
+        except ValueError:
+            return MasterLog(0)
+        identity = table.get("haStoreIdentity", "")
+        lineage = table.get("haReplicaMaster", "")
+        mark = table.get("haReplicaMark", "")
+        if not (_is_identity(lineage) and mark.isdigit()):
+            lineage, mark = "", "0"
+        return MasterLog(first, identity if _is_identity(identity) else "", lineage, int(mark))
+
+    async def at(self, offset: int) -> bytes | None:
+        fields = ViewMessageRequestHeader(offset).to_ext_fields()
+        addr, response = await self._ask(RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, fields))
         if response.code == ResponseCode.SUCCESS:
             return response.body or b""
         refused = is_acl_refusal(response.code, response.remark)
@@ -648,11 +706,20 @@ class MasterRecords:
         raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}{hint}")
 
 
-async def common_end(store: ReplicaStore, master_at: Callable[[int], Awaitable[bytes | None]]) -> int:
+async def common_end(
+    store: ReplicaStore,
+    master_at: Callable[[int], Awaitable[bytes | None]],
+    retained_from: int = 0,
+    vouched: int = 0,
+) -> int:
     """Where the slave's CommitLog stops agreeing with its master's: its end when its last record is
     byte for byte the master's record at the same offset, else the end of the last record they share
     (its start when none is shared). Walks back a file at a time by each file's first record, then
     searches the file whose first record is shared (a tail that differs differs from where it starts).
+
+    Below ``retained_from`` (the master's first offset) the master holds nothing to compare with: its
+    retention deleted those files, which is no divergence. A record there counts as shared when it ends
+    at or below ``vouched`` (the replica mark: the master's records, taken from its stream), else not.
 
     A record set aside in place (taken from the master, which serves it to no one) cannot be compared:
     the master answers no record there. The record after it decides for it (both logs agree past it, so
@@ -664,6 +731,8 @@ async def common_end(store: ReplicaStore, master_at: Callable[[int], Awaitable[b
 
     async def same(spans: list[tuple[int, int]], i: int) -> bool:
         while True:
+            if spans[i][0] < retained_from:
+                return spans[i][0] + spans[i][1] <= vouched
             mine = store.read_commit_log(*spans[i])
             if mine is None:
                 return False
@@ -850,39 +919,98 @@ class HASlave:
     async def _check_tail(self) -> bool:
         store = self.store
         end = store.max_phy_offset
-        if self.master_records is None or end == 0:
+        if self.master_records is None:
+            store.name_replica_master("")  # (what it appends at its mark is a master's it cannot name)
+            return True
+        if end == 0:  # nothing to check: the master's store is named, if it says, for what follows
+            with contextlib.suppress(TailUnknown, TailUncheckable):
+                store.name_replica_master((await self.master_records.log()).identity)
+                return True
+            store.name_replica_master("")
             return True
         try:
-            cut = await common_end(store, self.master_records.at)
+            master = await self.master_records.log()
+            cut = await common_end(store, self.master_records.at, master.first_offset, self._vouched(master))
         except TailUnknown as exc:
             log.warning("HA: this slave's last record is not checked against its master yet: %s", exc)
             return False
         except TailUncheckable as exc:
             log.warning("HA: this slave's last record cannot be checked against its master: %s", exc)
+            store.name_replica_master("")
             return True
-        if cut >= end:
-            await self._checked(end)
-            return True
-        why = (
-            f"the slave's CommitLog differs from its master's from offset {cut} to its end {end} (a store "
-            "that ran apart from this master, or a master restored from an older disk)"
+        if cut < end:
+            await self._set_aside_tail(cut, end, master.first_offset)
+        if cut < master.first_offset:
+            await self._restart_log(cut, master.first_offset)
+            cut = master.first_offset
+        store.name_replica_master(master.identity)
+        await self._checked(cut)
+        return True
+
+    def _vouched(self, master: MasterLog) -> int:
+        """Up to where the replica mark vouches for this master's records: all of it, unless the mark
+        counts another master's store (the slave was switched to another master of its broker name). A
+        master that was a slave of that store (promoted in its place) holds its records up to its own mark."""
+        store = self.store
+        mine = store.replica_master
+        if not (master.identity and mine and mine != master.identity):
+            return store.replica_mark
+        if master.replica_master == mine:
+            return min(store.replica_mark, master.replica_mark)
+        log.warning(
+            "HA: this slave's replica mark counts the records of another master's store (%s) than its "
+            "master's now (%s): none is taken as this master's unless it holds the same",
+            mine,
+            master.identity,
         )
+        return 0
+
+    async def _set_aside_tail(self, cut: int, end: int, retained_from: int) -> None:
+        """Take the records from ``cut`` to ``end`` out of service: they are not the master's or, below the
+        master's first offset ``retained_from`` and past the replica mark, not known to be and never to be
+        checked."""
+        if cut < retained_from:
+            why = (
+                f"the slave's CommitLog from offset {cut} to its end {end} is past its replica mark (not known "
+                f"to be its master's) and below its master's first retained offset {retained_from}: the "
+                "master's retention deleted what it could have been checked against"
+            )
+        else:
+            why = (
+                f"the slave's CommitLog differs from its master's from offset {cut} to its end {end} (a store "
+                "that ran apart from this master, or a master restored from an older disk)"
+            )
         async with self._dispatching:
             # on the loop, not in a worker: pulls are served on the loop, so none reads the tail while it
             # is copied away and truncated (a rare stall, and never a cut record served or a read of a
             # file being cut)
-            records, where = store.set_aside_replica_tail(cut, why)
+            records, where = self.store.set_aside_replica_tail(cut, why)
         log.error(
-            "HA: %d record(s) of this slave, offsets %d to %d, are not its master's: set aside%s; "
-            "replicating from offset %d",
+            "HA: %d record(s) of this slave, offsets %d to %d, are not %s: set aside%s; replicating from offset %d",
             records,
             cut,
             end,
+            "known to be its master's" if cut < retained_from else "its master's",
             f" in {where}" if where else "",
-            cut,
+            max(cut, retained_from),
         )
-        await self._checked(cut)
-        return True
+
+    async def _restart_log(self, end: int, start: int) -> None:
+        """The slave's log ends at ``end``, below its master's first offset ``start``: its records were its
+        master's, which its retention deleted with those up to ``start``. They go here as they went there,
+        and the log begins again at ``start``, where the master has records to send."""
+        async with self._dispatching:
+            files = self.store.restart_replica_log(start)
+        log.warning(
+            "HA: this slave's CommitLog ends at offset %d, below its master's first retained offset %d: the "
+            "master's retention deleted those records and the ones after them; the slave's %d CommitLog "
+            "file(s) of them are deleted as the master's were, with their ConsumeQueue and index files; "
+            "replicating from offset %d",
+            end,
+            start,
+            files,
+            start,
+        )
 
     async def _checked(self, end: int) -> None:
         """The log is the master's up to ``end``: the replica mark moves there and what was held back is
@@ -988,6 +1116,8 @@ HA_RUNTIME_KEYS = frozenset(
         "haDivergedRecords",
         "haDivergedQuarantine",
         "haReplicaMark",
+        "haReplicaMaster",
+        "haStoreIdentity",
         "haHeldBackBytes",
         "storeQuarantines",
         "storeQuarantinedRecords",
@@ -996,7 +1126,11 @@ HA_RUNTIME_KEYS = frozenset(
 
 
 def ha_runtime_info(
-    role: str, master: HAMaster | None, slave: HASlave | None, quarantines: list[Manifest] | None = None
+    role: str,
+    master: HAMaster | None,
+    slave: HASlave | None,
+    quarantines: list[Manifest] | None = None,
+    store: ReplicaStore | None = None,
 ) -> dict[str, str]:
     """mqctl's additions to GET_BROKER_RUNTIME_INFO: the role and the replication state.
 
@@ -1006,9 +1140,16 @@ def ha_runtime_info(
     and its replica mark with the bytes past it held back unchecked (``haReplicaMark``, ``haHeldBackBytes``).
     Offsets are CommitLog offsets; lag is the reader's sum. A store holding ``quarantines`` (data recovery
     or replication set aside, until the operator removes it) says how many and the records in them; of a
-    divergent tail set aside, how many records and the newest one.
+    divergent tail set aside, how many records and the newest one. Of the ``store``: its identity, and
+    the identity of the master's store whose records its mark counts, with the mark (a slave learns its
+    master's here: ``haStoreIdentity``, ``haReplicaMaster``, ``haReplicaMark``; a promoted slave keeps them).
     """
     info = {"brokerRole": role}
+    if store is not None and store.identity:
+        info["haStoreIdentity"] = store.identity
+    if store is not None and store.replica_master:
+        info["haReplicaMaster"] = store.replica_master
+        info["haReplicaMark"] = str(store.replica_mark)
     if quarantines:
         info["storeQuarantines"] = str(len(quarantines))
         info["storeQuarantinedRecords"] = str(sum(max(0, m.records) + max(0, m.damaged) for m in quarantines))

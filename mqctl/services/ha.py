@@ -39,6 +39,10 @@ class HAStatus:
     quarantine: str | None = None
     #: A slave's replica mark: the CommitLog offset up to which its log is known to be its master's.
     replica_mark: int | None = None
+    #: A slave's: the identity of the master's store whose records its mark counts (None: not known).
+    replica_master: str | None = None
+    #: The broker's store's identity (ours: a slave's mark names its master's by it).
+    store_identity: str | None = None
     #: The bytes past the mark a slave holds and does not serve until its master answers the divergence
     #: check (it restarted while its master was down); None when it holds none back.
     held_back_bytes: int | None = None
@@ -105,6 +109,7 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
     out.commitlog_max_offset = _int(table.get("commitLogMaxOffset"))
     out.diverged_records = _int(table.get("haDivergedRecords"))
     out.quarantine = table.get("haDivergedQuarantine")
+    out.store_identity = table.get("haStoreIdentity") or None
     if "dledgerRole" in table:  # DLedger mode: peers, their match index and lag in entries (leader)
         out.member = table.get("dledgerSelfId") or None
         out.raft_role = table["dledgerRole"]
@@ -130,6 +135,7 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         out.acked_offset = out.commitlog_max_offset
         out._ha_client = table.get("haClientAddress") or None
         out.replica_mark = _int(table.get("haReplicaMark"))
+        out.replica_master = table.get("haReplicaMaster") or None
         out.held_back_bytes = _int(table.get("haHeldBackBytes")) or None
     elif "haSlaveCount" in table:
         slaves = [s.split("/") for s in table.get("haSlaves", "").split(";") if s]

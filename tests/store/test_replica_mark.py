@@ -253,3 +253,35 @@ def test_store_clean_with_its_recovery_leaves_the_mark_as_it_found_it(tmp_path: 
         assert checkpoint.replica_mark == found
     with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
         assert slave.replica_mark == end // 2
+
+
+def test_a_store_makes_its_identity_once_and_the_mark_keeps_its_masters(tmp_path: Path) -> None:
+    """A store's identity is made at its first start and kept (a read-only open makes none); the mark
+    keeps the identity of the master's store it was checked against, under its broker name only."""
+    root = tmp_path / "s"
+    with DefaultMessageStore(small_config(root), broker_name="a") as master:
+        put(master, 3)
+        end = master.max_phy_offset
+        identity = master.identity
+    assert len(bytes.fromhex(identity)) == 16 and (root / "identity").read_bytes().hex() == identity
+    os.rename(root / "identity", tmp_path / "kept")
+    with DefaultMessageStore(small_config(root), read_only=True) as viewed:
+        assert viewed.identity == "" and not (root / "identity").exists()
+    os.rename(tmp_path / "kept", root / "identity")
+    with DefaultMessageStore(small_config(root), broker_name="a") as master:
+        assert master.identity == identity
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+        assert (slave.identity, slave.replica_master) == (identity, "")
+        slave.name_replica_master("ab" * 16)
+        slave.replica_checked(end)
+    assert StoreCheckpoint(str(root / "checkpoint"), read_only=True).replica_master == bytes.fromhex(
+        "ab" * 16
+    )
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+        assert (slave.replica_mark, slave.replica_master) == (end, "ab" * 16)
+        slave.name_replica_master("")  # a master that says none
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+        assert (slave.replica_mark, slave.replica_master) == (end, "")
+        slave.name_replica_master("ab" * 16)
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="b") as slave:
+        assert (slave.replica_mark, slave.replica_master) == (0, "")
