@@ -333,6 +333,61 @@ async def test_an_emptied_member_helps_elect_no_leader_that_lacks_committed_entr
         assert f"votes: caught up with leader {A.name}" in said
 
 
+async def test_a_member_restored_from_an_older_copy_helps_elect_no_leader_that_lacks_committed_entries(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A VM snapshot put back: C's whole store is copied (stopped, then restarted), the leader A and C
+    commit sends while B is cut off, then C's store is restored from the copy (its log, term and vote as
+    they were, consistent but older) and C restarts, A's requests to it refused (its own to A pass). A is
+    killed before C catches up and B healed: had C voted (its log is no shorter than B's, nothing on it
+    says it is old), B would lead without what A and C acknowledged. A answers C's probe with the last
+    entry C acknowledged, so C abstains: no leader until A is back, then every SEND_OK is served."""
+    async with raft_group(tmp_path, cli_env) as g:
+        a = await g.leader()
+        b, c = (a + 1) % 3, (a + 2) % 3
+        A, B, C = g.nodes[a], g.nodes[b], g.nodes[c]
+        backup = tmp_path / "backup"
+        async with running(activity(g)):
+            await g.acked_at_least(30)
+            await g.nemesis.stop(C)
+            shutil.copytree(C.store, backup)
+            g.nemesis.restart(C)
+            await C.ready(g.client)
+            g.isolate(b, "refuse")
+            await g.acked_at_least(g.acked() + 30)  # committed on A and C only
+            g.nemesis.kill(C)
+            shutil.rmtree(C.store)
+            shutil.copytree(backup, C.store)
+            g.history.nemesis("restore", C.name)
+            pushes = f"n{a}->n{c}"
+            g.nemesis.partition(g.proxy, pushes, "refuse")
+            g.nemesis.restart(C)
+            await C.ready(g.client)
+            await wait_until(
+                lambda: "its store is older than its peers saw it" in C.log_tail(10**6), 30, g.evidence
+            )
+            g.nemesis.kill(A)
+            g.heal(b)
+
+            refused = f"[{C.name}] abstains: no vote for {B.name}"
+
+            async def stood_or_led() -> bool:
+                if C.log_tail(10**6).count(refused) >= 2:
+                    return True
+                meta = await g.metadata(b)
+                return meta is not None and meta.get("leaderId") == B.name
+
+            await wait_until(stood_or_led, 30, g.evidence)
+            g.nemesis.heal(g.proxy, pushes)
+            g.nemesis.restart(A)
+            await A.ready(g.client)
+            await g.leader()
+            await writes_resume(g, g.history.last("restart"))
+        await assert_consistent(g)  # every SEND_OK, and C serves what the leader does once caught up
+        await assert_terms(g)
+        assert f"votes: caught up with leader {A.name}" in C.log_tail(10**6)
+
+
 def _data_files(store: Path) -> list[Path]:
     """The node's DLedger data files, oldest first."""
     return sorted(p for p in store.rglob("*") if p.is_file() and p.parent.name == "data" and p.name.isdigit())
