@@ -464,6 +464,7 @@ class Node:
         self.m.role, self.m.leader_id, self.m.transferee = Role.CANDIDATE, None, None
         self.beat_round = None
         if was_leader:
+            self._led()
             self._fail_waiting(Code.TERM_CHANGED)
         self._role(term, Role.CANDIDATE)
 
@@ -474,8 +475,14 @@ class Node:
         self.last_leader_beat = self._now
         self.vote_round = None
         if was_leader:
+            self._led()
             self._fail_waiting(Code.TERM_CHANGED)
         self._role(term, Role.FOLLOWER)
+
+    def _led(self) -> None:
+        """(leaving the leadership) What each follower acknowledged in it, kept for its probes (`seen`)."""
+        for peer, push in self.pushes.items():
+            self._saw(peer, self.m.term, push.water_mark)
 
     def _fail_waiting(self, code: Code) -> None:
         failed = self.failed

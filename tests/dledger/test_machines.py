@@ -1309,3 +1309,32 @@ def test_a_member_restored_to_an_earlier_term_votes_in_no_term_it_may_have_voted
     c.run(10_000, append_every=100)
     assert restored.abstaining == VOTING
     c.check_acked_everywhere()
+
+
+def test_a_probe_is_answered_what_the_asker_took_part_in_after_the_leadership_too() -> None:
+    """A leader answers a restarted follower's probe with the last entry it acknowledged in its term, and
+    still does once it stepped down (cut off the others, it does before the follower is back); a member
+    answers a candidate's probe with the term it stood in."""
+    node = a_loaded_leader(5, busy=())
+    probe = VoteRequest(group="g", local_id="n1", remote_id="n0", leader_id="n1", term=-1)
+    answer = node.on_vote(probe)
+    assert (answer.vote_result, answer.mqctl_seen_term, answer.mqctl_seen_index) == (
+        VoteResult.REJECT_EXPIRED_LEDGER_TERM,
+        1,
+        4,
+    )
+    node.to_candidate(1)
+    assert (node.on_vote(probe).mqctl_seen_term, node.on_vote(probe).mqctl_seen_index) == (1, 4)
+    node.on_vote(VoteRequest(group="g", local_id="n2", remote_id="n0", leader_id="n2", term=3))
+    to_n2 = VoteRequest(group="g", local_id="n2", remote_id="n0", leader_id="n2", term=-1)
+    assert (node.on_vote(to_n2).mqctl_seen_term, node.on_vote(to_n2).mqctl_seen_index) == (3, -1)
+    fresh = Node(MemberState("g", "n0", dict(PEERS), term=1), MemoryRaftLog(), Timings())
+    assert fresh.on_vote(probe).to_json() == {
+        "code": 200,
+        "group": "g",
+        "leaderId": "n1",
+        "localId": "n1",
+        "remoteId": "n0",
+        "term": 1,
+        "voteResult": "REJECT_EXPIRED_VOTE_TERM",
+    }  # (what DLedger answers: nothing of ours when it saw nothing)

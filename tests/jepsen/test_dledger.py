@@ -294,7 +294,7 @@ async def test_an_emptied_member_helps_elect_no_leader_that_lacks_committed_entr
     async with raft_group(tmp_path, cli_env) as g:
         a = await g.leader()
         b, c = (a + 1) % 3, (a + 2) % 3
-        A, B, C = g.nodes[a], g.nodes[b], g.nodes[c]
+        A, C = g.nodes[a], g.nodes[c]
         async with running(activity(g)):
             await g.acked_at_least(30)
             g.isolate(b, "refuse")  # (frozen, it would read what its socket buffers hold on waking)
@@ -307,25 +307,7 @@ async def test_an_emptied_member_helps_elect_no_leader_that_lacks_committed_entr
                 g.nemesis.partition(g.proxy, link, "refuse")
             g.nemesis.restart(C)
             await C.ready(g.client)
-            g.nemesis.kill(A)
-            g.heal(b)
-
-            refused = f"[{C.name}] abstains: no vote for {B.name}"
-
-            async def stood_or_led() -> bool:
-                # B stands for election again and again (C refuses it each round), or leads
-                if C.log_tail(10**6).count(refused) >= 2:
-                    return True
-                meta = await g.metadata(b)
-                return meta is not None and meta.get("leaderId") == B.name
-
-            await wait_until(stood_or_led, 30, g.evidence)
-            for link in links:
-                g.nemesis.heal(g.proxy, link)
-            g.nemesis.restart(A)
-            await A.ready(g.client)
-            await g.leader()
-            await writes_resume(g, g.history.last("restart"))
+            await leader_lost_before_it_caught_up(g, a, b, c, links)
         await assert_consistent(g)  # every SEND_OK, and C serves what the leader does once caught up
         await assert_terms(g)
         said = C.log_tail(10**6)
@@ -345,7 +327,7 @@ async def test_a_member_restored_from_an_older_copy_helps_elect_no_leader_that_l
     async with raft_group(tmp_path, cli_env) as g:
         a = await g.leader()
         b, c = (a + 1) % 3, (a + 2) % 3
-        A, B, C = g.nodes[a], g.nodes[b], g.nodes[c]
+        A, C = g.nodes[a], g.nodes[c]
         backup = tmp_path / "backup"
         async with running(activity(g)):
             await g.acked_at_least(30)
@@ -366,26 +348,34 @@ async def test_a_member_restored_from_an_older_copy_helps_elect_no_leader_that_l
             await wait_until(
                 lambda: "its store is older than its peers saw it" in C.log_tail(10**6), 30, g.evidence
             )
-            g.nemesis.kill(A)
-            g.heal(b)
-
-            refused = f"[{C.name}] abstains: no vote for {B.name}"
-
-            async def stood_or_led() -> bool:
-                if C.log_tail(10**6).count(refused) >= 2:
-                    return True
-                meta = await g.metadata(b)
-                return meta is not None and meta.get("leaderId") == B.name
-
-            await wait_until(stood_or_led, 30, g.evidence)
-            g.nemesis.heal(g.proxy, pushes)
-            g.nemesis.restart(A)
-            await A.ready(g.client)
-            await g.leader()
-            await writes_resume(g, g.history.last("restart"))
+            await leader_lost_before_it_caught_up(g, a, b, c, [pushes])
         await assert_consistent(g)  # every SEND_OK, and C serves what the leader does once caught up
         await assert_terms(g)
         assert f"votes: caught up with leader {A.name}" in C.log_tail(10**6)
+
+
+async def leader_lost_before_it_caught_up(g: RaftGroup, a: int, b: int, c: int, links: list[str]) -> None:
+    """The leader A killed before C (which lost what it acknowledged) caught up, and B (behind) healed:
+    B stands for election again and again, C refusing it each round, or leads. Then `links` heal and A
+    restarts; writes resume."""
+    A, B, C = g.nodes[a], g.nodes[b], g.nodes[c]
+    g.nemesis.kill(A)
+    g.heal(b)
+    refused = f"[{C.name}] abstains: no vote for {B.name}"
+
+    async def stood_or_led() -> bool:
+        if C.log_tail(10**6).count(refused) >= 2:
+            return True
+        meta = await g.metadata(b)
+        return meta is not None and meta.get("leaderId") == B.name
+
+    await wait_until(stood_or_led, 30, g.evidence)
+    for link in links:
+        g.nemesis.heal(g.proxy, link)
+    g.nemesis.restart(A)
+    await A.ready(g.client)
+    await g.leader()
+    await writes_resume(g, g.history.last("restart"))
 
 
 def _data_files(store: Path) -> list[Path]:
