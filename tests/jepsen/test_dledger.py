@@ -1,7 +1,8 @@
 """The Jepsen harness on DLedger broker groups: three brokers on loopback, producers sending with
 retries (ours; for the leader's faults the real clients too, ali-ons and the C++ client), one fault each
 (the leader killed, frozen past the election timeout, cut off its peers; a follower restarted empty,
-with a damaged entry, on a full disk), then the history checked against what the group serves: every
+with a damaged entry, on a full disk; a member emptied or restored from an older copy and the leader lost
+before it caught up), then the history checked against what the group serves: every
 SEND_OK readable exactly once from the leader, no two leaders in one term, no SEND_OK from a leader cut
 off its quorum, the old leader's unreplicated tail not served, writes resumed.
 
