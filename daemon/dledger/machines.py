@@ -98,6 +98,9 @@ PROBING: Final = "probing"
 #: the group has a history this member's store lost: it waits until it holds, committed, an entry of its
 #: leader's term (everything committed before is then in its log)
 CATCHING_UP: Final = "catching-up"
+#: it restarted on its store: before it votes it asks its peers what they last saw of it, which a store
+#: restored from an older copy (a VM snapshot, a disk image) is behind; not kept across a restart
+CHECKING: Final = "checking"
 #: `Out.epoch` of a probe: a vote asked in term -1 with an empty log, which DLedger's ``handleVote`` (and
 #: ours) refuses before it looks at any vote: REJECT_EXPIRED_LEDGER_TERM from a member holding a log, else
 #: REJECT_EXPIRED_VOTE_TERM with its term. Nothing changes on the member asked; a 4.9.8 member answers it.
@@ -387,6 +390,13 @@ class Node:
         self._catch_up_term = -1
         #: (probing) the peers that answered a probe: whether each holds a log, and its term
         self._probed: dict[str, tuple[bool, int]] = {}
+        #: (checking) the peers asked, and those whose probe went unanswered (down, unreachable)
+        self._asked: set[str] = set()
+        self._unanswered: set[str] = set()
+        #: per peer, the highest (term, index) it took part in with this member: it stood or led in that
+        #: term, voted for this member or acknowledged its heartbeats in it (index -1), or acknowledged
+        #: this leader's entries up to index. In memory: what a probe is answered (`seen_of`)
+        self.seen: dict[str, tuple[int, int]] = {}
         self._next_probe = 0
         #: (probing) when it started, -1 before its first probe
         self._probing_since = -1
@@ -454,6 +464,7 @@ class Node:
         self.m.role, self.m.leader_id, self.m.transferee = Role.CANDIDATE, None, None
         self.beat_round = None
         if was_leader:
+            self._led()
             self._fail_waiting(Code.TERM_CHANGED)
         self._role(term, Role.CANDIDATE)
 
@@ -464,8 +475,14 @@ class Node:
         self.last_leader_beat = self._now
         self.vote_round = None
         if was_leader:
+            self._led()
             self._fail_waiting(Code.TERM_CHANGED)
         self._role(term, Role.FOLLOWER)
+
+    def _led(self) -> None:
+        """(leaving the leadership) What each follower acknowledged in it, kept for its probes (`seen`)."""
+        for peer, push in self.pushes.items():
+            self._saw(peer, self.m.term, push.water_mark)
 
     def _fail_waiting(self, code: Code) -> None:
         failed = self.failed
@@ -507,7 +524,7 @@ class Node:
 
     def tick(self, now: int) -> list[Out]:
         """What DLedger's state maintainer and entry dispatchers do at `now`: the requests to send."""
-        if self.abstaining == PROBING and now >= self._next_probe:
+        if (self.abstaining == PROBING or self.abstaining == CHECKING) and now >= self._next_probe:
             return self._probe(now) + self._tick(now)
         return self._tick(now)
 
@@ -691,12 +708,25 @@ class Node:
             return answer(VoteResult.REJECT_UNKNOWN_LEADER)
         if not self_vote and req.leader_id == m.self_id:
             return answer(VoteResult.REJECT_UNEXPECTED_LEADER)
+        if req.term < 0:
+            # a probe: what DLedger answers it (below, before any vote is looked at), with what this member
+            # last saw of the asker
+            resp = self._answer_probe(req)
+            resp.group, resp.local_id, resp.remote_id = req.group, req.local_id, req.remote_id
+            resp.leader_id = req.leader_id
+            return resp
+        if not self_vote:
+            self._saw(req.leader_id, req.term, -1)  # (a candidate of that term: it kept the term)
         if req.ledger_end_term < self.log.last_term:
             return answer(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
         if req.ledger_end_term == self.log.last_term and req.ledger_end_index < self.log.last_index:
             return answer(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
         if req.term < m.term:
             return answer(VoteResult.REJECT_EXPIRED_VOTE_TERM)
+        if req.term > m.term and self.abstaining == CHECKING:
+            # (its term stays the one its store had until the check ends: a peer that saw it in a later
+            # term then still tells it so; the candidate asks again a while later)
+            return answer(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
         if req.term == m.term:
             if m.voted_for is not None and m.voted_for != req.leader_id:
                 if m.leader_id is not None:
@@ -744,6 +774,9 @@ class Node:
             return answer(Code.UNEXPECTED_MEMBER, m.term)
         if req.term < m.term:
             return answer(Code.EXPIRED_TERM, m.term)
+        self._saw(req.leader_id, req.term, -1)
+        if req.term > m.term and self.abstaining == CHECKING:
+            return answer(Code.TERM_NOT_READY)  # (its term stays its store's until the check ends)
         if req.term == m.term:
             if m.leader_id is None:
                 self.to_follower(req.term, req.leader_id)
@@ -773,8 +806,11 @@ class Node:
         if len(self.m.peers) <= 1 or state == VOTING:
             return
         self.abstaining, self.abstain_why = state, why
-        self.keep_abstention(state)
+        if state != CHECKING:  # (checking again at the next start costs a round trip)
+            self.keep_abstention(state)
         self._probed.clear()
+        self._asked.clear()
+        self._unanswered.clear()
         self._probing_since = self._catch_up_term = -1
         # (INFO: a new member's first start probes too; a loss found is a WARNING)
         log.info("[%s] abstains from elections (%s): %s", self.m.self_id, state, why)
@@ -785,32 +821,123 @@ class Node:
             return f"{self.abstain_why}: asking its peers whether the group has a history"
         if self.abstaining == CATCHING_UP:
             return f"{self.abstain_why}: until it holds, committed, an entry of its leader's term"
+        if self.abstaining == CHECKING:
+            return f"{self.abstain_why}: asking its peers whether they saw it later than its store says"
         return ""
 
     def _probe(self, now: int) -> list[Out]:
         if self._probing_since < 0:
             self._probing_since = now
         self._next_probe = now + self.t.max_vote_interval_ms
+        if self.abstaining == CHECKING:
+            return self._check(now)
         if self._probed:
             self._probe_settles(now)  # (its own log kept, it waits out an election timeout for a leader)
             if self.abstaining != PROBING:
                 return []
-        out = []
-        for peer in self.others():
-            if peer not in self._probed:
-                req = self._base(VoteRequest(), peer)
-                req.leader_id, req.term, req.ledger_end_index, req.ledger_end_term = (
-                    self.m.self_id,
-                    -1,
-                    -1,
-                    -1,
-                )
-                out.append(Out(peer, DLedgerRequestCode.VOTE, req, epoch=PROBE_EPOCH))
+        return [self._probe_request(peer) for peer in self.others() if peer not in self._probed]
+
+    def _probe_request(self, peer: str) -> Out:
+        req = self._base(VoteRequest(), peer)
+        req.leader_id, req.term, req.ledger_end_index, req.ledger_end_term = self.m.self_id, -1, -1, -1
+        return Out(peer, DLedgerRequestCode.VOTE, req, epoch=PROBE_EPOCH)
+
+    def _answer_probe(self, req: VoteRequest) -> VoteResponse:
+        """What ``handleVote`` answers a probe (its log checks, then its term's: nothing changes here), and
+        what this member last saw of the asker (`seen_of`)."""
+        log_ = self.log
+        if req.ledger_end_term < log_.last_term:
+            result = VoteResult.REJECT_EXPIRED_LEDGER_TERM
+        elif req.ledger_end_term == log_.last_term and req.ledger_end_index < log_.last_index:
+            result = VoteResult.REJECT_SMALL_LEDGER_END_INDEX
+        else:
+            result = VoteResult.REJECT_EXPIRED_VOTE_TERM
+        resp = VoteResponse(vote_result=result, term=self.m.term)
+        seen_term, seen_index = self.seen_of(req.leader_id or "")
+        if seen_term >= 0:
+            resp.mqctl_seen_term, resp.mqctl_seen_index = seen_term, seen_index
+        return resp
+
+    def _saw(self, peer: str, term: int, index: int) -> None:
+        if (term, index) > self.seen.get(peer, (-1, -1)):
+            self.seen[peer] = (term, index)
+
+    def seen_of(self, peer: str) -> tuple[int, int]:
+        """The highest (term, index) `peer` took part in with this member as far as it knows (see `seen`);
+        as its leader, what it acknowledged of this term's log counts: (-1, -1) when nothing."""
+        seen = self.seen.get(peer, (-1, -1))
+        push = self.pushes.get(peer) if self.is_leader else None
+        if push is not None and (self.m.term, push.water_mark) > seen:
+            return self.m.term, push.water_mark
+        return seen
+
+    def _check(self, now: int) -> list[Out]:
+        """(checking) Each peer asked once; those that did not answer within an election timeout are taken
+        for unreachable (a peer that knows nothing later cannot tell it either)."""
+        if now - self._probing_since >= self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms:
+            self._unanswered.update(self.others())
+            self._check_settles()
+            return []
+        out = [self._probe_request(peer) for peer in self.others() if peer not in self._asked]
+        self._asked.update(o.peer for o in out)
         return out
 
+    def _check_settles(self) -> None:
+        """(checking) Every peer answered or could not be asked, none saw it later than its store: it votes."""
+        others = self.others()
+        if self.abstaining != CHECKING or len(self._unanswered.union(self._probed)) < len(others):
+            return
+        self._stop_abstaining(
+            f"{len(self._probed)} of {len(others)} peers answered, none saw it later than its store says"
+        )
+
+    def _behind_seen(self, peer: str, resp: VoteResponse) -> str:
+        """What a probe's answer says this member's store lost ("" when nothing): a term it took part in,
+        its own now lower (terms and votes are kept before they count), or, in its own term, an entry it
+        acknowledged to that term's leader, its log now shorter (entries are held before acknowledged)."""
+        term, index = resp.mqctl_seen_term, resp.mqctl_seen_index
+        if term is None:
+            return ""
+        if term > self.m.term:
+            return f"{peer} saw it in term {term}, its store says term {self.m.term}"
+        if term == self.m.term and index is not None and index > self.log.last_index:
+            return (
+                f"{peer}, leader of term {term}, had its acknowledgement of entry {index}, its log ends "
+                f"at {self.log.last_index}"
+            )
+        return ""
+
+    def _restored(self, why: str, term: int) -> None:
+        """Its store is older than its peers saw it (restored from an older copy, or its writes lost): it may
+        have voted in any term up to `term`, and acknowledged entries it no longer holds. It grants no vote
+        in that term (its vote there is its own) and abstains as an emptied member does."""
+        m = self.m
+        if term > m.term or m.voted_for is None:
+            floor = max(term, m.term)
+            try:
+                m.persist(floor, m.self_id)
+            except OSError as exc:  # (a full disk) it abstains all the same
+                log.error("[%s] cannot save term %d: %s", m.self_id, floor, exc)
+            else:
+                if floor > m.term:
+                    m.known_max_term = max(m.known_max_term, floor)
+                    m.term = floor
+                    self.to_candidate(floor)
+                m.voted_for = m.self_id
+        self.abstain_why = f"its store is older than its peers saw it ({why})"
+        self._to_catch_up("restored from an older copy, or its writes were lost")
+
     def _probe_answered(self, peer: str, resp: VoteResponse) -> None:
-        """A peer's answer to a probe: a peer holding a log tells an empty member it lost what the group
-        holds (it catches up with a leader)."""
+        """A peer's answer to a probe: a peer that saw this member later than its store says, or (an empty
+        member) a peer holding a log, tells it it lost what the group holds (it catches up with a leader)."""
+        lost = self._behind_seen(peer, resp)
+        if lost:
+            self._restored(lost, resp.mqctl_seen_term or 0)
+            return
+        if self.abstaining == CHECKING:
+            self._probed[peer] = (resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM, resp.term)
+            self._check_settles()
+            return
         if resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM:
             self._probed[peer] = (True, resp.term)
             if self.log.last_index < 0:
@@ -1354,6 +1481,18 @@ class Node:
             )
             return
         if req.type is PushType.COMMIT:
+            if resp is not None and resp.code == _OK and resp.end_index < p.water_mark and p.state is _APPEND:
+                # its log ends before what it acknowledged (restored from an older copy, its writes lost):
+                # pushed again from where the logs agree, not first at the next send (DLedger sets endIndex
+                # in every answer)
+                log.warning(
+                    "[%s] %s acknowledged entry %d but its log ends at %d: comparing again",
+                    self.m.self_id,
+                    peer,
+                    p.water_mark,
+                    resp.end_index,
+                )
+                self._to_compare(p, now)
             return
         if p.state is _APPEND:
             return
@@ -1682,9 +1821,15 @@ class Node:
         if out.code is DLedgerRequestCode.VOTE:
             assert resp is None or isinstance(resp, VoteResponse)
             if out.epoch == PROBE_EPOCH:
-                if resp is not None and self.abstaining == PROBING:
-                    self._probe_answered(out.peer, resp)
+                if self.abstaining == PROBING or self.abstaining == CHECKING:
+                    if resp is not None:
+                        self._probe_answered(out.peer, resp)
+                    elif self.abstaining == CHECKING:
+                        self._unanswered.add(out.peer)
+                        self._check_settles()
             elif self.vote_round is not None and out.epoch == self.vote_round.seq:
+                if resp is not None and resp.vote_result is VoteResult.ACCEPT:
+                    self._saw(out.peer, self.vote_round.term, -1)
                 self._count_vote(resp)
         elif out.code is DLedgerRequestCode.HEART_BEAT:
             self._count_beat(out.peer, resp)
@@ -1714,6 +1859,7 @@ class Node:
         self.m.live[peer] = code != Code.NETWORK_ERROR
         if code == Code.SUCCESS:
             r.succeeded += 1
+            self._saw(peer, r.term, -1)
         elif code == Code.EXPIRED_TERM:
             assert resp is not None
             r.max_term = max(r.max_term, resp.term)

@@ -421,6 +421,13 @@ class VoteRequest(RequestOrResponse):
 @dataclass(slots=True, kw_only=True)
 class VoteResponse(RequestOrResponse):
     vote_result: VoteResult = VoteResult.UNKNOWN
+    #: (ours, in the answer to a probe only: a vote asked in term -1, which only our members ask) what the
+    #: answering member last saw of the asker: the highest term it took part in with it, and, where the
+    #: answerer led that term, the last entry the asker acknowledged in it. A store restored from an older
+    #: copy is behind them (`Node.abstain`). Absent from every other answer (DLedger's JSON unchanged), and
+    #: from a 4.9.8 member's: fastjson leaves nulls out, and reading it ignores unknown properties.
+    mqctl_seen_term: int | None = None
+    mqctl_seen_index: int | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -23,7 +23,7 @@ from typing import Final
 
 from daemon.dledger import trace
 from daemon.dledger.gate import PeerGate
-from daemon.dledger.machines import CATCHING_UP, PROBING, MemberState, Node, Out, Role, Timings
+from daemon.dledger.machines import CATCHING_UP, CHECKING, PROBING, MemberState, Node, Out, Role, Timings
 from daemon.dledger.protocol import (
     BEANS,
     BINARY_ANSWER_KEY,
@@ -229,7 +229,8 @@ class DLedgerServer:
 
     def _abstain_at_start(self, raft_log: RaftLog, voted_kept: bool) -> None:
         """A member started without its vote file (a new member, or its store lost), or one that kept an
-        abstention it had not ended, abstains (`Node.abstain`) unless the operator said voteWhenEmptied."""
+        abstention it had not ended, abstains (`Node.abstain`) unless the operator said voteWhenEmptied;
+        one restarted on its store asks its peers first whether the store is older than they saw it."""
         directory, node = self.settings.directory, self.node
         kept = load_abstention(directory)
         if self.settings.vote_when_emptied:
@@ -258,6 +259,8 @@ class DLedgerServer:
             node.abstain(PROBING, "started without its vote file (currterm)")
         elif kept:
             node.abstain(PROBING, "restarted before it knew whether the group had a history")
+        else:
+            node.abstain(CHECKING, "restarted on its store")
 
     @property
     def log(self) -> RaftLog:

@@ -4,16 +4,20 @@ tests/dledger/test_machines.py; the schedule that lost messages without them, te
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
+from daemon.dledger.machines import VOTING
+from daemon.remoting.codes import ResponseCode
 from mqctl.admin.client import Admin
 from mqctl.services.cluster import BrokerRow
 from mqctl.services.ha import HAStatus, _one
 from store.dledger import ABSTAIN_FILE
-from tests.dledger.test_rejoin import elected, members, running
+from tests.dledger.test_rejoin import elected, led, members, running
 from tests.support.broker import start_broker
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -56,3 +60,46 @@ async def test_a_member_restarted_before_it_caught_up_still_abstains(tmp_path: P
         state = await _status(brokers[0].addr)
         assert state.abstains is not None and "restarted before it caught up" in state.abstains, state
         assert "an entry of its leader's term" in state.abstains
+
+
+async def test_a_member_restored_from_an_older_copy_abstains_until_it_caught_up(tmp_path: Path) -> None:
+    """A follower's whole store is copied while it is stopped, it acknowledges more sends, then its store is
+    put back from the copy: its leader answers its probe with the last entry it acknowledged, so it
+    abstains, says why, and votes again once it caught up."""
+    keys = members(tmp_path)
+    async with running(keys) as (brokers, client):
+        leader, on = await led(brokers, client, "R", 5)
+        i = next(j for j, b in enumerate(brokers) if b is not None and b is not leader)
+        k, follower = keys[i], brokers[i]
+        assert follower is not None and follower.dledger is not None
+        root, backup = Path(k["store_path_root_dir"]), tmp_path / "backup"
+        await follower.stop()
+        shutil.copytree(root, backup)
+        brokers[i] = follower = await start_broker(root, **k)
+        await wait_until(lambda: follower.dledger is not None and follower.dledger.node.abstaining == VOTING)
+        for n in range(20):
+            assert (await on.send("R", f"later-{n}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        assert leader.dledger is not None
+        end = leader.dledger.log.last_index
+        await wait_until(lambda: follower.dledger is not None and follower.dledger.log.last_index == end)
+        await follower.stop()
+        brokers[i] = None
+        shutil.rmtree(root)
+        shutil.copytree(backup, root)
+        restored = await start_broker(root, **k)
+        brokers[i] = restored
+        assert restored.dledger is not None
+        said: list[str] = []
+
+        async def abstains() -> bool:
+            said[:] = [(await _status(restored.addr)).abstains or ""]
+            return "older than its peers saw it" in said[0]
+
+        await wait_until(abstains, 20)
+        assert f"{leader.dledger.settings.self_id}, leader of term" in said[0], said
+        assert (Path(restored.dledger.settings.directory) / ABSTAIN_FILE).exists()
+        # (the leader finds its log shorter than it acknowledged and pushes the rest again)
+        await wait_until(
+            lambda: restored.dledger is not None and restored.dledger.node.abstaining == VOTING, 20
+        )
+        assert (await _status(restored.addr)).abstains is None

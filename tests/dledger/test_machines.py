@@ -20,6 +20,7 @@ import pytest
 
 from daemon.dledger.machines import (
     CATCHING_UP,
+    CHECKING,
     PROBE_EPOCH,
     PROBING,
     VOTING,
@@ -60,6 +61,12 @@ class Disk:
     #: the abstention the member kept (its `abstain` file)
     abstain: str = VOTING
 
+    def copy(self) -> Disk:
+        """The same store, apart (entries are never changed in place; compiled, they do not deepcopy)."""
+        log = MemoryRaftLog()
+        log._entries, log._committed = list(self.log._entries), self.log._committed
+        return dataclasses.replace(self, log=log)
+
 
 class Cluster:
     def __init__(
@@ -92,6 +99,8 @@ class Cluster:
         self.queue: list[tuple[int, int, str, Any]] = []
         self.seq = 0
         self.cut: set[frozenset[str]] = set()
+        #: links cut one way: (a, b) loses a's requests to b (b's own requests to a, and their answers, pass)
+        self.one_way: set[tuple[str, str]] = set()
         self.link: dict[tuple[str, str], int] = {}
         self.checked: dict[str, int] = {}
         self.leaders: dict[int, str] = {}
@@ -121,12 +130,26 @@ class Cluster:
                 node.abstain(CATCHING_UP, "restarted before it caught up")
             elif disk.log.last_index < 0 or not disk.voted or disk.abstain:
                 node.abstain(PROBING, "started without its store")
+            else:
+                node.abstain(CHECKING, "restarted on its store")
 
     def wipe(self, p: str) -> None:
         """The member's store lost (a disk replaced): it restarts empty, its log, term and vote forgotten."""
         self.crash(p)
         self.disks[p] = Disk()
         self.checked.pop(p, None)  # (its committed entries are checked again as it commits them anew)
+        self.start(p)
+
+    def backup(self, p: str) -> Disk:
+        """A copy of the member's whole store as it is now."""
+        return self.disks[p].copy()
+
+    def restore(self, p: str, backup: Disk) -> None:
+        """The member's whole store put back from an older copy (a VM snapshot, a disk image): its log,
+        term, vote and abstention as they were then, consistent, and it restarts on them."""
+        self.crash(p)
+        self.disks[p] = backup.copy()
+        self.checked.pop(p, None)
         self.start(p)
 
     def crash(self, p: str) -> None:
@@ -138,7 +161,8 @@ class Cluster:
         self.nodes[p] = None
 
     def reachable(self, a: str, b: str) -> bool:
-        return frozenset((a, b)) not in self.cut
+        """Whether `a`'s requests reach `b` (and their answers come back)."""
+        return frozenset((a, b)) not in self.cut and (a, b) not in self.one_way
 
     def send(self, at: int, kind: str, payload: Any) -> None:
         self.seq += 1
@@ -1215,3 +1239,102 @@ def test_every_member_restarted_one_without_its_vote_file_and_the_group_elects()
     assert node.abstaining == VOTING and c.disks["n0"].term > before
     assert c.leader() is not None
     c.check_acked_everywhere()
+
+
+# ------------------------------------------------------------------ members restored from an older copy
+
+
+def test_a_member_restored_from_an_older_copy_helps_elect_no_leader_that_lacks_committed_entries() -> None:
+    """A leads; R's store is copied; B is cut off while A and R commit appends; R is restored from the
+    copy (its term and vote as they were, its log without what it acknowledged since) and restarts, A's
+    requests to it lost but its own to A answered; A crashes and B's links heal. Had R voted (its log is
+    no shorter than B's), B would lead without what A and R acknowledged. A answers R's probe with the
+    last entry R acknowledged in its term: R abstains until it caught up, and nothing is lost."""
+    c = Cluster(seed=11, loss=0.0, careful=True)
+    c.run(5000, append_every=50)
+    leader = c.leader()
+    assert leader is not None
+    a = leader.m.self_id
+    b, r = [p for p in PEERS if p != a]
+    c.run(500)
+    backup = c.backup(r)
+    c.cut |= {frozenset((b, a)), frozenset((b, r))}
+    c.run(2000, append_every=50)
+    c.run(500)
+    assert c.acked and c.acked[-1][0] > max(c.disks[b].log.last_index, backup.log.last_index)
+    c.one_way.add((a, r))
+    c.restore(r, backup)
+    c.run(1000)
+    c.crash(a)
+    c.cut.clear()
+    c.one_way.clear()
+    c.run(20_000, append_every=100)  # (the checker raises should a committed entry change)
+    elected = c.leader()
+    assert elected is None, f"{elected.m.self_id} elected while A is down"
+    restored = c.nodes[r]
+    assert restored is not None and restored.abstaining == CATCHING_UP
+    assert f"{a}, leader of term" in restored.abstention()
+    c.start(a)
+    c.run(10_000, append_every=100)
+    assert restored.abstaining == VOTING
+    c.check_acked_everywhere()
+
+
+def test_a_member_restored_to_an_earlier_term_votes_in_no_term_it_may_have_voted_in() -> None:
+    """A leads term t; R's store is copied; A crashes and L (R's vote) leads term t + 1; R is restored from
+    the copy (term t) and restarts with A, A cut off L and L's requests to R lost. Had R voted, A would lead
+    term t + 1 too. L answers R's probe with term t + 1: R votes for nobody up to it and abstains until it
+    caught up with a leader."""
+    c = Cluster(seed=3, loss=0.0, careful=True)
+    c.run(5000, append_every=50)
+    leader = c.leader()
+    assert leader is not None
+    a, t = leader.m.self_id, leader.m.term
+    backups = {p: c.backup(p) for p in PEERS}
+    c.crash(a)
+    c.run(15_000, append_every=50)
+    new = c.leader()
+    assert new is not None and new.m.term == t + 1, "the schedule needs the next term's leader"
+    el, r = new.m.self_id, next(p for p in PEERS if p not in (a, new.m.self_id))
+    c.cut.add(frozenset((a, el)))
+    c.one_way.add((el, r))
+    c.restore(r, backups[r])
+    c.start(a)
+    c.run(20_000, append_every=100)  # (the checker raises on two leaders in one term)
+    restored = c.nodes[r]
+    assert restored is not None and restored.abstaining == CATCHING_UP
+    assert f"{el} saw it in term {t + 1}" in restored.abstention()
+    c.cut.clear()
+    c.one_way.clear()
+    c.run(10_000, append_every=100)
+    assert restored.abstaining == VOTING
+    c.check_acked_everywhere()
+
+
+def test_a_probe_is_answered_what_the_asker_took_part_in_after_the_leadership_too() -> None:
+    """A leader answers a restarted follower's probe with the last entry it acknowledged in its term, and
+    still does once it stepped down (cut off the others, it does before the follower is back); a member
+    answers a candidate's probe with the term it stood in."""
+    node = a_loaded_leader(5, busy=())
+    probe = VoteRequest(group="g", local_id="n1", remote_id="n0", leader_id="n1", term=-1)
+    answer = node.on_vote(probe)
+    assert (answer.vote_result, answer.mqctl_seen_term, answer.mqctl_seen_index) == (
+        VoteResult.REJECT_EXPIRED_LEDGER_TERM,
+        1,
+        4,
+    )
+    node.to_candidate(1)
+    assert (node.on_vote(probe).mqctl_seen_term, node.on_vote(probe).mqctl_seen_index) == (1, 4)
+    node.on_vote(VoteRequest(group="g", local_id="n2", remote_id="n0", leader_id="n2", term=3))
+    to_n2 = VoteRequest(group="g", local_id="n2", remote_id="n0", leader_id="n2", term=-1)
+    assert (node.on_vote(to_n2).mqctl_seen_term, node.on_vote(to_n2).mqctl_seen_index) == (3, -1)
+    fresh = Node(MemberState("g", "n0", dict(PEERS), term=1), MemoryRaftLog(), Timings())
+    assert fresh.on_vote(probe).to_json() == {
+        "code": 200,
+        "group": "g",
+        "leaderId": "n1",
+        "localId": "n1",
+        "remoteId": "n0",
+        "term": 1,
+        "voteResult": "REJECT_EXPIRED_VOTE_TERM",
+    }  # (what DLedger answers: nothing of ours when it saw nothing)

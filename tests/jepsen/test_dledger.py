@@ -1,7 +1,8 @@
 """The Jepsen harness on DLedger broker groups: three brokers on loopback, producers sending with
 retries (ours; for the leader's faults the real clients too, ali-ons and the C++ client), one fault each
 (the leader killed, frozen past the election timeout, cut off its peers; a follower restarted empty,
-with a damaged entry, on a full disk), then the history checked against what the group serves: every
+with a damaged entry, on a full disk; a member emptied or restored from an older copy and the leader lost
+before it caught up), then the history checked against what the group serves: every
 SEND_OK readable exactly once from the leader, no two leaders in one term, no SEND_OK from a leader cut
 off its quorum, the old leader's unreplicated tail not served, writes resumed.
 
@@ -294,7 +295,7 @@ async def test_an_emptied_member_helps_elect_no_leader_that_lacks_committed_entr
     async with raft_group(tmp_path, cli_env) as g:
         a = await g.leader()
         b, c = (a + 1) % 3, (a + 2) % 3
-        A, B, C = g.nodes[a], g.nodes[b], g.nodes[c]
+        A, C = g.nodes[a], g.nodes[c]
         async with running(activity(g)):
             await g.acked_at_least(30)
             g.isolate(b, "refuse")  # (frozen, it would read what its socket buffers hold on waking)
@@ -307,30 +308,75 @@ async def test_an_emptied_member_helps_elect_no_leader_that_lacks_committed_entr
                 g.nemesis.partition(g.proxy, link, "refuse")
             g.nemesis.restart(C)
             await C.ready(g.client)
-            g.nemesis.kill(A)
-            g.heal(b)
-
-            refused = f"[{C.name}] abstains: no vote for {B.name}"
-
-            async def stood_or_led() -> bool:
-                # B stands for election again and again (C refuses it each round), or leads
-                if C.log_tail(10**6).count(refused) >= 2:
-                    return True
-                meta = await g.metadata(b)
-                return meta is not None and meta.get("leaderId") == B.name
-
-            await wait_until(stood_or_led, 30, g.evidence)
-            for link in links:
-                g.nemesis.heal(g.proxy, link)
-            g.nemesis.restart(A)
-            await A.ready(g.client)
-            await g.leader()
-            await writes_resume(g, g.history.last("restart"))
+            await leader_lost_before_it_caught_up(g, a, b, c, links)
         await assert_consistent(g)  # every SEND_OK, and C serves what the leader does once caught up
         await assert_terms(g)
         said = C.log_tail(10**6)
         assert "abstains from elections until it holds, committed, an entry of its leader's term" in said
         assert f"votes: caught up with leader {A.name}" in said
+
+
+async def test_a_member_restored_from_an_older_copy_helps_elect_no_leader_that_lacks_committed_entries(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A VM snapshot put back: C's whole store is copied (stopped, then restarted), the leader A and C
+    commit sends while B is cut off, then C's store is restored from the copy (its log, term and vote as
+    they were, consistent but older) and C restarts, A's requests to it refused (its own to A pass). A is
+    killed before C catches up and B healed: had C voted (its log is no shorter than B's, nothing on it
+    says it is old), B would lead without what A and C acknowledged. A answers C's probe with the last
+    entry C acknowledged, so C abstains: no leader until A is back, then every SEND_OK is served."""
+    async with raft_group(tmp_path, cli_env) as g:
+        a = await g.leader()
+        b, c = (a + 1) % 3, (a + 2) % 3
+        A, C = g.nodes[a], g.nodes[c]
+        backup = tmp_path / "backup"
+        async with running(activity(g)):
+            await g.acked_at_least(30)
+            await g.nemesis.stop(C)
+            shutil.copytree(C.store, backup)
+            g.nemesis.restart(C)
+            await C.ready(g.client)
+            g.isolate(b, "refuse")
+            await g.acked_at_least(g.acked() + 30)  # committed on A and C only
+            g.nemesis.kill(C)
+            shutil.rmtree(C.store)
+            shutil.copytree(backup, C.store)
+            g.history.nemesis("restore", C.name)
+            pushes = f"n{a}->n{c}"
+            g.nemesis.partition(g.proxy, pushes, "refuse")
+            g.nemesis.restart(C)
+            await C.ready(g.client)
+            await wait_until(
+                lambda: "its store is older than its peers saw it" in C.log_tail(10**6), 30, g.evidence
+            )
+            await leader_lost_before_it_caught_up(g, a, b, c, [pushes])
+        await assert_consistent(g)  # every SEND_OK, and C serves what the leader does once caught up
+        await assert_terms(g)
+        assert f"votes: caught up with leader {A.name}" in C.log_tail(10**6)
+
+
+async def leader_lost_before_it_caught_up(g: RaftGroup, a: int, b: int, c: int, links: list[str]) -> None:
+    """The leader A killed before C (which lost what it acknowledged) caught up, and B (behind) healed:
+    B stands for election again and again, C refusing it each round, or leads. Then `links` heal and A
+    restarts; writes resume."""
+    A, B, C = g.nodes[a], g.nodes[b], g.nodes[c]
+    g.nemesis.kill(A)
+    g.heal(b)
+    refused = f"[{C.name}] abstains: no vote for {B.name}"
+
+    async def stood_or_led() -> bool:
+        if C.log_tail(10**6).count(refused) >= 2:
+            return True
+        meta = await g.metadata(b)
+        return meta is not None and meta.get("leaderId") == B.name
+
+    await wait_until(stood_or_led, 30, g.evidence)
+    for link in links:
+        g.nemesis.heal(g.proxy, link)
+    g.nemesis.restart(A)
+    await A.ready(g.client)
+    await g.leader()
+    await writes_resume(g, g.history.last("restart"))
 
 
 def _data_files(store: Path) -> list[Path]:
