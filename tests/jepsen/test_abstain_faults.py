@@ -104,6 +104,17 @@ async def catching_up(g: RaftGroup, node: Node) -> None:
     await wait_until(says, 30, g.evidence)
 
 
+async def emptied_behind_a_slow_link(g: RaftGroup) -> tuple[int, int, int]:
+    """(the clients running) Sends acknowledged, then member c emptied and restarted behind a slow link
+    from the leader a, and catching up; returns a, the third member b, and c."""
+    a = await g.leader()
+    b, c = (a + 1) % 3, (a + 2) % 3
+    await g.acked_at_least(200)
+    await empty_and_restart(g, c, slow_from=a)
+    await catching_up(g, g.nodes[c])
+    return a, b, c
+
+
 def cut(g: RaftGroup, i: int, j: int) -> None:
     """Refuse both links between members ``i`` and ``j`` (each still reaches the third)."""
     for link in (f"n{i}->n{j}", f"n{j}->n{i}"):
@@ -126,13 +137,9 @@ async def test_an_emptied_member_cut_off_then_killed_mid_catch_up_then_its_sourc
     there), then A, its only source, is killed. B and C are a majority, but C abstains: B stands again and
     again and nobody leads, until A is back; then every SEND_OK is served and C catches up and votes."""
     async with raft_group(tmp_path, cli_env) as g:
-        a = await g.leader()
-        b, c = (a + 1) % 3, (a + 2) % 3
-        A, B, C = g.nodes[a], g.nodes[b], g.nodes[c]
         async with running(activity(g)):
-            await g.acked_at_least(200)
-            await empty_and_restart(g, c, slow_from=a)
-            await catching_up(g, C)
+            a, b, c = await emptied_behind_a_slow_link(g)
+            A, B, C = g.nodes[a], g.nodes[b], g.nodes[c]
             cut(g, a, c)
             await g.acked_at_least(g.acked() + 30)  # A and B commit without C
             assert "until it holds, committed" in await abstains(g, C), g.evidence()
@@ -164,13 +171,9 @@ async def test_two_members_emptied_one_after_the_other(tmp_path: Path, cli_env: 
     restarts C with ``voteWhenEmptied=true``: A's log wins the vote, every SEND_OK is served, and C,
     restarted without the key, and B catch up and vote on their own."""
     async with raft_group(tmp_path, cli_env) as g:
-        a = await g.leader()
-        b, c = (a + 1) % 3, (a + 2) % 3
-        A, B, C = g.nodes[a], g.nodes[b], g.nodes[c]
         async with running(activity(g)):
-            await g.acked_at_least(200)
-            await empty_and_restart(g, c, slow_from=a)
-            await catching_up(g, C)
+            a, b, c = await emptied_behind_a_slow_link(g)
+            A, B, C = g.nodes[a], g.nodes[b], g.nodes[c]
             await empty_and_restart(g, b, slow_from=None)
             await no_leader_while(g, C, A)
             assert await abstains(g, B) and await abstains(g, C), g.evidence()
