@@ -1481,18 +1481,8 @@ class Node:
             )
             return
         if req.type is PushType.COMMIT:
-            if resp is not None and resp.code == _OK and resp.end_index < p.water_mark and p.state is _APPEND:
-                # its log ends before what it acknowledged (restored from an older copy, its writes lost):
-                # pushed again from where the logs agree, not first at the next send (DLedger sets endIndex
-                # in every answer)
-                log.warning(
-                    "[%s] %s acknowledged entry %d but its log ends at %d: comparing again",
-                    self.m.self_id,
-                    peer,
-                    p.water_mark,
-                    resp.end_index,
-                )
-                self._to_compare(p, now)
+            if resp is not None and resp.code == Code.SUCCESS and p.state is _APPEND and not p.inflight:
+                self._check_follower_end(peer, p, resp.end_index, now)
             return
         if p.state is _APPEND:
             return
@@ -1559,6 +1549,24 @@ class Node:
                 p.binary, p.binary_refused = False, True
                 self._binary_changed()
             self._to_compare(p, self._now, COMPARE_RETRY_MS)
+
+    def _check_follower_end(self, peer: str, p: PeerPush, end: int, now: int) -> None:
+        """A COMMIT push's answer (the leader's only push while it takes no sends; DLedger sets endIndex in
+        every answer): a follower whose log ends before what it acknowledged lost its store (emptied, or
+        restored from an older copy). The
+        appends from its water mark would wait for the next send, and an emptied member abstains until
+        it holds the leader's log: compared now, and its water mark is what it holds."""
+        if end >= p.water_mark:
+            return
+        log.warning(
+            "[%s] %s holds entries up to %d, though it acknowledged up to %d: it lost its store; comparing",
+            self.m.self_id,
+            peer,
+            end,
+            p.water_mark,
+        )
+        p.water_mark = max(end, -1)
+        self._to_compare(p, now)
 
     def _compared(self, peer: str, p: PeerPush, index: int, resp: PushEntryResponse) -> None:
         """``EntryDispatcher#doCompare``'s answer, but the next index to compare is chosen by bisection (the

@@ -249,6 +249,12 @@ def _refusal_hint(code: int, to: str, addr: str) -> str | None:
         )
     if code == DLedgerResponseCode.FALL_BEHIND_TOO_MUCH:
         return f"{to} is too far behind the leader's log: try again once 'mqctl broker ha status' shows it caught up"
+    if code == DLedgerResponseCode.TAKE_LEADERSHIP_FAILED:
+        return (
+            f"{to} may not lead now: it abstains from elections (it lost its store and has not caught up), "
+            "holds an entry it found damaged, or its store refuses writes; 'mqctl broker ha status' says "
+            "which member abstains and why"
+        )
     return None
 
 

@@ -57,3 +57,15 @@ def test_a_transfer_refused_for_a_member_down_says_so() -> None:
     assert "ha status" in down
     assert "behind" in (_refusal_hint(DLedgerResponseCode.FALL_BEHIND_TOO_MUCH, "n1", "h:1") or "")
     assert _refusal_hint(DLedgerResponseCode.UNKNOWN_GROUP, "n1", "h:1") is None
+
+
+def test_a_transfer_the_transferee_declined_says_why_it_may() -> None:
+    """TAKE_LEADERSHIP_FAILED alone did not say that the transferee abstains (its store lost, not caught up
+    yet), holds a damaged entry or cannot write: the transfer to a member that abstains was refused with
+    nothing to go on (a Jepsen schedule transferred to an emptied member while it caught up)."""
+    from daemon.dledger.protocol import DLedgerResponseCode
+    from mqctl.services.ha import _refusal_hint
+
+    hint = _refusal_hint(DLedgerResponseCode.TAKE_LEADERSHIP_FAILED, "n2", "h:1") or ""
+    assert "n2 may not lead now: it abstains from elections" in hint
+    assert "ha status" in hint

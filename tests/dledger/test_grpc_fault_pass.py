@@ -242,9 +242,32 @@ def takeovers(data: Path) -> list[tuple[float, str]]:
     return sorted((at, term) for term, at in terms.items())
 
 
-async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pause(
-    tmp_path: Path, cli_env: dict[str, str]
-) -> None:
+#: The broker's transaction checks, quick enough for a fault pass.
+CHECK_QUICKLY = {"MQCTL_TRANSACTION_CHECK_INTERVAL": "2000", "MQCTL_TRANSACTION_TIME_OUT": "2000"}
+
+
+class Running:
+    """The application's clients and threads, started on a front: :meth:`stop` ends them."""
+
+    def __init__(
+        self, app: App, producer: Any, consumers: list[Any], threads: list[threading.Thread]
+    ) -> None:
+        self.app, self.producer, self.consumers, self.threads = app, producer, consumers, threads
+
+    def stop(self) -> None:
+        self.app.stop_sending.set()
+        self.app.stop_consuming.set()
+        for t in self.threads:
+            t.join(30)
+        for consumer in self.consumers:
+            consumer.shutdown()
+        self.producer.shutdown()
+
+
+def start_app(app: App, port: int) -> Running:
+    """The application on the gRPC front at ``port`` (it finds the leader through QueryRoute): a Producer
+    whose transaction checker commits or rolls back as each message's body says, two SimpleConsumers of
+    GROUP (normal, timer and transactional topics) and two of FIFO_GROUP, each in a thread of its own."""
     from rocketmq import FilterExpression, SimpleConsumer, TransactionChecker, TransactionResolution
 
     from tests.support.grpc5 import ClientConfiguration, Credentials, Producer
@@ -254,7 +277,54 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
             rolled_back = msg.body.decode().endswith("-rollback")
             return TransactionResolution.ROLLBACK if rolled_back else TransactionResolution.COMMIT
 
-    env = {**cli_env, "MQCTL_TRANSACTION_CHECK_INTERVAL": "2000", "MQCTL_TRANSACTION_TIME_OUT": "2000"}
+    config = ClientConfiguration(f"127.0.0.1:{port}", Credentials("", ""), request_timeout=CALL_TIMEOUT_S)
+    producer = Producer(config, (NORMAL, FIFO, TIMED, TX), checker=Checker())
+    subscriptions = {
+        GROUP: {t: FilterExpression("*") for t in (NORMAL, TIMED, TX)},
+        FIFO_GROUP: {FIFO: FilterExpression("*")},
+    }
+    consumers = [
+        (f"{group}-{i}", SimpleConsumer(config, group, subscriptions[group], await_duration=2), group)
+        for group in (GROUP, FIFO_GROUP)
+        for i in range(2)
+    ]
+    producer.startup()
+    for _, consumer, _ in consumers:
+        consumer.startup()
+    threads = [threading.Thread(target=produce, args=(app, producer), daemon=True)]
+    threads += [
+        threading.Thread(target=consume, args=(app, c, name, group == FIFO_GROUP), daemon=True)
+        for name, c, group in consumers
+    ]
+    for t in threads:
+        t.start()
+    return Running(app, producer, [c for _, c, _ in consumers], threads)
+
+
+def check_app(app: App, faults: list[float], timed: list[str], leaders: str, starts: list[float]) -> None:
+    """The recorded history's checks (``faults``: when each fault came; ``starts``: each leader's start,
+    which lends a normal message again as a fault does); ``timed``: the timer topic's bodies as the last
+    leader holds them."""
+    deliveries = app.deliveries
+    fifo = [d for d in deliveries if d.body in app.sequence]
+    others = [d for d in deliveries if d.body not in app.sequence]
+    print(
+        f"{len(app.sent)} sent, {len(app.committed)} transactions to deliver, {len(deliveries)} deliveries;"
+        f" {leaders}; errors {app.errors}"
+    )
+    assert lost(set(app.sent) | set(app.committed), deliveries, faults, CALL_TIMEOUT_S) == []
+    assert [d.body for d in deliveries if d.body in app.rolled_back] == []
+    assert out_of_order(fifo, app.sequence) == []
+    assert lent_twice_at_once(fifo) == []  # a FIFO lending is held by the next leader
+    assert lent_twice_at_once(others, faults + starts) == []
+    assert early(deliveries, app.due) == []
+    assert sorted(b for b in timed if b in app.due) == sorted(app.due)  # each timer delivered once
+
+
+async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pause(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    env = {**cli_env, **CHECK_QUICKLY}
     app = App()
     faults: list[float] = []
     async with raft_group(tmp_path, env) as (data, ns, client):
@@ -266,28 +336,7 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
             await topic_everywhere(client, data, topic)
         await groups_everywhere(client, data, on)
         access = next(a for a in member_addrs(data) if a != first)
-        port = await grpc_port(client, access)
-        config = ClientConfiguration(f"127.0.0.1:{port}", Credentials("", ""), request_timeout=CALL_TIMEOUT_S)
-        producer = Producer(config, (NORMAL, FIFO, TIMED, TX), checker=Checker())
-        subscriptions = {
-            GROUP: {t: FilterExpression("*") for t in (NORMAL, TIMED, TX)},
-            FIFO_GROUP: {FIFO: FilterExpression("*")},
-        }
-        consumers = [
-            (f"{group}-{i}", SimpleConsumer(config, group, subscriptions[group], await_duration=2), group)
-            for group in (GROUP, FIFO_GROUP)
-            for i in range(2)
-        ]
-        await asyncio.to_thread(producer.startup)
-        for _, consumer, _ in consumers:
-            await asyncio.to_thread(consumer.startup)
-        threads = [threading.Thread(target=produce, args=(app, producer), daemon=True)]
-        threads += [
-            threading.Thread(target=consume, args=(app, c, name, group == FIFO_GROUP), daemon=True)
-            for name, c, group in consumers
-        ]
-        for t in threads:
-            t.start()
+        running = await asyncio.to_thread(start_app, app, await grpc_port(client, access))
         back: Daemon | None = None
         try:
             await asyncio.sleep(10)
@@ -333,13 +382,7 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
             await drained(app, expected, faults, unsettled)
             await asyncio.sleep(INVISIBLE_S + 5)  # what should not come back, were it to come
         finally:
-            app.stop_sending.set()
-            app.stop_consuming.set()
-            for t in threads:
-                await asyncio.to_thread(t.join, 30)
-            for _, consumer, _ in consumers:
-                await asyncio.to_thread(consumer.shutdown)
-            await asyncio.to_thread(producer.shutdown)
+            await asyncio.to_thread(running.stop)
             if back is not None:
                 await asyncio.to_thread(back.stop)
         # (the restarted member may have been the leader: its stop makes the other two elect one)
@@ -349,18 +392,5 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
     # patience on a busy host) lends a normal message again as a fault's does
     terms = takeovers(data)
 
-    deliveries = app.deliveries
-    fifo = [d for d in deliveries if d.body in app.sequence]
-    others = [d for d in deliveries if d.body not in app.sequence]
-    print(
-        f"{len(app.sent)} sent, {len(app.committed)} transactions to deliver, {len(deliveries)} deliveries;"
-        f" leaders {first} {second} {third}; errors {app.errors}"
-    )
     print("terms:", ", ".join(f"{term} at {at:.1f}" for at, term in terms))
-    assert lost(set(app.sent) | set(app.committed), deliveries, faults, CALL_TIMEOUT_S) == []
-    assert [d.body for d in deliveries if d.body in app.rolled_back] == []
-    assert out_of_order(fifo, app.sequence) == []
-    assert lent_twice_at_once(fifo) == []  # a FIFO lending is held by the next leader
-    assert lent_twice_at_once(others, faults + [at for at, _ in terms]) == []
-    assert early(deliveries, app.due) == []
-    assert sorted(b for b in timed if b in app.due) == sorted(app.due)  # each timer delivered once
+    check_app(app, faults, timed, f"leaders {first} {second} {third}", [at for at, _ in terms])

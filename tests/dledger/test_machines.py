@@ -1135,15 +1135,21 @@ def test_an_emptied_member_helps_elect_no_leader_that_lacks_committed_entries(ca
         c.check_acked_in(node)
 
 
-def test_an_emptied_member_catches_up_to_the_commit_index_its_leader_first_pushed() -> None:
-    """An entry of the leader's term is not enough: C acknowledged, before it lost its store, entries the
-    leader committed in the same term, after its term record."""
+def _careful_group_with_a_log() -> tuple[Cluster, Node, str]:
+    """A careful group whose leader appended for a while: the group, its leader and a follower."""
     c = Cluster(seed=5, loss=0.0, careful=True)
     c.run(5000)
     leader = c.leader()
     assert leader is not None
-    c_ = next(p for p in PEERS if p != leader.m.self_id)
+    follower = next(p for p in PEERS if p != leader.m.self_id)
     c.run(3000, append_every=20)
+    return c, leader, follower
+
+
+def test_an_emptied_member_catches_up_to_the_commit_index_its_leader_first_pushed() -> None:
+    """An entry of the leader's term is not enough: C acknowledged, before it lost its store, entries the
+    leader committed in the same term, after its term record."""
+    c, leader, c_ = _careful_group_with_a_log()
     c.wipe(c_)
     target = leader.log.committed_index
     node = c.nodes[c_]
@@ -1239,6 +1245,28 @@ def test_every_member_restarted_one_without_its_vote_file_and_the_group_elects()
     assert node.abstaining == VOTING and c.disks["n0"].term > before
     assert c.leader() is not None
     c.check_acked_everywhere()
+
+
+def test_an_emptied_member_of_an_idle_group_is_pushed_the_log_and_votes_again() -> None:
+    """The leader counted the follower as holding everything it acknowledged before it lost its store; with
+    no send to push, it pushed it only COMMIT pushes, whose answers it read nothing from, so the emptied
+    member (abstaining until it held the leader's log) stayed empty for as long as the group took no sends
+    (a Jepsen schedule found it: the group idle, the member empty and abstaining, the leader showing it
+    caught up). An answer saying the follower's log ends before what it acknowledged sends the leader back
+    to compare."""
+    c, leader, c_ = _careful_group_with_a_log()
+    c.run(3000)  # idle: every follower holds the leader's log
+    last = leader.log.last_index
+    assert last > 0 and leader.pushes[c_].water_mark == last
+    c.wipe(c_)
+    node = c.nodes[c_]
+    assert node is not None and node.abstaining
+    while node.abstaining != VOTING:
+        assert c.now < 60_000, (node.abstention(), node.log.last_index, leader.pushes[c_].water_mark)
+        c.run(STEP)
+    assert node.log.last_index >= last
+    c.run(1000)  # (the last acknowledgements reach the leader)
+    assert leader.pushes[c_].water_mark >= last
 
 
 # ------------------------------------------------------------------ members restored from an older copy
