@@ -180,6 +180,20 @@ async def _clusters(admin: Admin, rows: list[PlanRow]) -> str:
     return ",".join(sorted({b.cluster for b in await brokers(admin) if b.broker_name in names}))
 
 
+def plan_target(path: Path) -> tuple[str, str]:
+    """The group and topic a plan file was made for: applying one needs no -g/-t, as export's line says."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        group, topic = doc["group"], doc["topic"]
+        if doc.get("kind") != PLAN_KIND or not isinstance(group, str) or not isinstance(topic, str):
+            raise ValueError("no group and topic")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise UsageError(
+            f"{path} is not an offset reset plan; export one with 'mqctl offset reset ... --export FILE'"
+        ) from None
+    return group, topic
+
+
 def _read_plan(
     path: Path, group: str, topic: str, cluster: str
 ) -> tuple[dict[tuple[str, int], int], int | None]:

@@ -222,6 +222,13 @@ def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_
 
     mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-latest", "--execute", "--yes")
     assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == [10, 10]
+    # as the export's line says (and the README): the plan names its group and topic, -g/-t may be left out
+    applied = mq("offset", "reset", "--from-file", str(saved), "--execute", "--yes", "-o", "json")
+    assert applied.code == 0 and applied.json()["group"] == GROUP, applied.stderr
+    assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == [0, 0]
+    mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-latest", "--execute", "--yes")
+    no_group = mq("offset", "reset", "-t", TOPIC, "--to-latest")
+    assert no_group.code == UsageError.exit_code and "-g/--group" in no_group.stderr, no_group.stderr
     an_hour_ago = str(int(time.time() * 1000) - 3_600_000)
     by_time = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-time", an_hour_ago, "-o", "json").json()
     by_duration = mq(
