@@ -268,8 +268,8 @@ async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, row
             applied = await admin.reset_offset_by_time(addr, topic, group, timestamp)
             for row in rows:  # report what the broker computed, which may differ from the plan
                 row.new = applied.get(MessageQueue(topic, row.broker_name, row.queue_id), row.new)
-    for row in rows:
-        if not members[row.broker_addr] and row.new != row.consumer_offset:
+    for row in rows:  # each, unchanged ones too: a group that never committed reads as 0 (see _queues)
+        if not members[row.broker_addr]:
             await admin.commit_offset(row.broker_addr, group, topic, row.queue_id, row.new)
     if not live:
         return "offsets committed (no consumer online)"

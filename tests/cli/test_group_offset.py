@@ -350,6 +350,18 @@ def test_offset_reset_refuses_a_group_that_does_not_exist(mq: RunCli, loaded: Lo
     assert again.code == 0, again.stderr  # it exists now
 
 
+def test_a_reset_to_where_a_new_group_reads_from_commits_it(mq: RunCli, loaded: LocalCluster) -> None:
+    """A group that never committed reads as offset 0 (QUERY_CONSUMER_OFFSET answers 0 while a queue's
+    first message is in memory, as 4.9.8's does): a reset to the earliest planned "0 -> 0, change 0",
+    committed nothing, and said "offsets committed"; a consumer from the last offset skipped the lot."""
+    offsets = loaded.broker.offsets
+    assert mq("group", "create", "-g", "CG_Replay").code == 0
+    assert [offsets.query_offset("CG_Replay", TOPIC, q) for q in (0, 1)] == [-1, -1]
+    done = mq("offset", "reset", "-g", "CG_Replay", "-t", TOPIC, "--to-earliest", "--execute", "--yes")
+    assert done.code == 0, done.stderr
+    assert [offsets.query_offset("CG_Replay", TOPIC, q) for q in (0, 1)] == [0, 0]
+
+
 def test_an_empty_csv_still_has_its_header_row(mq: RunCli) -> None:
     """A filter that matches nothing gives the header alone, so a script's CSV reader sees the columns."""
     empty = mq("group", "progress", "-g", GROUP, "--lag-over", "1000000", "-o", "csv")
