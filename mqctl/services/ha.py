@@ -272,9 +272,9 @@ async def _on_the_channel(
     except RemotingTlsError as exc:
         raise TlsError(
             f"DLedger channel {addr}: {exc}",
-            hint="under haTls it admits a member's certificate only: --member-cert server.pem --member-key "
-            "server.key (mqctl tls init's), or with tls.member.trustCertPath --member-ca member-ca.pem "
-            "--member-cert member.pem --member-key member.key",
+            hint="it admits its members' hosts only (run this on one) and, under haTls, a member's "
+            "certificate: --member-cert server.pem --member-key server.key (mqctl tls init's), or with "
+            "tls.member.trustCertPath --member-ca member-ca.pem --member-cert member.pem --member-key member.key",
         ) from None
     finally:
         if client is not admin.client:
