@@ -318,6 +318,8 @@ def test_a_read_refused_on_the_tools_group_names_the_ways_round_it(
         refused = cli("msg", "tail", "-t", "TopicA", "--from", "earliest", "--exit", env=user)
         assert refused.code == AuthError.exit_code, refused.stderr
         assert "-g GROUP" in refused.stderr and "TOOLS_CONSUMER=SUB" in refused.stderr, refused.stderr
-        assert [line for line in refused.stderr.splitlines() if "error" in line][0].startswith("mqctl: error: ")
+        assert next(line for line in refused.stderr.splitlines() if "error" in line).startswith(
+            "mqctl: error: "
+        )
         as_group = cli("msg", "tail", "-t", "TopicA", "-g", "AppGroup", "--exit", "-o", "json", env=user)
         assert as_group.code == 0 and "hello" in as_group.stdout, as_group.stderr
