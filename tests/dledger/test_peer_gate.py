@@ -269,19 +269,24 @@ async def test_on_ha_tls_the_channel_is_mutual_tls(tmp_path: Path, caplog: pytes
                 await b.stop()
 
 
-async def test_on_a_members_own_ca_the_channel_refuses_every_certificate_the_clients_ca_signed(
-    tmp_path: Path,
-) -> None:
-    """With `tls.member.trustCertPath` the group elects and replicates on the members' own CA, and a
-    peer presenting a certificate of the CA that signs the clients is refused, the daemons' listener
-    certificate included (it carries the member mark, which that CA could put on any certificate)."""
-    certs = write_local_ca(tmp_path / "ca")
+def _two_cas(tmp_path: Path) -> tuple[dict[str, Path], dict[str, Path], dict[str, str]]:
+    """The CA that signs the clients and daemons, the members' own, and the member keys (by field name)."""
     own = write_member_ca(tmp_path / "members")
     member_ca = {
         "tls_member_trust_cert_path": str(own["member_ca"]),
         "tls_member_cert_path": str(own["member_cert"]),
         "tls_member_key_path": str(own["member_key"]),
     }
+    return write_local_ca(tmp_path / "ca"), own, member_ca
+
+
+async def test_on_a_members_own_ca_the_channel_refuses_every_certificate_the_clients_ca_signed(
+    tmp_path: Path,
+) -> None:
+    """With `tls.member.trustCertPath` the group elects and replicates on the members' own CA, and a
+    peer presenting a certificate of the CA that signs the clients is refused, the daemons' listener
+    certificate included (it carries the member mark, which that CA could put on any certificate)."""
+    certs, own, member_ca = _two_cas(tmp_path)
     keys = [{**k, "ha_tls": True, **server_keys(certs), **member_ca} for k in members(tmp_path)]
     brokers = await running(keys)
     client = RemotingClient(ssl=client_context(certs))
@@ -537,13 +542,7 @@ async def test_a_transfer_on_a_members_own_ca_takes_the_member_pair_apart_from_t
     """With `tls.member.trustCertPath` the DLedger channel trusts the members' CA alone, and the
     NameServers and brokers the cluster's: as global flags (as documented) the member CA failed the
     NameServer's handshake, and the cluster's pair failed the channel's, so no transfer could be made."""
-    certs = write_local_ca(tmp_path / "ca")
-    own = write_member_ca(tmp_path / "members")
-    member_ca = {
-        "tls_member_trust_cert_path": str(own["member_ca"]),
-        "tls_member_cert_path": str(own["member_cert"]),
-        "tls_member_key_path": str(own["member_key"]),
-    }
+    certs, own, member_ca = _two_cas(tmp_path)
     namesrv = NamesrvController(namesrv_config(tmp_path, **server_keys(certs)))
     await namesrv.start()
     ns = f"127.0.0.1:{namesrv.port}"
