@@ -227,7 +227,7 @@ def from_response_code(code: int, remark: str | None, *, action: str) -> MqctlEr
         cls = BrokerError
     if is_acl_refusal(code, remark):
         cls = AuthError
-    hint = _unsigned_hint(first_line)
+    hint = _unsigned_hint(first_line) or _tools_group_hint(first_line)
     if issubclass(cls, BrokerError):
         return cls(message, code=code, remark=remark, hint=hint)
     return cls(message, hint=hint)
@@ -247,6 +247,17 @@ def _unsigned_hint(remark: str) -> str | None:
     if signed:
         return None
     return "mqctl signed nothing: give --access-key AK --secret-key-file FILE, or a context that has them"
+
+
+def _tools_group_hint(remark: str) -> str | None:
+    """mqctl reads (msg tail, offset and time searches, spark-export) as the tools group, which an account
+    of an application's topics rarely has: the refusal named the group, not the way around it."""
+    if "on group TOOLS_CONSUMER" not in remark:
+        return None
+    return (
+        "mqctl reads as the group TOOLS_CONSUMER: read as a group the account has SUB on (-g GROUP), "
+        "or give the account TOOLS_CONSUMER=SUB in groupPerms"
+    )
 
 
 def reported(text: str) -> MqctlError:

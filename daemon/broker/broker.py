@@ -577,6 +577,7 @@ class Broker:
                 ssl=ha_tls.client_context(verify=True) if ha_tls else None,
                 after_registration=bool(c.namesrv_addrs),
                 ask_master=self._ask_master_ha if c.namesrv_addrs else None,
+                source_host=c.broker_ip1,
             )
             self.store.add_arrival_listener(self._note_replicated)
             self.ha_slave.on_dispatched = self._derive_replicated_topics

@@ -209,8 +209,8 @@ def resolve_listen(listen_host: str, broker_ip1: str) -> tuple[str, str, str]:
     No ``listenHost`` binds 127.0.0.1, except when ``brokerIP1`` names an address off loopback: a
     RocketMQ broker.conf has no ``listenHost`` (4.9.8 binds every interface) and its ``brokerIP1`` says
     clients reach the broker there, so it binds every interface as 4.9.8 does. No ``brokerIP1``
-    registers where a client can reach the listener: 127.0.0.1 on loopback, the host's address on a
-    wildcard, else the listen address itself.
+    registers where a client can reach the listener: the host's address on a wildcard, 127.0.0.1 for
+    ``localhost``, else the listen address itself (a broker on 127.0.0.3 is not reached at 127.0.0.1).
     """
     host = listen_host.strip()
     ip = broker_ip1.strip()
@@ -226,7 +226,7 @@ def resolve_listen(listen_host: str, broker_ip1: str) -> tuple[str, str, str]:
     if not ip:
         if host in ("0.0.0.0", "::"):
             ip = local_ip()
-        elif host.startswith("127.") or host in ("localhost", "::1"):
+        elif host in ("localhost", "::1"):
             ip = "127.0.0.1"
         else:
             ip = host

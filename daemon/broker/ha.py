@@ -31,7 +31,7 @@ from typing import Any
 
 from daemon.broker.headers import DAMAGED_FIELD, UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
 from daemon.lifecycle import cancel_tasks, supervise
-from daemon.protect import budget_host
+from daemon.protect import budget_host, is_loopback
 from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import Transport, connected_to_itself, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -759,6 +759,38 @@ async def common_end(
     return first
 
 
+def connect_source(registered: str, master_host: str) -> str | None:
+    """The address a slave connects to its master from: the one it registered, when that is an address
+    of this machine the master can be reached from (the same family, loopback only to loopback). The
+    master's gate admits the host the NameServers list: a slave on 127.0.0.3 left from 127.0.0.1, the
+    kernel's choice, and was refused at every connection, as a multi-homed host's other address would be."""
+    if not registered or registered in ("0.0.0.0", "::") or (":" in registered) != (":" in master_host):
+        return None
+    if is_loopback(registered) != is_loopback(master_host):
+        return None
+    try:  # an address of this machine binds (a NAT's or a name does not)
+        with socket.socket(socket.AF_INET6 if ":" in registered else socket.AF_INET) as probe:
+            probe.bind((registered, 0))
+    except (OSError, ValueError, UnicodeError):
+        return None
+    return registered
+
+
+def describe_connect_failure(exc: BaseException) -> str:
+    """What a failed connect says, never blank: a connection the master closed during the TLS handshake
+    (its gate refusing this host, or its certificate check) raises errors whose text is empty."""
+    text = str(exc)
+    if isinstance(exc, TimeoutError) and not text:
+        return "no answer within 3 s"
+    if isinstance(exc, (ConnectionResetError, _ssl.SSLEOFError, EOFError)) or not text:
+        return (
+            f"{text or type(exc).__name__}: the master closed the connection (its HA gate admits only the "
+            "hosts the NameServers list as slaves of its group, and under haTls a member's certificate; "
+            "its log names the reason)"
+        )
+    return text
+
+
 class HASlave:
     """The slave side (4.9.8 ``HAClient``): check its tail against the master's, connect, report,
     append checked records, reconnect.
@@ -788,9 +820,12 @@ class HASlave:
         ssl: _ssl.SSLContext | None = None,
         after_registration: bool = False,
         ask_master: Callable[[], Awaitable[object]] | None = None,
+        source_host: str = "",
     ) -> None:
         self.config = config
         self.ask_master = ask_master
+        #: The address this slave registered (brokerIP1), which the master's gate looks for.
+        self.source_host = source_host
         #: haTls: the client context that presents this broker's certificate and verifies the master's.
         self.ssl = ssl
         self.store = store
@@ -867,13 +902,16 @@ class HASlave:
                 continue
             try:
                 host, port = split_addr(addr)
+                source = connect_source(self.source_host, host)
                 async with asyncio.timeout(3.0):
-                    reader, writer = await asyncio.open_connection(host, port, ssl=self.ssl)
+                    reader, writer = await asyncio.open_connection(
+                        host, port, ssl=self.ssl, local_addr=(source, 0) if source else None
+                    )
                 if connected_to_itself(writer.transport):
                     writer.close()
                     raise ConnectionRefusedError(f"connect to {addr} met itself: nobody listens")
             except (OSError, ValueError, TimeoutError) as exc:
-                log.warning("HA connect to master %s failed: %s", addr, exc)
+                log.warning("HA connect to master %s failed: %s", addr, describe_connect_failure(exc))
                 if isinstance(exc, ConnectionRefusedError):
                     await self._ask_again()
                 await asyncio.sleep(RECONNECT_DELAY)

@@ -65,7 +65,8 @@ class NamesrvController:
     def listening(self) -> str:
         """Where the NameServer listens and whether protected mode is on (the start-up line)."""
         host = self.config.listen_host
-        why = f"listenHost={host}" if binds_beyond_loopback(host) else LOOPBACK_WHY
+        # (127.0.0.4 is no default: it was set, and "the default: loopback only" misread the file)
+        why = LOOPBACK_WHY if host == "127.0.0.1" else f"listenHost={host}"
         return listening(host, self.port, why, self.protection)
 
     async def start(self) -> None:

@@ -304,6 +304,26 @@ def ha_transfer(
         bool,
         typer.Option("--force", help="Hand over even if --to lacks topics or groups the leader has."),
     ] = False,
+    member_ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--member-ca",
+            dir_okay=False,
+            help="Under haTls: the CA the DLedger channel's certificates are verified with (member-ca.pem "
+            "with tls.member.trustCertPath); the NameServers and brokers keep the global --ca.",
+        ),
+    ] = None,
+    member_cert: Annotated[
+        Path | None,
+        typer.Option(
+            "--member-cert",
+            dir_okay=False,
+            help="Under haTls: a member's certificate for the DLedger channel (server.pem, or member.pem).",
+        ),
+    ] = None,
+    member_key: Annotated[
+        Path | None, typer.Option("--member-key", dir_okay=False, help="Its private key.")
+    ] = None,
 ) -> None:
     """DLedger mode: hand the group's leadership (and so its master role) to member --to, once it holds
     the leader's log (DLedger's leadership transfer; the leader refuses sends meanwhile).
@@ -311,8 +331,20 @@ def ha_transfer(
     Topics and groups are no part of the Raft log: a member copies them from the master every 10 s. The
     transfer first waits (up to 15 s) until --to holds the leader's; else it is refused (exit 4)."""
     from mqctl.services.ha import transfer
+    from mqctl.tls import TlsOptions
 
-    online(lambda admin: transfer(admin, to, cluster, broker, force=force), timeout=20.0, changes=True)
+    channel = None
+    if member_ca or member_cert or member_key:  # the global --ca/--cert/--key stay the cluster's
+        channel = TlsOptions(
+            str(member_ca) if member_ca else None,
+            str(member_cert) if member_cert else None,
+            str(member_key) if member_key else None,
+        )
+    online(
+        lambda admin: transfer(admin, to, cluster, broker, force=force, channel=channel),
+        timeout=20.0,
+        changes=True,
+    )
 
 
 @app.command("clean")

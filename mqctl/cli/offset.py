@@ -13,10 +13,13 @@ from mqctl.cli.common import (
     GroupOpt,
     TopicOpt,
     YesOpt,
+    check_group,
+    check_topic,
     cluster_options,
     confirm,
     online,
 )
+from mqctl.completion import complete_group, complete_topic
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
@@ -38,8 +41,26 @@ def show(
 @app.command("reset")
 @cluster_options()
 def reset(
-    group: GroupOpt,
-    topic: TopicOpt,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            "-g",
+            help="Consumer group name (with --from-file: the plan's, when not given).",
+            autocompletion=complete_group,
+            callback=check_group,
+        ),
+    ] = None,
+    topic: Annotated[
+        str | None,
+        typer.Option(
+            "--topic",
+            "-t",
+            help="Topic name (with --from-file: the plan's, when not given).",
+            autocompletion=complete_topic,
+            callback=check_topic,
+        ),
+    ] = None,
     to_earliest: Annotated[bool, typer.Option("--to-earliest", help="The oldest stored message.")] = False,
     to_latest: Annotated[
         bool, typer.Option("--to-latest", help="After the newest message (skip all).")
@@ -126,6 +147,14 @@ def reset(
             f"give exactly one of --to-earliest, --to-latest, --to-time, --by-duration, --to-offset, "
             f"--shift-by, --from-file, --from-group (got {', '.join(chosen) or 'none'})"
         )
+    if from_file is not None and (group is None or topic is None):
+        from mqctl.services.offsets import plan_target
+
+        planned_group, planned_topic = plan_target(from_file)
+        group, topic = group or planned_group, topic or planned_topic
+    if group is None or topic is None:
+        missing = " and ".join(f for f, v in (("-g/--group", group), ("-t/--topic", topic)) if v is None)
+        raise UsageError(f"give {missing} (only --from-file takes them from its plan)")
     now = int(time.time() * 1000)
     if to_earliest:
         target = ResetTarget("earliest")

@@ -379,6 +379,10 @@ def verify(
 
         if not against.rpartition(":")[2].isdigit():
             raise UsageError(f"bad --against {against!r}: expected HOST:PORT")
+        # the context's TLS and credentials, as 'broker status -b' asks a broker by its address
+        from mqctl.cli.common import cluster_target
+
+        cluster_target()
         seconds = timeout if timeout is not None else request_timeout(5.0)
         compared = run_admin(
             [], lambda admin: si.compare_with(admin, store, against, max_listed=max_problems), timeout=seconds

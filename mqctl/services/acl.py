@@ -250,9 +250,12 @@ async def upsert(
     """``mode`` create: refuse an existing account; update: refuse a missing one."""
     spec.check()
     rows: list[AccountChange] = []
+    # every broker is read before any is written: brokers of one host often share one plain_acl.yml, and
+    # the account written through the first was found on the next ("exists", exit 4, half applied)
+    found = {}
     for addr in await targets(admin, cluster, broker):
         config = await config_of(admin, addr)
-        existing = next(
+        found[addr] = existing = next(
             (a for a in config.get("plainAccessConfigs") or [] if a.get("accessKey") == spec.access_key), None
         )
         if mode == "create" and existing is not None:
@@ -263,6 +266,7 @@ async def upsert(
             raise NotFoundError(
                 f"no ACL account {spec.access_key!r} on {addr}", hint="use 'mqctl acl create'"
             )
+    for addr, existing in found.items():
         await admin.call(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, _merged(spec, existing))
         rows.append(
             {

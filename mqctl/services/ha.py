@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
 from mqctl.output import Rows
 from mqctl.services.cluster import BrokerRow, brokers
 from mqctl.units import server_int
+
+if TYPE_CHECKING:
+    from daemon.remoting.command import RemotingCommand
+    from mqctl.tls import TlsOptions
 
 
 @dataclass
@@ -258,8 +263,38 @@ def _refusal_hint(code: int, to: str, addr: str) -> str | None:
     return None
 
 
+async def _on_the_channel(
+    admin: Admin, addr: str, command: RemotingCommand, channel: TlsOptions | None
+) -> RemotingCommand:
+    """Send ``command`` to a member's DLedger port: under haTls that channel admits a member's certificate
+    only, often of a CA of the members' own (``channel``), which the NameServers and brokers do not serve."""
+    from daemon.remoting.client import RemotingClient
+    from daemon.remoting.errors import RemotingTlsError
+    from mqctl.errors import TlsError
+
+    client = RemotingClient(ssl=channel.context()) if channel is not None else admin.client
+    try:
+        return await client.invoke(addr, command, max(admin.timeout, 15.0))
+    except RemotingTlsError as exc:
+        raise TlsError(
+            f"DLedger channel {addr}: {exc}",
+            hint="it admits its members' hosts only (run this on one) and, under haTls, a member's "
+            "certificate: --member-cert server.pem --member-key server.key (mqctl tls init's), or with "
+            "tls.member.trustCertPath --member-ca member-ca.pem --member-cert member.pem --member-key member.key",
+        ) from None
+    finally:
+        if client is not admin.client:
+            await client.close()
+
+
 async def transfer(
-    admin: Admin, to: str, cluster: str | None = None, broker: str | None = None, *, force: bool = False
+    admin: Admin,
+    to: str,
+    cluster: str | None = None,
+    broker: str | None = None,
+    *,
+    force: bool = False,
+    channel: TlsOptions | None = None,
 ) -> TransferResult:
     """Hand the leadership of a DLedger group to member ``to`` (DLedger's LEADERSHIP_TRANSFER, 51005, sent
     to the leader's DLedger port, as DLedger's ``LeadershipTransferCommand`` does)."""
@@ -304,7 +339,7 @@ async def transfer(
         transferee_id=to,
     )
     command = RemotingCommand.request(int(DLedgerRequestCode.LEADERSHIP_TRANSFER), {}, req.encode())
-    response = await admin.client.invoke(peers[leader], command, max(admin.timeout, 15.0))
+    response = await _on_the_channel(admin, peers[leader], command, channel)
     answer = LeadershipTransferResponse.decode(response.body)
     code = DLedgerResponseCode(answer.code) if answer.code in DLedgerResponseCode._value2member_map_ else None
     name = code.name if code is not None else str(answer.code)

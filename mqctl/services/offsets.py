@@ -180,6 +180,20 @@ async def _clusters(admin: Admin, rows: list[PlanRow]) -> str:
     return ",".join(sorted({b.cluster for b in await brokers(admin) if b.broker_name in names}))
 
 
+def plan_target(path: Path) -> tuple[str, str]:
+    """The group and topic a plan file was made for: applying one needs no -g/-t, as export's line says."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        group, topic = doc["group"], doc["topic"]
+        if doc.get("kind") != PLAN_KIND or not isinstance(group, str) or not isinstance(topic, str):
+            raise ValueError("no group and topic")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise UsageError(
+            f"{path} is not an offset reset plan; export one with 'mqctl offset reset ... --export FILE'"
+        ) from None
+    return group, topic
+
+
 def _read_plan(
     path: Path, group: str, topic: str, cluster: str
 ) -> tuple[dict[tuple[str, int], int], int | None]:
@@ -254,8 +268,8 @@ async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, row
             applied = await admin.reset_offset_by_time(addr, topic, group, timestamp)
             for row in rows:  # report what the broker computed, which may differ from the plan
                 row.new = applied.get(MessageQueue(topic, row.broker_name, row.queue_id), row.new)
-    for row in rows:
-        if not members[row.broker_addr] and row.new != row.consumer_offset:
+    for row in rows:  # each, unchanged ones too: a group that never committed reads as 0 (see _queues)
+        if not members[row.broker_addr]:
             await admin.commit_offset(row.broker_addr, group, topic, row.queue_id, row.new)
     if not live:
         return "offsets committed (no consumer online)"

@@ -178,6 +178,7 @@ class Probe(TypedDict):
 
     reachable: bool
     refused: NotRequired[str]
+    unreachable: NotRequired[str]
     version: NotRequired[str | None]
     put_tps: NotRequired[float | None]
     get_tps: NotRequired[float | None]
@@ -216,9 +217,19 @@ def probe(addr: str, daemon: Literal["broker", "namesrv"], timeout: float = 3.0)
         counts = run_admin([addr], _namesrv_figures, timeout=timeout)
         return {"reachable": True, **counts}
     except RemotingCommandError as exc:  # it answered, refusing (ACL): up, its figures withheld
-        return {"reachable": True, "refused": f"{(exc.remark or '').strip()} (response code {exc.code})"}
-    except RemotingError:
-        return {"reachable": False}
+        refused = f"{(exc.remark or '').strip()} (response code {exc.code})"
+        return {"reachable": True, "refused": f"{refused}; {_way_in(daemon)}"}
+    except RemotingError as exc:  # a TLS-only daemon closes a plaintext probe: say so, and the way in
+        from mqctl.errors import translate
+
+        return {"reachable": False, "unreachable": f"{translate(exc)}; {_way_in(daemon)}"}
+
+
+def _way_in(daemon: str) -> str:
+    """The local form probes with the flags' and variables' TLS and credentials only: a context's go to
+    its own cluster, which a daemon found on this host need not be of."""
+    way = "the global flags (--ca, --cert/--key, --access-key/--secret-key-file) apply here"
+    return f"{way}; -b HOST:PORT asks it with the context's" if daemon == "broker" else way
 
 
 async def _broker_figures(admin: Admin, addr: str) -> BrokerFigures:

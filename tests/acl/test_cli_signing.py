@@ -11,7 +11,8 @@ import pytest
 
 from mqctl.errors import AuthError, NotFoundError, UsageError
 from tests.daemons import LocalCluster, local_cluster
-from tests.support.acl import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, write_acl
+from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, USER_AK, USER_SK, write_acl
+from tests.support.broker import start_broker
 from tests.support.cli import CliResult, RunCli
 
 ADMIN_ENV = {"MQCTL_ACCESS_KEY": ADMIN_AK, "MQCTL_SECRET_KEY": ADMIN_SK}
@@ -293,3 +294,60 @@ def test_broker_status_over_the_wire_is_signed(mq: RunCli, daemons: LocalCluster
     signed = mq("broker", "status", "-b", addr, "-o", "json", env=ADMIN_ENV)
     assert signed.code == 0, signed.stderr
     assert signed.json()["broker_name"] == daemons.broker.config.broker_name
+
+
+@pytest.mark.slow
+def test_a_read_refused_on_the_tools_group_names_the_ways_round_it(
+    cli: RunCli, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """An application's account has SUB on its own groups, not on TOOLS_CONSUMER, which mqctl reads as:
+    the refusal named the group only, and tailing as the account's own group (-g) works."""
+    home = tmp_path / "home"
+    write_acl(
+        home,
+        PLAIN_ACL.replace("defaultGroupPerm: SUB", "defaultGroupPerm: DENY\n    groupPerms: [AppGroup=SUB]"),
+    )
+    with local_cluster(tmp_path, acl_enable=True, rocketmq_home=str(home)) as daemons:
+        admin = {"NAMESRV_ADDR": daemons.namesrv_addr, **ADMIN_ENV}
+        user = {
+            "NAMESRV_ADDR": daemons.namesrv_addr,
+            "MQCTL_ACCESS_KEY": USER_AK,
+            "MQCTL_SECRET_KEY": USER_SK,
+        }
+        assert cli("topic", "create", "-t", "TopicA", env=admin).code == 0
+        assert cli("msg", "send", "-t", "TopicA", "hello", env=user).code == 0
+        refused = cli("msg", "tail", "-t", "TopicA", "--from", "earliest", "--exit", env=user)
+        assert refused.code == AuthError.exit_code, refused.stderr
+        assert "-g GROUP" in refused.stderr and "TOOLS_CONSUMER=SUB" in refused.stderr, refused.stderr
+        assert next(line for line in refused.stderr.splitlines() if "error" in line).startswith(
+            "mqctl: error: "
+        )
+        as_group = cli("msg", "tail", "-t", "TopicA", "-g", "AppGroup", "--exit", "-o", "json", env=user)
+        assert as_group.code == 0 and "hello" in as_group.stdout, as_group.stderr
+
+
+@pytest.mark.slow
+def test_acl_create_on_brokers_that_share_one_acl_file(cli: RunCli, tmp_path: Path) -> None:
+    """Two brokers of one host read one plain_acl.yml (one $ROCKETMQ_HOME): the account created through
+    the first was found on the second, and create exited 4 ("exists", use update) having written it."""
+    home = tmp_path / "home"
+    write_acl(home)
+    with local_cluster(tmp_path, acl_enable=True, rocketmq_home=str(home)) as daemons:
+        second = daemons.loop.run(
+            start_broker(
+                tmp_path / "second",
+                acl_enable=True,
+                rocketmq_home=str(home),
+                namesrv_addr=daemons.namesrv_addr,
+                broker_name="broker-b",
+            )
+        )
+        try:
+            env = {"NAMESRV_ADDR": daemons.namesrv_addr, **ADMIN_ENV}
+            created = cli("acl", "create", "-a", "shared3", "-s", "shared-secret-3", "-o", "json", env=env)
+            assert created.code == 0, created.stderr
+            assert sorted(row["action"] for row in created.json()) == ["created", "created"]
+            again = cli("acl", "create", "-a", "shared3", "-s", "shared-secret-3", env=env)
+            assert again.code == 4 and "exists" in again.stderr, again.stderr
+        finally:
+            daemons.loop.run(second.stop())

@@ -222,6 +222,13 @@ def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_
 
     mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-latest", "--execute", "--yes")
     assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == [10, 10]
+    # as the export's line says (and the README): the plan names its group and topic, -g/-t may be left out
+    applied = mq("offset", "reset", "--from-file", str(saved), "--execute", "--yes", "-o", "json")
+    assert applied.code == 0 and applied.json()["group"] == GROUP, applied.stderr
+    assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == [0, 0]
+    mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-latest", "--execute", "--yes")
+    no_group = mq("offset", "reset", "-t", TOPIC, "--to-latest")
+    assert no_group.code == UsageError.exit_code and "-g/--group" in no_group.stderr, no_group.stderr
     an_hour_ago = str(int(time.time() * 1000) - 3_600_000)
     by_time = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-time", an_hour_ago, "-o", "json").json()
     by_duration = mq(
@@ -341,6 +348,18 @@ def test_offset_reset_refuses_a_group_that_does_not_exist(mq: RunCli, loaded: Lo
     assert [offsets.query_offset("CG_Fresh", TOPIC, q) for q in (0, 1)] == [3, 3]
     again = mq("offset", "reset", "-g", "CG_Fresh", "-t", TOPIC, "--to-earliest", "-o", "json")
     assert again.code == 0, again.stderr  # it exists now
+
+
+def test_a_reset_to_where_a_new_group_reads_from_commits_it(mq: RunCli, loaded: LocalCluster) -> None:
+    """A group that never committed reads as offset 0 (QUERY_CONSUMER_OFFSET answers 0 while a queue's
+    first message is in memory, as 4.9.8's does): a reset to the earliest planned "0 -> 0, change 0",
+    committed nothing, and said "offsets committed"; a consumer from the last offset skipped the lot."""
+    offsets = loaded.broker.offsets
+    assert mq("group", "create", "-g", "CG_Replay").code == 0
+    assert [offsets.query_offset("CG_Replay", TOPIC, q) for q in (0, 1)] == [-1, -1]
+    done = mq("offset", "reset", "-g", "CG_Replay", "-t", TOPIC, "--to-earliest", "--execute", "--yes")
+    assert done.code == 0, done.stderr
+    assert [offsets.query_offset("CG_Replay", TOPIC, q) for q in (0, 1)] == [0, 0]
 
 
 def test_an_empty_csv_still_has_its_header_row(mq: RunCli) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mqctl import tls
 from mqctl.services import processes
 from mqctl.services.processes import probe
 from tests.daemons import local_cluster
@@ -33,8 +34,25 @@ def test_probe_asks_each_daemon_what_it_knows(tmp_path: Path) -> None:
 
 def test_probe_of_a_silent_port_says_unreachable() -> None:
     addr = f"127.0.0.1:{free_port()}"
-    assert probe(addr, "namesrv", timeout=1.0) == {"reachable": False}
-    assert probe(addr, "broker", timeout=1.0) == {"reachable": False}
+    for daemon in ("namesrv", "broker"):
+        answer = probe(addr, daemon, timeout=1.0)  # type: ignore[arg-type]
+        assert answer["reachable"] is False and addr in answer["unreachable"]
+
+
+def test_a_tls_only_broker_on_this_host_is_said_why_unreachable(tmp_path: Path) -> None:
+    """The local form of ``broker status`` probes in plaintext unless the global flags say TLS: an
+    enforcing broker closed it and the status said `reachable: no`, nothing more, of a broker that runs."""
+    with local_cluster(tmp_path, tls_server_mode="enforcing") as cluster:
+        shown = probe(cluster.broker_addr, "broker")
+        tls.set_flags(False, None, None, None, True)  # --insecure: the test-mode certificate
+        try:
+            over_tls = probe(cluster.broker_addr, "broker")
+        finally:
+            tls.set_flags(False, None, None, None, False)
+    assert shown["reachable"] is False
+    assert "TLS-only" in shown["unreachable"] and "--ca" in shown["unreachable"], shown
+    assert "-b HOST:PORT" in shown["unreachable"]
+    assert over_tls["reachable"] is True and over_tls["version"], over_tls
 
 
 def test_a_connection_that_meets_itself_is_not_a_listener(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -92,3 +92,21 @@ def test_a_diverged_copy_is_located_a_lagging_one_is_a_prefix(cli: RunCli, tmp_p
         ]
         table = cli("store", "verify", "--store", str(behind), "--against", c.broker_addr)
         assert table.code == 0 and f"against {c.broker_addr}" in table.stdout and "only there" in table.stdout
+
+
+@pytest.mark.slow
+def test_against_a_tls_only_broker_uses_the_contexts_tls(cli: RunCli, tmp_path: Path) -> None:
+    """An operator's context names the CA (here: test mode, --insecure) and every online command uses
+    it; --against connected in plaintext and a TLS-only master closed it (exit 5)."""
+    with local_cluster(tmp_path, tls_server_mode="enforcing", **SIZES) as c:
+        master = c.broker.store
+        assert isinstance(master, DefaultMessageStore)
+        _put(master, "T", 5, 300)
+        master.commit_log.flush()
+        copy = tmp_path / "copy"
+        _copy_log(Path(master.config.store_path_root_dir), copy)
+        added = cli("context", "add", "prod", "-n", c.namesrv_addr, "--insecure", "--use")
+        assert added.code == 0, added.stderr
+        result = cli("store", "verify", "--store", str(copy), "--against", c.broker_addr, "-o", "json")
+    assert result.code == 0, result.stderr
+    assert result.json()["against"]["ok"]

@@ -38,6 +38,7 @@ from daemon.dledger.protocol import (
     VoteRequest,
     binary_push_fields,
 )
+from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -52,6 +53,7 @@ from tests.dledger.test_rejoin import leader_of, members
 from tests.dledger.test_single import dledger_keys
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
 from tests.support.broker import BrokerClient, start_broker
+from tests.support.namesrv import namesrv_config
 from tests.support.netns import peer_namespace
 from tests.support.paths import ROOT
 from tests.support.ports import free_port
@@ -267,19 +269,24 @@ async def test_on_ha_tls_the_channel_is_mutual_tls(tmp_path: Path, caplog: pytes
                 await b.stop()
 
 
-async def test_on_a_members_own_ca_the_channel_refuses_every_certificate_the_clients_ca_signed(
-    tmp_path: Path,
-) -> None:
-    """With `tls.member.trustCertPath` the group elects and replicates on the members' own CA, and a
-    peer presenting a certificate of the CA that signs the clients is refused, the daemons' listener
-    certificate included (it carries the member mark, which that CA could put on any certificate)."""
-    certs = write_local_ca(tmp_path / "ca")
+def _two_cas(tmp_path: Path) -> tuple[dict[str, Path], dict[str, Path], dict[str, str]]:
+    """The CA that signs the clients and daemons, the members' own, and the member keys (by field name)."""
     own = write_member_ca(tmp_path / "members")
     member_ca = {
         "tls_member_trust_cert_path": str(own["member_ca"]),
         "tls_member_cert_path": str(own["member_cert"]),
         "tls_member_key_path": str(own["member_key"]),
     }
+    return write_local_ca(tmp_path / "ca"), own, member_ca
+
+
+async def test_on_a_members_own_ca_the_channel_refuses_every_certificate_the_clients_ca_signed(
+    tmp_path: Path,
+) -> None:
+    """With `tls.member.trustCertPath` the group elects and replicates on the members' own CA, and a
+    peer presenting a certificate of the CA that signs the clients is refused, the daemons' listener
+    certificate included (it carries the member mark, which that CA could put on any certificate)."""
+    certs, own, member_ca = _two_cas(tmp_path)
     keys = [{**k, "ha_tls": True, **server_keys(certs), **member_ca} for k in members(tmp_path)]
     brokers = await running(keys)
     client = RemotingClient(ssl=client_context(certs))
@@ -527,3 +534,38 @@ async def _trickle(
             return sent
         await asyncio.sleep(every)
     return len(frame)
+
+
+async def test_a_transfer_on_a_members_own_ca_takes_the_member_pair_apart_from_the_clusters(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """With `tls.member.trustCertPath` the DLedger channel trusts the members' CA alone, and the
+    NameServers and brokers the cluster's: as global flags (as documented) the member CA failed the
+    NameServer's handshake, and the cluster's pair failed the channel's, so no transfer could be made."""
+    certs, own, member_ca = _two_cas(tmp_path)
+    namesrv = NamesrvController(namesrv_config(tmp_path, **server_keys(certs)))
+    await namesrv.start()
+    ns = f"127.0.0.1:{namesrv.port}"
+    on_tls = {"namesrv_addr": ns, "tls_enable": True, "tls_client_trust_cert_path": str(certs["ca"])}
+    keys = [{**k, "ha_tls": True, **server_keys(certs), **member_ca, **on_tls} for k in members(tmp_path)]
+    brokers = await running(keys)
+    try:
+        await wait_until(lambda: leader_of(list(brokers)) is not None, 30)
+        leader = leader_of(list(brokers))
+        assert leader is not None and leader.dledger is not None
+        to = next(b.config.dleger_self_id for b in brokers if b is not leader)
+        member = ("--member-ca", own["member_ca"], "--member-cert", own["member_cert"])
+        argv = [
+            *(sys.executable, "-m", "mqctl", "--ca", str(certs["ca"]), "-n", ns),
+            *("broker", "ha", "transfer", "--to", to, "--force", "-o", "json"),
+            *(str(a) for a in (*member, "--member-key", own["member_key"])),
+        ]
+        done = await asyncio.to_thread(
+            subprocess.run, argv, cwd=ROOT, env=cli_env, capture_output=True, text=True
+        )
+        # the leader answered: SUCCESS, or a DLedger refusal when an election raced the handover
+        assert done.returncode == 0 or "refused:" in done.stderr, done.stderr
+    finally:
+        for b in brokers:
+            await b.stop()
+        await namesrv.stop()

@@ -550,3 +550,16 @@ async def test_namesrv_config_has_rocketmq_keys_and_keeps_inert_ones(namesrv: Na
     assert "serverWorkerThreads=16" in config.config_store_file.read_text().splitlines()
     unknown = await namesrv.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"noSuchKey=1\n")
     assert unknown.code == ResponseCode.SYSTEM_ERROR and "noSuchKey" in (unknown.remark or "")
+
+
+async def test_the_start_line_names_a_listen_host_the_file_set(tmp_path: Path) -> None:
+    """A NameServer on 127.0.0.4 (standing in for another host) said it listened there "by the default:
+    loopback only", as if the file's listenHost had not been read."""
+    controller = NamesrvController(namesrv_config(tmp_path, listen_host="127.0.0.4"))
+    await controller.start()
+    try:
+        line = controller.listening()
+        assert f"127.0.0.4:{controller.port} (listenHost=127.0.0.4)" in line and "default" not in line, line
+    finally:
+        await controller.stop()
+    assert "the default" in NamesrvController(namesrv_config(tmp_path / "plain")).listening()
