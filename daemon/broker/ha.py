@@ -941,6 +941,8 @@ class HASlave:
         if cut < end:
             await self._set_aside_tail(cut, end, master.first_offset)
         if cut < master.first_offset:
+            if store.min_phy_offset < cut and not self._names_my_master(master):
+                await self._set_aside_unconfirmed(cut, master.first_offset)
             await self._restart_log(cut, master.first_offset)
             cut = master.first_offset
         store.name_replica_master(master.identity)
@@ -964,6 +966,36 @@ class HASlave:
             master.identity,
         )
         return 0
+
+    def _names_my_master(self, master: MasterLog) -> bool:
+        """Whether ``master`` is the store the replica mark names, or a slave of it promoted in its place:
+        only then is its first offset its retention's word on records the mark counts as its own. A master
+        that shows no identity (4.9.8's, an impostor an open NameServer lists) or another store's says
+        nothing of them: they may be the group's only copy."""
+        mine = self.store.replica_master
+        return bool(master.identity and mine and mine in (master.identity, master.replica_master))
+
+    async def _set_aside_unconfirmed(self, end: int, start: int) -> None:
+        """The log ends at ``end``, below the first offset ``start`` of a master not known to be the one
+        whose records it holds: set aside (a quarantine keeps them), not deleted as expired."""
+        first = self.store.min_phy_offset
+        why = (
+            f"the slave's CommitLog from offset {first} to {end} is below the first offset {start} of a master "
+            "its replica mark does not name (no store identity shown, or another store's): not known to "
+            "be that master's expired records, so kept here rather than deleted"
+        )
+        async with self._dispatching:
+            records, where = self.store.set_aside_replica_tail(first, why)
+        log.error(
+            "HA: %d record(s) of this slave, offsets %d to %d, are below the first offset %d of a master its "
+            "replica mark does not name: set aside%s, not deleted; replicating from offset %d",
+            records,
+            first,
+            end,
+            start,
+            f" in {where}" if where else "",
+            start,
+        )
 
     async def _set_aside_tail(self, cut: int, end: int, retained_from: int) -> None:
         """Take the records from ``cut`` to ``end`` out of service: they are not the master's or, below the
