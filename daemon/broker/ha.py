@@ -624,6 +624,8 @@ class MasterLog:
     identity: str = ""
     replica_master: str = ""
     replica_mark: int = 0
+    #: Where it ends (``commitLogMaxOffset``); -1 when it does not say.
+    end: int = -1
 
 
 def _is_identity(value: str) -> bool:
@@ -674,6 +676,7 @@ class MasterRecords:
         try:
             table = KVTable.loads(response.body or b"").table
             first = max(0, int(table.get("commitLogMinOffset", "0")))
+            end = int(table.get("commitLogMaxOffset", "-1"))
         except ValueError:
             return MasterLog(0)
         identity = table.get("haStoreIdentity", "")
@@ -681,7 +684,7 @@ class MasterRecords:
         mark = table.get("haReplicaMark", "")
         if not (_is_identity(lineage) and mark.isdigit()):
             lineage, mark = "", "0"
-        return MasterLog(first, identity if _is_identity(identity) else "", lineage, int(mark))
+        return MasterLog(first, identity if _is_identity(identity) else "", lineage, int(mark), end)
 
     async def at(self, offset: int) -> bytes | None:
         fields = ViewMessageRequestHeader(offset).to_ext_fields()
@@ -930,6 +933,11 @@ class HASlave:
             return True
         try:
             master = await self.master_records.log()
+            if master.first_offset % store.commit_log_file_size or 0 <= master.end < master.first_offset:
+                # (no CommitLog starts there: a broken or hostile peer, whose word deletes and sets aside nothing)
+                raise TailUnknown(
+                    f"the master's first offset {master.first_offset} (its end {master.end}) is no CommitLog's start"
+                )
             cut = await common_end(store, self.master_records.at, master.first_offset, self._vouched(master))
         except TailUnknown as exc:
             log.warning("HA: this slave's last record is not checked against its master yet: %s", exc)

@@ -60,3 +60,33 @@ async def test_a_master_showing_no_identity_cannot_make_a_slave_delete_the_only_
             await wait_until(lambda: g.slave.store.min_phy_offset == first)
             await g.slave.stop()
         assert [q.records for q in diverged_quarantines(str(tmp_path / "slave"))] == [40]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("first", "last"), [(64 * FILE + 1, 65 * FILE), (64 * FILE, 63 * FILE)])
+async def test_a_first_offset_no_log_can_have_leaves_the_slave_serving_what_it_holds(
+    tmp_path: Path, first: int, last: int
+) -> None:
+    """What the NameServer lists as the master shows the lost master's identity (anyone may read it) and a
+    first offset that no CommitLog has: not a file's start, or past its own end. The slave starts, keeps
+    its 40 records and serves them; it does not replicate from that peer. (A first offset not a file's
+    start stopped the slave's start with a ValueError.)"""
+    async with master_and_slave(tmp_path) as g:
+        await send_common(g, 40, "only")
+        await replicated(g.master, g.slave)
+        identity = g.master.store.identity
+        await g.slave.stop()
+        await g.master.stop()
+        answers = impostor(first)
+
+        def runtime_info(request: RemotingCommand, addr: str) -> Answer:
+            table = {"commitLogMinOffset": str(first), "commitLogMaxOffset": str(last), "haStoreIdentity": identity}
+            return RemotingCommand(0, body=KVTable(table).dumps())
+
+        answers[RequestCode.GET_BROKER_RUNTIME_INFO] = runtime_info
+        with hostile(honest_with(answers)) as fake:  # type: ignore[arg-type]
+            g.slave = await start_slave(tmp_path / "slave", fake.addr)
+            await wait_until(lambda: fake.requests.count(RequestCode.GET_BROKER_RUNTIME_INFO) >= 2)
+            assert sum(len(q) for q in await everything(g, g.slave)) == 40
+            assert g.slave.store.min_phy_offset == 0
+        assert diverged_quarantines(str(tmp_path / "slave")) == []
