@@ -80,7 +80,11 @@ async def test_a_first_offset_no_log_can_have_leaves_the_slave_serving_what_it_h
         answers = impostor(first)
 
         def runtime_info(request: RemotingCommand, addr: str) -> Answer:
-            table = {"commitLogMinOffset": str(first), "commitLogMaxOffset": str(last), "haStoreIdentity": identity}
+            table = {
+                "commitLogMinOffset": str(first),
+                "commitLogMaxOffset": str(last),
+                "haStoreIdentity": identity,
+            }
             return RemotingCommand(0, body=KVTable(table).dumps())
 
         answers[RequestCode.GET_BROKER_RUNTIME_INFO] = runtime_info
