@@ -17,7 +17,7 @@ from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, master_and_slave, start_slave
 from tests.broker.test_ha_mark import everything, send_common
 from tests.support.broker import replicated
-from tests.support.hostile import Answer, hostile, honest_with
+from tests.support.hostile import Answer, honest_with, hostile
 from tests.support.waiting import wait_until
 
 
