@@ -939,6 +939,10 @@ class HASlave:
                     f"the master's first offset {master.first_offset} (its end {master.end}) is no CommitLog's start"
                 )
             cut = await common_end(store, self.master_records.at, master.first_offset, self._vouched(master))
+            if cut < end and (await self.master_records.log()).first_offset != master.first_offset:
+                # its retention deleted files while the check asked of them: "no record" there was no
+                # divergence; asked again, from where its log starts now
+                raise TailUnknown("the master's first offset moved while its records were compared")
         except TailUnknown as exc:
             log.warning("HA: this slave's last record is not checked against its master yet: %s", exc)
             return False

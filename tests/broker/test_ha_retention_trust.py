@@ -94,3 +94,36 @@ async def test_a_first_offset_no_log_can_have_leaves_the_slave_serving_what_it_h
             assert sum(len(q) for q in await everything(g, g.slave)) == 40
             assert g.slave.store.min_phy_offset == 0
         assert diverged_quarantines(str(tmp_path / "slave")) == []
+
+
+@pytest.mark.slow
+async def test_the_masters_retention_during_the_check_sets_none_of_its_records_aside(tmp_path: Path) -> None:
+    """The master's retention deletes the file holding the slave's 40 records while the slave's check is
+    comparing them: it said its log starts at 0, answers 'no record' for them, and then that it starts at
+    the next file. They are its expired records, not divergent ones: none is set aside (they were, as
+    records that differ from the master's, before the check asked again)."""
+    async with master_and_slave(tmp_path) as g:
+        await send_common(g, 40, "old")
+        await replicated(g.master, g.slave)
+        identity = g.master.store.identity
+        await g.slave.stop()
+        await g.master.stop()
+        asked = []
+        answers = impostor(0)
+
+        def runtime_info(request: RemotingCommand, addr: str) -> Answer:
+            asked.append(1)
+            first = 0 if len(asked) == 1 else FILE
+            table = {
+                "commitLogMinOffset": str(first),
+                "commitLogMaxOffset": str(FILE),
+                "haStoreIdentity": identity,
+            }
+            return RemotingCommand(0, body=KVTable(table).dumps())
+
+        answers[RequestCode.GET_BROKER_RUNTIME_INFO] = runtime_info
+        with hostile(honest_with(answers)) as fake:  # type: ignore[arg-type]
+            g.slave = await start_slave(tmp_path / "slave", fake.addr)
+            await wait_until(lambda: g.slave.store.min_phy_offset == FILE)
+            await g.slave.stop()
+        assert diverged_quarantines(str(tmp_path / "slave")) == []
