@@ -6,6 +6,8 @@ never deleted: they may be the group's only copy."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,22 +16,28 @@ from daemon.remoting.bodies import KVTable
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from store.replica_tail import diverged_quarantines
-from tests.broker.test_ha import FILE, master_and_slave, start_slave
+from tests.broker.test_ha import FILE, Group, master_and_slave, start_slave
 from tests.broker.test_ha_mark import everything, send_common
 from tests.support.broker import replicated
 from tests.support.hostile import Answer, honest_with, hostile
 from tests.support.waiting import wait_until
 
 
-def impostor(first: int) -> dict[int, object]:
-    """A NameServer and master in one that names itself the slave's master and says its log starts at
-    ``first`` and holds no record the slave asks of, showing no store identity (as 4.9.8's shows none)."""
+def impostor(firsts: list[int], end: int, identity: str = "") -> dict[int, object]:
+    """A NameServer and master in one that names itself the slave's master, holds no record the slave asks
+    of, and says its log starts at each of ``firsts`` in turn (the last one from then on) and ends at
+    ``end``, showing store ``identity`` (none: as 4.9.8's shows none; anyone may read a master's)."""
+    asked = [0]
 
     def register(request: RemotingCommand, addr: str) -> Answer:
         return RemotingCommand(0, ext_fields={"masterAddr": addr, "haServerAddr": "127.0.0.1:1"})
 
     def runtime_info(request: RemotingCommand, addr: str) -> Answer:
-        table = {"commitLogMinOffset": str(first), "commitLogMaxOffset": str(first + FILE)}
+        first = firsts[min(asked[0], len(firsts) - 1)]
+        asked[0] += 1
+        table = {"commitLogMinOffset": str(first), "commitLogMaxOffset": str(end)}
+        if identity:
+            table["haStoreIdentity"] = identity
         return RemotingCommand(0, body=KVTable(table).dumps())
 
     def no_record(request: RemotingCommand, addr: str) -> Answer:
@@ -42,58 +50,56 @@ def impostor(first: int) -> dict[int, object]:
     }
 
 
+@contextlib.asynccontextmanager
+async def slave_of_impostor(
+    tmp_path: Path, firsts: list[int], end: int, *, identity: bool
+) -> AsyncIterator[Group]:
+    """A slave that copied 40 acknowledged records of its master (the only copy once the master is lost),
+    restarted with the :func:`impostor` as its NameServer and master, showing the lost master's store
+    identity or none."""
+    async with master_and_slave(tmp_path) as g:
+        await send_common(g, 40, "only")
+        await replicated(g.master, g.slave)
+        assert sum(len(q) for q in await everything(g, g.slave)) == 40
+        lost = g.master.store.identity
+        assert g.slave.store.replica_master == lost
+        await g.slave.stop()
+        await g.master.stop()
+        fake = impostor(firsts, end, lost if identity else "")
+        with hostile(honest_with(fake)) as peer:  # type: ignore[arg-type]
+            g.slave = await start_slave(tmp_path / "slave", peer.addr)
+            yield g
+            await wait_until(lambda: peer.requests.count(RequestCode.GET_BROKER_RUNTIME_INFO) >= 2)
+            await g.slave.stop()
+
+
+def set_aside(tmp_path: Path) -> list[int]:
+    return [q.records for q in diverged_quarantines(str(tmp_path / "slave"))]
+
+
 @pytest.mark.slow
 async def test_a_master_showing_no_identity_cannot_make_a_slave_delete_the_only_copy(tmp_path: Path) -> None:
     """The master is lost; the slave holds the only copy of 40 acknowledged records, its mark naming the
     lost master's store. What its NameServer now lists as its master shows no identity and says its log
     starts far past the slave's: the 40 are set aside (a quarantine keeps them), not deleted."""
-    async with master_and_slave(tmp_path) as g:
-        await send_common(g, 40, "only")
-        await replicated(g.master, g.slave)
-        assert sum(len(q) for q in await everything(g, g.slave)) == 40
-        assert g.slave.store.replica_master == g.master.store.identity
-        await g.slave.stop()
-        await g.master.stop()
-        first = 64 * FILE
-        with hostile(honest_with(impostor(first))) as fake:  # type: ignore[arg-type]
-            g.slave = await start_slave(tmp_path / "slave", fake.addr)
-            await wait_until(lambda: g.slave.store.min_phy_offset == first)
-            await g.slave.stop()
-        assert [q.records for q in diverged_quarantines(str(tmp_path / "slave"))] == [40]
+    async with slave_of_impostor(tmp_path, [64 * FILE], 65 * FILE, identity=False) as g:
+        await wait_until(lambda: g.slave.store.min_phy_offset == 64 * FILE)
+    assert set_aside(tmp_path) == [40]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("first", "last"), [(64 * FILE + 1, 65 * FILE), (64 * FILE, 63 * FILE)])
+@pytest.mark.parametrize(("first", "end"), [(64 * FILE + 1, 65 * FILE), (64 * FILE, 63 * FILE)])
 async def test_a_first_offset_no_log_can_have_leaves_the_slave_serving_what_it_holds(
-    tmp_path: Path, first: int, last: int
+    tmp_path: Path, first: int, end: int
 ) -> None:
-    """What the NameServer lists as the master shows the lost master's identity (anyone may read it) and a
-    first offset that no CommitLog has: not a file's start, or past its own end. The slave starts, keeps
-    its 40 records and serves them; it does not replicate from that peer. (A first offset not a file's
-    start stopped the slave's start with a ValueError.)"""
-    async with master_and_slave(tmp_path) as g:
-        await send_common(g, 40, "only")
-        await replicated(g.master, g.slave)
-        identity = g.master.store.identity
-        await g.slave.stop()
-        await g.master.stop()
-        answers = impostor(first)
-
-        def runtime_info(request: RemotingCommand, addr: str) -> Answer:
-            table = {
-                "commitLogMinOffset": str(first),
-                "commitLogMaxOffset": str(last),
-                "haStoreIdentity": identity,
-            }
-            return RemotingCommand(0, body=KVTable(table).dumps())
-
-        answers[RequestCode.GET_BROKER_RUNTIME_INFO] = runtime_info
-        with hostile(honest_with(answers)) as fake:  # type: ignore[arg-type]
-            g.slave = await start_slave(tmp_path / "slave", fake.addr)
-            await wait_until(lambda: fake.requests.count(RequestCode.GET_BROKER_RUNTIME_INFO) >= 2)
-            assert sum(len(q) for q in await everything(g, g.slave)) == 40
-            assert g.slave.store.min_phy_offset == 0
-        assert diverged_quarantines(str(tmp_path / "slave")) == []
+    """What the NameServer lists as the master shows the lost master's identity and a first offset that
+    no CommitLog has: not a file's start, or past its own end. The slave starts, keeps its 40 records and
+    serves them; it does not replicate from that peer. (A first offset not a file's start stopped the
+    slave's start with a ValueError.)"""
+    async with slave_of_impostor(tmp_path, [first], end, identity=True) as g:
+        assert sum(len(q) for q in await everything(g, g.slave)) == 40
+        assert g.slave.store.min_phy_offset == 0
+    assert set_aside(tmp_path) == []
 
 
 @pytest.mark.slow
@@ -102,28 +108,6 @@ async def test_the_masters_retention_during_the_check_sets_none_of_its_records_a
     comparing them: it said its log starts at 0, answers 'no record' for them, and then that it starts at
     the next file. They are its expired records, not divergent ones: none is set aside (they were, as
     records that differ from the master's, before the check asked again)."""
-    async with master_and_slave(tmp_path) as g:
-        await send_common(g, 40, "old")
-        await replicated(g.master, g.slave)
-        identity = g.master.store.identity
-        await g.slave.stop()
-        await g.master.stop()
-        asked = []
-        answers = impostor(0)
-
-        def runtime_info(request: RemotingCommand, addr: str) -> Answer:
-            asked.append(1)
-            first = 0 if len(asked) == 1 else FILE
-            table = {
-                "commitLogMinOffset": str(first),
-                "commitLogMaxOffset": str(FILE),
-                "haStoreIdentity": identity,
-            }
-            return RemotingCommand(0, body=KVTable(table).dumps())
-
-        answers[RequestCode.GET_BROKER_RUNTIME_INFO] = runtime_info
-        with hostile(honest_with(answers)) as fake:  # type: ignore[arg-type]
-            g.slave = await start_slave(tmp_path / "slave", fake.addr)
-            await wait_until(lambda: g.slave.store.min_phy_offset == FILE)
-            await g.slave.stop()
-        assert diverged_quarantines(str(tmp_path / "slave")) == []
+    async with slave_of_impostor(tmp_path, [0, FILE], FILE, identity=True) as g:
+        await wait_until(lambda: g.slave.store.min_phy_offset == FILE)
+    assert set_aside(tmp_path) == []
