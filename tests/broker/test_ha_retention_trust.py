@@ -7,6 +7,7 @@ never deleted: they may be the group's only copy."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, Group, master_and_slave, start_slave
-from tests.broker.test_ha_mark import everything, send_common
+from tests.broker.test_ha_mark import everything, fixed_ports, restart_master, send_common
 from tests.support.broker import replicated
 from tests.support.hostile import Answer, honest_with, hostile
 from tests.support.waiting import wait_until
@@ -111,3 +112,25 @@ async def test_the_masters_retention_during_the_check_sets_none_of_its_records_a
     async with slave_of_impostor(tmp_path, [0, FILE], FILE, identity=True) as g:
         await wait_until(lambda: g.slave.store.min_phy_offset == FILE)
     assert set_aside(tmp_path) == []
+
+
+@pytest.mark.slow
+async def test_a_master_back_on_a_wiped_store_has_the_slaves_only_copy_set_aside_not_deleted(
+    tmp_path: Path,
+) -> None:
+    """The master's disk is lost and it comes back empty (a new store identity) while its slave holds the
+    only copy of 40 acknowledged records; 5 are sent to it before the slave is back. The slave's mark names
+    the lost store, so none of the 40 counts as the new one's: they are set aside, kept, never deleted."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 40, "only")
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        await g.master.stop()
+        shutil.rmtree(tmp_path / "master")
+        await restart_master(g, tmp_path, fixed)
+        await send_common(g, 5, "new")
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await replicated(g.master, g.slave)
+        assert await everything(g, g.slave) == await everything(g, g.master)
+    assert set_aside(tmp_path) == [40]
