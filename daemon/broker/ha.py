@@ -980,12 +980,13 @@ class HASlave:
         return 0
 
     def _names_my_master(self, master: MasterLog) -> bool:
-        """Whether ``master`` is the store the replica mark names, or a slave of it promoted in its place:
-        only then is its first offset its retention's word on records the mark counts as its own. A master
-        that shows no identity (4.9.8's, an impostor an open NameServer lists) or another store's says
-        nothing of them: they may be the group's only copy."""
+        """Whether ``master`` is the store the replica mark names: only then is its first offset its
+        retention's word on records the mark counts as its own. A master that shows no identity (4.9.8's,
+        an impostor an open NameServer lists) or another store's says nothing of them, a slave promoted in
+        its place neither: its log may start where it began copying (an empty slave begins at its master's
+        last file), not where a retention deleted them. They may be the group's only copy."""
         mine = self.store.replica_master
-        return bool(master.identity and mine and mine in (master.identity, master.replica_master))
+        return bool(mine and master.identity == mine)
 
     async def _set_aside_unconfirmed(self, end: int, start: int) -> None:
         """The log ends at ``end``, below the first offset ``start`` of a master not known to be the one

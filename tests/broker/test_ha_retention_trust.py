@@ -17,9 +17,9 @@ from daemon.remoting.bodies import KVTable
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from store.replica_tail import diverged_quarantines
-from tests.broker.test_ha import FILE, Group, master_and_slave, start_slave
-from tests.broker.test_ha_mark import everything, fixed_ports, restart_master, send_common
-from tests.support.broker import replicated
+from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
+from tests.broker.test_ha_mark import TOPIC, everything, fixed_ports, restart_master, send_common
+from tests.support.broker import replicated, start_broker
 from tests.support.hostile import Answer, honest_with, hostile
 from tests.support.waiting import wait_until
 
@@ -133,4 +133,34 @@ async def test_a_master_back_on_a_wiped_store_has_the_slaves_only_copy_set_aside
         g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         await replicated(g.master, g.slave)
         assert await everything(g, g.slave) == await everything(g, g.master)
+    assert set_aside(tmp_path) == [40]
+
+
+@pytest.mark.slow
+async def test_a_slave_promoted_after_it_began_at_its_masters_last_file_cannot_have_the_older_records_deleted(
+    tmp_path: Path,
+) -> None:
+    """Master A and slave S, which copied 40 records and went down. A writes several files; a new slave L
+    joins empty, so it begins at A's last file (4.9.8's rule), and is promoted when A is lost. S comes
+    back: its mark names A, and L's says it holds A's records, but L's log starts at A's last file because
+    it never had the older ones, not because a retention deleted them: S's 40 are the only copy, set aside,
+    never deleted."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 40, "only")
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        for i in range(300):
+            assert (await g.on(g.master).send(TOPIC, b"n" * 4000, queue_id=i % 4)).code == 0
+        late = await start_slave(tmp_path / "late", g.ns_addr, broker_id=2)
+        try:
+            await send_common(g, 8, "late")
+            await replicated(g.master, late)
+        finally:
+            await late.stop()
+        await g.master.stop()  # A is lost
+        g.master = await start_broker(tmp_path / "late", **{**SMALL, "namesrv_addr": g.ns_addr, **fixed})
+        assert g.master.store.min_phy_offset > 0 and g.master.store.replica_master
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await replicated(g.master, g.slave)
     assert set_aside(tmp_path) == [40]
