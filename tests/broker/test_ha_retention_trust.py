@@ -1,8 +1,8 @@
-"""What may make a slave delete its log as its master's expired records (docs/replication.md
-§behind-its-masters-retention): only a master whose store the replica mark names, or one promoted from a
-slave of that store. Anything else that says its log starts past the slave's whole log (a master that
-shows no store identity, an impostor a stale or open NameServer lists) has the slave's records set aside,
-never deleted: they may be the group's only copy."""
+"""What may make a slave delete its log as its master's expired records
+(docs/replication.md §behind-its-masters-retention): only the master whose store the replica mark names.
+Anything else that says its log starts past the slave's whole log (a master that shows no store identity,
+an impostor a stale or open NameServer lists, a slave promoted in the master's place) has the slave's
+records set aside, never deleted: they may be the group's only copy."""
 
 from __future__ import annotations
 
