@@ -90,3 +90,14 @@ def test_a_slave_killed_while_its_log_begins_again_reopens_whole(tmp_path: Path,
                     == list(range(offsets[0], again.get_max_offset("T", q)))
                     == list(range(offsets[0], 75))
                 )
+
+
+def test_a_log_begun_again_is_another_store(tmp_path: Path) -> None:
+    """A slave whose log begins again at its master's first offset takes a new identity: a slave whose mark
+    named the old one (this store was its master) no longer takes this log's start for a retention's."""
+    with DefaultMessageStore(small_config(tmp_path, broker_role="SLAVE")) as store:
+        before = store.identity
+        store.restart_replica_log(START)
+        assert store.identity != before and (tmp_path / "identity").read_bytes().hex() == store.identity
+    with DefaultMessageStore(small_config(tmp_path, broker_role="SLAVE")) as again:
+        assert again.identity == store.identity and again.min_phy_offset == START
