@@ -141,19 +141,21 @@ def _decode_mark(data: bytes, header: bytes) -> _Mark:
     return _Mark(values[1], owner, values[3] if len(values) > 3 else b"", True)
 
 
-def store_identity(root: str, *, create: bool) -> bytes:
+def store_identity(root: str, *, create: bool, renew: bool = False) -> bytes:
     """This store's identity: random bytes made once, kept in ``root``'s :data:`IDENTITY_FILE` (empty when
     there is none and ``create`` is off). A slave's replica mark names the identity of the master's store
     whose records it counts, so a slave switched to another master of its broker name (another store)
-    does not take its old master's records for the new one's (docs/replication.md §the-replica-mark)."""
+    does not take its old master's records for the new one's (docs/replication.md §the-replica-mark).
+    ``renew``: a new one, the store's log having begun again (its old records no longer its word)."""
     path = os.path.join(root, IDENTITY_FILE)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(IDENTITY_SIZE + 1)
-        if len(data) == IDENTITY_SIZE:
-            return data
-    except FileNotFoundError:
-        pass
+    if not renew:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(IDENTITY_SIZE + 1)
+            if len(data) == IDENTITY_SIZE:
+                return data
+        except FileNotFoundError:
+            pass
     if not create:
         return b""
     # a file that is not one (torn by a crash while made: never used yet) is made again

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from store.checkpoint import store_identity
 from store.quarantine import DIVERGED, Manifest, list_quarantines, set_aside
 
 if TYPE_CHECKING:
@@ -70,13 +71,18 @@ def restart_replica_log(store: DefaultMessageStore, start: int) -> int:
     where it ends, and its master has nothing older to send. What it holds is its master's expired
     records (the caller knows them to be: the replica mark counted them), so they go as they went on
     the master: the CommitLog files, and the ConsumeQueue and index files built from them (every one
-    points below ``start``), deleted. Returns the CommitLog files deleted."""
+    points below ``start``), deleted. The store takes a new identity: its log no longer holds what the old
+    one's vouched for. Returns the CommitLog files deleted."""
     with store._put_lock:
         cl = store.commit_log
         old = list(cl.files.files)
         if (old and old[-1].file_from_offset + cl.file_size > start) or start % cl.file_size:
             raise ValueError(f"offset {start} is not a file's start past the end of the log")
         cl.files.create_file(start)  # first: a full disk leaves the log as it was
+        # a store is named by the records it vouches for: a slave whose mark named it, were it promoted
+        # again, would take this log's start for its retention's and delete what it holds below it (made
+        # before anything is deleted: a crash then leaves the old log under a new name, never the reverse)
+        store.identity = store_identity(store.config.store_path_root_dir, create=True, renew=True).hex()
         cl.files.files = cl.files.files[-1:]
         cl.set_aside.clear()
         cqs = list(store._cqs.values())

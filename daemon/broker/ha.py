@@ -624,6 +624,8 @@ class MasterLog:
     identity: str = ""
     replica_master: str = ""
     replica_mark: int = 0
+    #: Where it ends (``commitLogMaxOffset``); -1 when it does not say.
+    end: int = -1
 
 
 def _is_identity(value: str) -> bool:
@@ -674,6 +676,7 @@ class MasterRecords:
         try:
             table = KVTable.loads(response.body or b"").table
             first = max(0, int(table.get("commitLogMinOffset", "0")))
+            end = int(table.get("commitLogMaxOffset", "-1"))
         except ValueError:
             return MasterLog(0)
         identity = table.get("haStoreIdentity", "")
@@ -681,7 +684,7 @@ class MasterRecords:
         mark = table.get("haReplicaMark", "")
         if not (_is_identity(lineage) and mark.isdigit()):
             lineage, mark = "", "0"
-        return MasterLog(first, identity if _is_identity(identity) else "", lineage, int(mark))
+        return MasterLog(first, identity if _is_identity(identity) else "", lineage, int(mark), end)
 
     async def at(self, offset: int) -> bytes | None:
         fields = ViewMessageRequestHeader(offset).to_ext_fields()
@@ -968,7 +971,16 @@ class HASlave:
             return True
         try:
             master = await self.master_records.log()
+            if master.first_offset % store.commit_log_file_size or 0 <= master.end < master.first_offset:
+                # (no CommitLog starts there: a broken or hostile peer, whose word deletes and sets aside nothing)
+                raise TailUnknown(
+                    f"the master's first offset {master.first_offset} (its end {master.end}) is no CommitLog's start"
+                )
             cut = await common_end(store, self.master_records.at, master.first_offset, self._vouched(master))
+            if cut < end and (await self.master_records.log()).first_offset != master.first_offset:
+                # its retention deleted files while the check asked of them: "no record" there was no
+                # divergence; asked again, from where its log starts now
+                raise TailUnknown("the master's first offset moved while its records were compared")
         except TailUnknown as exc:
             log.warning("HA: this slave's last record is not checked against its master yet: %s", exc)
             return False
@@ -979,6 +991,8 @@ class HASlave:
         if cut < end:
             await self._set_aside_tail(cut, end, master.first_offset)
         if cut < master.first_offset:
+            if store.min_phy_offset < cut and not self._names_my_master(master):
+                await self._set_aside_unconfirmed(cut, master.first_offset)
             await self._restart_log(cut, master.first_offset)
             cut = master.first_offset
         store.name_replica_master(master.identity)
@@ -1002,6 +1016,37 @@ class HASlave:
             master.identity,
         )
         return 0
+
+    def _names_my_master(self, master: MasterLog) -> bool:
+        """Whether ``master`` is the store the replica mark names: only then is its first offset its
+        retention's word on records the mark counts as its own. A master that shows no identity (4.9.8's,
+        an impostor an open NameServer lists) or another store's says nothing of them, a slave promoted in
+        its place neither: its log may start where it began copying (an empty slave begins at its master's
+        last file), not where a retention deleted them. They may be the group's only copy."""
+        mine = self.store.replica_master
+        return bool(mine and master.identity == mine)
+
+    async def _set_aside_unconfirmed(self, end: int, start: int) -> None:
+        """The log ends at ``end``, below the first offset ``start`` of a master not known to be the one
+        whose records it holds: set aside (a quarantine keeps them), not deleted as expired."""
+        first = self.store.min_phy_offset
+        why = (
+            f"the slave's CommitLog from offset {first} to {end} is below the first offset {start} of a master "
+            "its replica mark does not name (no store identity shown, or another store's): not known to "
+            "be that master's expired records, so kept here rather than deleted"
+        )
+        async with self._dispatching:
+            records, where = self.store.set_aside_replica_tail(first, why)
+        log.error(
+            "HA: %d record(s) of this slave, offsets %d to %d, are below the first offset %d of a master its "
+            "replica mark does not name: set aside%s, not deleted; replicating from offset %d",
+            records,
+            first,
+            end,
+            start,
+            f" in {where}" if where else "",
+            start,
+        )
 
     async def _set_aside_tail(self, cut: int, end: int, retained_from: int) -> None:
         """Take the records from ``cut`` to ``end`` out of service: they are not the master's or, below the

@@ -156,13 +156,14 @@ async def test_a_slave_switched_to_another_master_of_its_name_takes_none_of_the_
 
 
 @pytest.mark.slow
-async def test_a_slave_of_a_master_whose_other_slave_was_promoted_in_its_place_keeps_its_records(
+async def test_a_slave_of_a_master_whose_other_slave_was_promoted_in_its_place_keeps_its_records_aside(
     tmp_path: Path, cli: RunCli
 ) -> None:
     """Master A with slaves S1 and S2; S2 is down when A is lost and S1 is made the master (its store, its
-    identity), whose retention then deletes all but its newest file. S2's mark names A's store, not S1's,
-    but S1's own mark says it holds A's records as far: S2's 40 are its master's expired records, deleted
-    as they were there, none set aside."""
+    identity), whose retention then deletes all but its newest file. S2's mark names A's store, not S1's;
+    S1's own mark says it held A's records as far, but not that its retention is why its log starts past
+    S2's (a slave that began empty starts at its master's last file): S2's 40 are set aside, kept, not
+    deleted, and S2 then holds what S1 holds."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
         s2 = await start_slave(tmp_path / "s2", g.ns_addr, broker_id=2)
@@ -180,5 +181,5 @@ async def test_a_slave_of_a_master_whose_other_slave_was_promoted_in_its_place_k
         g.master = await start_broker(tmp_path / "slave", **promoted)
         assert g.master.store.replica_master != g.master.store.identity
 
-        await slave_back(g, tmp_path / "s2", 0, broker_id=2)
+        await slave_back(g, tmp_path / "s2", 40, broker_id=2)
         assert g.slave.store.replica_master == g.master.store.identity
