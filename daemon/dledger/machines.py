@@ -82,6 +82,14 @@ MAX_BATCH_BYTES = 1024 * 1024
 #: While every follower still has a push in flight, the sends of one pass of the event loop wait for those of
 #: the next poll before they are pushed (`Node.hold_push`), up to this many entries not yet pushed to one.
 PUSH_WINDOW = 32
+#: A follower the quorum does not wait for (`Node.spare_followers`) is pushed once this many entries wait for
+#: it, or once its last push is `SPARE_PUSH_MS` old (the leader's 10 ms tick pushes it then at the latest):
+#: each push costs it a wake-up, a read and an answer, and the leader a write and an answer's read.
+SPARE_PUSH_ENTRIES = 64
+SPARE_PUSH_MS = 10
+#: A follower the quorum waits for whose oldest push has waited this long (a paused or lost member): every
+#: follower is pushed at once, and the ones waited for are chosen again from who holds the most.
+QUORUM_STALL_MS = 5
 #: How many pushed entries the leader keeps ready for followers that have not acknowledged them yet.
 WIRE_CACHE_ENTRIES = 4096
 #: How often a leader with nothing to push tells followers the commit index (``doCommit``).
@@ -350,6 +358,8 @@ class Node:
         self._vote_seq = 0
         self.beat_round: _BeatRound | None = None
         self.pushes: dict[str, PeerPush] = {}
+        #: (leader) the followers chosen to make the quorum, pushed every pass (`spare_followers`)
+        self._quorum_peers: list[str] = []
         #: (leader) the first index of its own term: only replicas of it and later entries count to commit
         self.term_first_index = 0
         #: (leader) the appends waiting for the quorum, in index order (each send waits for the entry it
@@ -450,6 +460,7 @@ class Node:
         self.last_success_beat = self._now
         self.lease_start = NO_LEASE  # (its voters' timers are not known reset: its first round starts it)
         self.pushes = {p: PeerPush() for p in self.others()}
+        self._quorum_peers = []
         self._binary_changed()
         # (terms only grow along a log, and a member leads a term once: what it holds now is all earlier)
         self.term_first_index = self.log.last_index + 1
@@ -1172,8 +1183,9 @@ class Node:
         if last <= seen or not self.is_leader:
             return False
         taking = False
-        for p in self.pushes.values():
-            if p.state is not _APPEND:
+        spare = self.spare_followers(self._now)
+        for peer, p in self.pushes.items():
+            if p.state is not _APPEND or peer in spare:
                 continue
             if not p.inflight or last - p.write_index + 1 >= PUSH_WINDOW:
                 return False
@@ -1288,10 +1300,52 @@ class Node:
         req.type, req.commit_index = kind, self.log.committed_index
         return Out(peer, DLedgerRequestCode.PUSH, req)
 
+    def spare_followers(self, now: int) -> list[str]:
+        """(leader) The followers in APPEND not pushed in this pass though entries wait for them: a quorum
+        needs only ``len(peers) // 2`` followers, so those chosen to make it (`_quorum_peers`: the ones
+        holding the most when chosen, kept while they keep up) are pushed every pass, the others only once
+        `SPARE_PUSH_ENTRIES` wait for them or their last push is `SPARE_PUSH_MS` old. None while a chosen
+        one's oldest push has waited `QUORUM_STALL_MS` (the others then make the quorum; the choice is made
+        again), while leadership is handed over (the transferee must catch up), or before a follower's first
+        push of this leadership. Raft's rules are untouched: any quorum's answers commit, whoever gave them."""
+        pushes = self.pushes
+        need = len(self.m.peers) // 2
+        appending = [peer for peer, p in pushes.items() if p.state is _APPEND]
+        if len(appending) <= need or self.m.transferee is not None:
+            return []
+        chosen = [peer for peer in self._quorum_peers if peer in appending]
+        while len(chosen) < need:
+            best = ""
+            for peer in appending:
+                if peer not in chosen and (not best or pushes[peer].water_mark > pushes[best].water_mark):
+                    best = peer
+            chosen.append(best)
+        self._quorum_peers = chosen
+        for peer in chosen:
+            inflight = pushes[peer].inflight
+            if inflight and now - min(inflight.values()) >= QUORUM_STALL_MS:
+                self._quorum_peers = []
+                return []
+        last = self.log.last_index
+        spare = []
+        for peer in appending:
+            p = pushes[peer]
+            if (
+                peer not in chosen
+                and p.last_push >= 0
+                and now - p.last_push < SPARE_PUSH_MS
+                and last - p.write_index + 1 < SPARE_PUSH_ENTRIES
+            ):
+                spare.append(peer)
+        return spare
+
     def _push(self, now: int) -> list[Out]:
         out: list[Out] = []
+        spare = self.spare_followers(now)
         for peer, p in self.pushes.items():
             if p.state is _APPEND:
+                if peer in spare:
+                    continue
                 made = self._push_append(peer, p, now)
             elif not p.awaiting and now >= p.not_before and self.log.last_index >= 0:
                 made = self._push_compare(peer, p, now)

@@ -23,6 +23,9 @@ from daemon.dledger.machines import (
     CHECKING,
     PROBE_EPOCH,
     PROBING,
+    QUORUM_STALL_MS,
+    SPARE_PUSH_ENTRIES,
+    SPARE_PUSH_MS,
     VOTING,
     MemberState,
     Node,
@@ -687,7 +690,8 @@ def test_followers_pushed_from_the_same_index_share_one_read_of_the_run() -> Non
     node.log.append_leader(b"e3", 1)
     node.pushes["n2"].write_index = 1  # (n2 behind: pushed again from 1)
     node.pushes["n2"].inflight.clear()
-    again = [o for o in node.tick(1) if o.raw is not None]
+    # (n2 is not the follower the quorum waits for: pushed once its last push is SPARE_PUSH_MS old)
+    again = [o for o in node.tick(SPARE_PUSH_MS) if o.raw is not None]
     assert [(o.peer, o.first, o.count) for o in again] == [("n1", 3, 1), ("n2", 1, 3)]
     assert again[0].raw == dl.encode_entry(node.log.get(3))
     assert again[1].raw == b"".join(dl.encode_entry(node.log.get(i)) for i in (1, 2, 3))
@@ -1076,6 +1080,66 @@ def test_a_held_round_of_a_cut_off_leader_still_times_out_as_before() -> None:
     ]
     again = node.tick(node.t.max_wait_ack_time_ms + node.t.max_push_time_out_ms)
     assert appends(again, "n1") == [(2, 1)]
+
+
+def a_leader_pushing(entries: int) -> Node:
+    """`a_loaded_leader` whose followers both took every entry by a push answered at time 0."""
+    node = a_loaded_leader(entries, busy=())
+    for p in node.pushes.values():
+        p.last_push = 0
+    return node
+
+
+def test_only_the_follower_the_quorum_waits_for_is_pushed_every_pass() -> None:
+    """A group of three commits on one follower's answer: the one holding the most (n1 at a tie) is pushed
+    each pass; the other takes the same entries in fewer, larger pushes, once `SPARE_PUSH_ENTRIES` wait for
+    it or its last push is `SPARE_PUSH_MS` old. Each answer commits as before, whoever gives it."""
+    node = a_leader_pushing(3)
+    node.log.append_leader(b"a", 1)
+    outs = node.tick(1)
+    assert appends(outs, "n1") == [(3, 1)] and appends(outs, "n2") == []
+    assert node.spare_followers(1) == ["n2"]
+    node.pushes["n1"].inflight.clear()  # (n1 answered)
+    node.log.append_leader(b"b", 1)
+    outs = node.tick(2)
+    assert appends(outs, "n1") == [(4, 1)] and appends(outs, "n2") == []
+    outs = node.tick(SPARE_PUSH_MS)  # n2's last push is old enough: what waits goes in one push
+    assert appends(outs, "n2") == [(3, 2)] and appends(outs, "n1") == []
+
+    node = a_leader_pushing(3)
+    for i in range(SPARE_PUSH_ENTRIES):
+        node.pushes["n1"].inflight.clear()
+        node.log.append_leader(b"w%d" % i, 1)
+        pushed = appends(node.tick(1), "n2")
+        assert pushed == ([] if i < SPARE_PUSH_ENTRIES - 1 else [(3, SPARE_PUSH_ENTRIES)])
+
+
+def test_every_follower_is_pushed_while_the_one_waited_for_lags() -> None:
+    """A push to the follower the quorum waits for unanswered `QUORUM_STALL_MS` (a paused or lost member):
+    the other is pushed at once, so its answer commits; and the one holding the most is waited for next."""
+    node = a_leader_pushing(3)
+    node.log.append_leader(b"a", 1)
+    node.track(3, 1)
+    assert appends(node.tick(1), "n1") == [(3, 1)]
+    node.log.append_leader(b"b", 1)
+    assert appends(node.tick(QUORUM_STALL_MS), "n2") == []
+    (push,) = [o for o in node.tick(QUORUM_STALL_MS + 1) if o.peer == "n2"]
+    assert appends([push], "n2") == [(3, 2)]
+    held = PushEntryResponse(code=int(DLedgerResponseCode.SUCCESS), term=1, group="g", index=3, count=2)
+    node.on_response(push, held, QUORUM_STALL_MS + 2)
+    assert node.log.committed_index == 4 and [w[0] for w in node.answered] == [3]
+    node.log.append_leader(b"c", 1)
+    outs = node.tick(QUORUM_STALL_MS + 3)
+    assert appends(outs, "n2") == [(5, 1)] and appends(outs, "n1") == []  # (n1 still lags)
+
+
+def test_every_follower_is_pushed_while_leadership_is_handed_over() -> None:
+    """The transferee has to catch up before it stands: no follower waits for its push then."""
+    node = a_leader_pushing(3)
+    node.m.transferee = "n2"
+    node.log.append_leader(b"a", 1)
+    outs = node.tick(1)
+    assert appends(outs, "n1") == appends(outs, "n2") == [(3, 1)]
 
 
 # ------------------------------------------------------------------ members that lost their store
