@@ -928,6 +928,8 @@ class Node:
         if term > self.m.term or self.m.voted_for is None:
             self._take_term(term)
         self.abstain_why = f"its store is older than its peers saw it ({why})"
+        if self.m.role is _FOLLOWER:
+            self.to_candidate(self.m.term)  # (it follows no leader before it heard: `_hear`)
         self._to_catch_up("restored from an older copy, or its writes were lost")
 
     def _take_term(self, term: int) -> None:
@@ -1017,8 +1019,6 @@ class Node:
         self._stop_abstaining(f"{len(self._probed)} peers answered, {held}: term {past}, past any they knew")
 
     def _to_catch_up(self, why: str) -> None:
-        if not self._heard and self.m.role is _FOLLOWER:
-            self.to_candidate(self.m.term)  # (it follows no leader before it heard: `_hear`)
         if self.abstaining != CATCHING_UP:
             self.abstaining = CATCHING_UP
             self.keep_abstention(CATCHING_UP)
