@@ -10,12 +10,14 @@ twin as a duration (``3d 04h``).
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 #: Java's long: a number a RocketMQ server writes as text lies within it.
 _LONG = range(-(2**63), 2**63)
+_JAVA_LONG_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
 
 
 def server_int(text: str | None) -> int | None:
@@ -23,7 +25,7 @@ def server_int(text: str | None) -> int | None:
     Java server's ``Long.parseLong`` reads it: digits with an optional sign, within 64 bits. What a broken
     or hostile server sends there (``x``, ``1e400``, ``NaN``, 2^70) is no number: a command's
     ``int()`` of it ended with a traceback's last line (exit 1) or showed a figure no broker can hold."""
-    if not text or not text.lstrip("+-").isdigit() or len(text) > 20:
+    if not text or not _JAVA_LONG_TEXT.fullmatch(text):  # (not ``isdigit``: ``²`` is a digit int() refuses)
         return None
     value = int(text)
     return value if value in _LONG else None

@@ -682,7 +682,7 @@ class MasterRecords:
         identity = table.get("haStoreIdentity", "")
         lineage = table.get("haReplicaMaster", "")
         mark = table.get("haReplicaMark", "")
-        if not (_is_identity(lineage) and mark.isdigit()):
+        if not (_is_identity(lineage) and mark.isascii() and mark.isdigit()):
             lineage, mark = "", "0"
         return MasterLog(first, identity if _is_identity(identity) else "", lineage, int(mark), end)
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from mqctl import units
+from mqctl.units import server_int
 from mqctl.output import FORMATS, RowStream, render
 
 
@@ -357,3 +358,26 @@ def test_mqctl_s_own_warnings_read_as_its_other_diagnostics() -> None:
     assert debug.format(record("mqctl.services.cluster", logging.WARNING)).startswith(
         "WARNING mqctl.services"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("42", 42),
+        ("-7", -7),
+        ("+7", 7),
+        (str(2**63 - 1), 2**63 - 1),
+        (str(2**63), None),
+        ("²", None),
+        ("+-5", None),
+        ("1_000", None),
+        (" 5", None),
+        ("NaN", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_a_server_number_is_read_as_javas_long_parse_reads_it(text: str | None, value: int | None) -> None:
+    """A hostile server's text is no number rather than an exception: ``²`` passes ``isdigit`` and ``+-5`` a
+    sign strip, and int() refuses both."""
+    assert server_int(text) == value
