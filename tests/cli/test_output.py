@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from mqctl import units
-from mqctl.units import server_int
 from mqctl.output import FORMATS, RowStream, render
+from mqctl.units import server_int
 
 
 @dataclass
