@@ -333,11 +333,13 @@ def to_properties(
     mask_secrets: bool = False,
     rocketmq_only: bool = False,
     effective: Mapping[str, str] | None = None,
+    derived: Mapping[str, tuple[str, str]] | None = None,
 ) -> str:
     """Render a config object as a RocketMQ properties file: every setting, then RocketMQ's keys that
     are accepted but inert (``--print-config`` heads them with ``INERT_HEADER`` when ``mark_inert``).
     ``mask_secrets`` (an answer over the wire) shows a set secret (a key's password) as ``MASKED``;
-    ``rocketmq_only`` leaves out the keys RocketMQ 4.9.8 does not define; ``effective`` replaces values."""
+    ``rocketmq_only`` leaves out the keys RocketMQ 4.9.8 does not define; ``effective`` replaces values;
+    ``derived`` (key -> value, from what) shows an unset key's derived value under a comment saying so."""
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         raise TypeError(f"{obj!r} is not a dataclass instance")
     known = _inert_defaults(obj)
@@ -357,7 +359,11 @@ def to_properties(
             text = str(value)
         if mask_secrets and text and f.metadata.get("secret"):
             text = MASKED
-        lines.append(property_line(property_key(f), effective.get(property_key(f), text)))
+        key = property_key(f)
+        if derived and key in derived:
+            text, source = derived[key]
+            lines.append(f"# {key} unset: the daemon uses {source}")
+        lines.append(property_line(key, effective.get(key, text)))
     if isinstance(obj, RocketMQKeys):
         inert = obj.inert_keys()
         if inert and mark_inert:

@@ -433,6 +433,25 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
         """The HA listener's port: ``haListenPort``, or ``listenPort + 1`` when unset (-1) as in 4.9.8."""
         return self.listen_port + 1 if self.ha_listen_port < 0 else self.ha_listen_port
 
+    def derived(self) -> dict[str, tuple[str, str]]:
+        """The settings left unset that the broker derives at start: key -> (the value it uses, from
+        what). ``--print-config`` shows these values, not the unset marks (``haListenPort=-1`` read as a
+        port), each under a comment saying it is derived."""
+        out: dict[str, tuple[str, str]] = {}
+        if self.ha_listen_port < 0:
+            out["haListenPort"] = (
+                ("0", "a free port, as listenPort is 0")
+                if self.listen_port == 0
+                else (str(self.ha_port), "listenPort + 1, as 4.9.8 does")
+            )
+        if not self.broker_ip2:
+            out["brokerIP2"] = (self.broker_ip1, "brokerIP1's address")
+        if not self.store_path_commit_log and not self.enable_dleger_commit_log:
+            out["storePathCommitLog"] = (self.commit_log_dir, "commitlog under storePathRootDir")
+        if not self.metrics_host and self.metrics_enable:
+            out["metricsHost"] = (self.listen_host, "listenHost's address")
+        return out
+
     @property
     def ha_server_addr(self) -> str:
         """``haServerAddr`` as registered: ``brokerIP2`` (else ``brokerIP1``) and the HA port."""

@@ -134,7 +134,7 @@ def start(
         },
     )
     if print_config:
-        typer.echo(to_properties(cfg, mark_inert=True, mask_secrets=True), nl=False)
+        typer.echo(to_properties(cfg, mark_inert=True, mask_secrets=True, derived=cfg.derived()), nl=False)
         return
     from daemon.broker.broker import Broker
     from mqctl.cli.daemons import start_service

@@ -508,12 +508,10 @@ class AdminProcessor:
     def get_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = GetBrokerConfigResponseHeader(self.config_version.dumps().decode())
         config = self.broker.config
-        # what 4.9.8 derives where our empty default means "derive it": brokerIP2 is brokerIP1's
-        # address, and the home is where the ACL files are looked for
-        effective = {
-            "brokerIP2": config.broker_ip2 or config.broker_ip1,
-            "rocketmqHome": config.rocketmq_home or os.getcwd(),
-        }
+        # what 4.9.8 derives where our empty default means "derive it" (brokerIP2 is brokerIP1's address,
+        # ...), and the home is where the ACL files are looked for
+        effective = {key: value for key, (value, _) in config.derived().items()}
+        effective["rocketmqHome"] = config.rocketmq_home or os.getcwd()
         body = wire_properties(config, request.ext_fields, effective)
         return request.make_response(ext_fields=header.to_ext_fields(), body=body)
 
