@@ -11,6 +11,7 @@ from typing import TypedDict
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
+from mqctl.output import Rows
 from mqctl.units import server_float, server_int
 
 log = logging.getLogger(__name__)
@@ -122,28 +123,46 @@ async def status_of(admin: Admin, row: BrokerRow) -> BrokerStatus:
     )
 
 
+def none_registered(admin: Admin, rows: list[BrokerRow]) -> None:
+    """One warning when the NameServers list no broker: the table is its header alone (as mqadmin's
+    clusterList prints it), JSON an empty list, and the exit 0 (a read that found nothing, as kcat -L)."""
+    if not rows:
+        import shlex
+
+        where = ";".join(admin.namesrv)
+        log.warning(
+            "no broker is registered with NameServer %s (start one: mqctl broker start -n %s)",
+            where,
+            shlex.quote(where),
+        )
+
+
 async def cluster_status(admin: Admin, cluster: str | None = None) -> list[BrokerStatus]:
     """Each broker's runtime info, asked of all brokers at once; an unreachable one is shown, not fatal."""
     rows = await brokers(admin, cluster)
+    none_registered(admin, rows)
     states = list(await asyncio.gather(*(status_of(admin, row) for row in rows)))
     master_end = {s.broker_name: s.commitlog_max_offset for s in states if s.broker_id == 0}
     for s in states:
         end = master_end.get(s.broker_name)
         if s.broker_id != 0 and end is not None and s.commitlog_max_offset is not None:
             s.ha_lag_bytes = max(0, end - s.commitlog_max_offset)
-    return states
+    return Rows.of(BrokerStatus, states)
 
 
 async def broker_list(admin: Admin, cluster: str | None = None) -> list[BrokerListRow]:
     """``cluster list``: :func:`brokers` with each one's role."""
     rows = await brokers(admin, cluster)
+    none_registered(admin, rows)
     for name in sorted({r.broker_name for r in rows} - {r.broker_name for r in rows if r.broker_id == 0}):
         log.warning(  # a group without its master row reads as a smaller group, not as one down
             "%s: no master registered (down, or its group is electing one); its slaves take no sends "
             "(see 'mqctl broker ha status')",
             name,
         )
-    return [BrokerListRow(**vars(r), role="MASTER" if r.broker_id == 0 else "SLAVE") for r in rows]
+    return Rows.of(
+        BrokerListRow, (BrokerListRow(**vars(r), role="MASTER" if r.broker_id == 0 else "SLAVE") for r in rows)
+    )
 
 
 class WritePermRow(TypedDict):
