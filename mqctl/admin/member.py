@@ -25,6 +25,7 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
+from mqctl.units import plural
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,11 @@ class GroupMember:
         self.offsets.update(adopted)
         self.resets += 1
         log.info(
-            "group %s: broker %s reset %d queue(s) of %s", self.group, conn.peer, len(adopted), self.topic
+            "group %s: broker %s reset %s of %s",
+            self.group,
+            conn.peer,
+            plural(len(adopted), "queue"),
+            self.topic,
         )
         task = asyncio.ensure_future(self.commit(adopted))
         self._commits.add(task)

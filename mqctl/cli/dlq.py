@@ -18,6 +18,7 @@ from mqctl.cli.common import (
     cluster_options,
     online,
 )
+from mqctl.units import plural
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
@@ -87,4 +88,4 @@ def export(
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-    stderr_console().print(f"{count} dead letter(s) of {dlq_topic(group)} written to {out}")
+    stderr_console().print(f"{plural(count, 'dead letter')} of {dlq_topic(group)} written to {out}")

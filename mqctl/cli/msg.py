@@ -36,6 +36,7 @@ from mqctl.cli.common import (
 )
 from mqctl.completion import complete_topic
 from mqctl.errors import Interrupted, UsageError
+from mqctl.units import plural
 
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
@@ -483,7 +484,7 @@ def tail(
 
     def started(queues: int) -> None:
         console.print(
-            f"tailing {topic}: {queues} queue(s){'' if exit_at_end else ', Ctrl-C to stop'}",
+            f"tailing {topic}: {plural(queues, 'queue')}{'' if exit_at_end else ', Ctrl-C to stop'}",
             style="dim",
             markup=False,
         )
@@ -513,8 +514,8 @@ def tail(
             timeout=request_timeout(10.0, target),
         )
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted after {emitted[0]} message(s)") from None
-    console.print(f"{count} message(s)", style="dim")
+        raise Interrupted(f"interrupted after {plural(emitted[0], 'message')}") from None
+    console.print(plural(count, "message"), style="dim")
 
 
 @app.command("resend")
@@ -560,7 +561,7 @@ def resend(
         return
     if execute:
         destination = f"topic {to_topic!r}" if to_topic else "their original topics"
-        confirm(f"Re-send {len(found)} message(s) of {dlq_topic(group)} to {destination}?", yes=yes)
+        confirm(f"Re-send {plural(len(found), 'message')} of {dlq_topic(group)} to {destination}?", yes=yes)
     outcomes: list[Resent] = []
     try:
         with progress(len(found), "re-sending" if execute else "reading") as advance:
@@ -575,7 +576,7 @@ def resend(
         render(outcomes, flags().output)  # what this run did before Ctrl-C
         sent = sum(o.outcome == "RESENT" for o in outcomes)
         raise Interrupted(
-            f"interrupted after re-sending {sent} of {len(found)} message(s); each is recorded, "
+            f"interrupted after re-sending {sent} of {plural(len(found), 'message')}; each is recorded, "
             "so the next run skips them"
         ) from None
     render(outcomes, flags().output)
@@ -587,9 +588,13 @@ def resend(
     if not execute:
         err.print("preview only: nothing sent; add --execute to re-send")
     if counts["FAILED"]:
-        raise BrokerError(f"{counts['FAILED']} message(s) could not be re-sent (see the table)", code=1)
+        raise BrokerError(
+            f"{plural(counts['FAILED'], 'message')} could not be re-sent (see the table)", code=1
+        )
     if counts["SKIPPED"]:
-        raise UsageError(f"{counts['SKIPPED']} message(s) skipped: no original topic", hint="use --to-topic")
+        raise UsageError(
+            f"{plural(counts['SKIPPED'], 'message')} skipped: no original topic", hint="use --to-topic"
+        )
 
 
 app.command("trace")(_trace.trace)

@@ -20,6 +20,7 @@ from mqctl.cli.common import (
     online,
 )
 from mqctl.completion import complete_group, complete_topic
+from mqctl.units import plural
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
@@ -189,7 +190,9 @@ def reset(
                 "table",
                 out=sys.stderr,
             )
-        confirm(f"Reset the offsets of group {group!r} on {len(rows)} queue(s) of {topic!r}?", yes=yes)
+        confirm(
+            f"Reset the offsets of group {group!r} on {plural(len(rows), 'queue')} of {topic!r}?", yes=yes
+        )
 
     online(
         lambda admin: reset_offsets(

@@ -33,6 +33,7 @@ from mqctl.cli.common import (
     request_timeout,
 )
 from mqctl.errors import BrokerError, ConflictError, Interrupted, StoreError, UsageError
+from mqctl.units import plural
 
 if TYPE_CHECKING:
     from mqctl.services.retention import CleanReport
@@ -173,7 +174,7 @@ def clean(
         if not yes and sys.stdin.isatty():  # the question comes with the plan it is about
             show_clean_report(rep, "table", to_stderr=True)
         first = "Run recovery, then remove" if rep.recovery else "Remove"
-        confirm(f"{first} {len(rep.removes)} file(s) from {store}?", yes=yes)
+        confirm(f"{first} {plural(len(rep.removes), 'file')} from {store}?", yes=yes)
 
     from store import StoreLockedError
 
@@ -224,19 +225,19 @@ def show_clean_report(rep: CleanReport, output: str, *, to_stderr: bool = False)
     # broker's plan ('broker clean') lists none: the broker deletes the CommitLog files and its own files after
     offline = bool(rep.removes or rep.removed)
     if rep.executed:
-        in_all = f", {len(rep.removed)} file(s) in all" if offline else ""
+        in_all = f", {plural(len(rep.removed), 'file')} in all" if offline else ""
         err.print(
-            f"deleted {len(rep.deleted)} CommitLog file(s){in_all}; min offset now {rep.min_offset_after}"
+            f"deleted {plural(len(rep.deleted), 'CommitLog file')}{in_all}; min offset now {rep.min_offset_after}"
         )
     elif rep.delete_files and offline:
         err.print(
-            f"dry run: nothing deleted; --execute removes the {len(rep.removes)} file(s) listed "
-            f"({rep.delete_files} CommitLog file(s) marked 'delete')"
+            f"dry run: nothing deleted; --execute removes the {plural(len(rep.removes), 'file')} listed "
+            f"({plural(rep.delete_files, 'CommitLog file')} marked 'delete')"
         )
     elif rep.delete_files:
         err.print(
-            f"dry run: nothing deleted; --execute has the broker delete the {rep.delete_files} CommitLog "
-            "file(s) marked 'delete'"
+            "dry run: nothing deleted; --execute has the broker delete the "
+            f"{plural(rep.delete_files, 'CommitLog file')} marked 'delete'"
         )
 
 
@@ -408,12 +409,13 @@ def verify(
             render(compared.differences, output)
     if report.problems_not_listed:
         stderr_console().print(
-            f"... and {report.problems_not_listed} more problem(s) (--max-problems N lists more)"
+            f"... and {plural(report.problems_not_listed, 'more problem')} (--max-problems N lists more)"
         )
     if quarantined:
         records = sum(max(q.records_set_aside, 0) for q in quarantined)
         stderr_console().print(
-            f"{len(quarantined)} quarantine(s) in {store}/quarantine hold {records} intact record(s) recovery "
+            f"{plural(len(quarantined), 'quarantine')} in {store}/quarantine "
+            f"{'holds' if len(quarantined) == 1 else 'hold'} {plural(records, 'intact record')} recovery "
             "set aside; 'mqctl store salvage' extracts them"
         )
     if report.crc_errors or report.corrupt_files:
@@ -427,7 +429,8 @@ def verify(
         stderr_console().print(f"note: {note}{why}")
     if compared is not None and compared.differences_not_listed:
         stderr_console().print(
-            f"... and {compared.differences_not_listed} more difference(s) with {against} (--max-problems N lists more)"
+            f"... and {plural(compared.differences_not_listed, 'more difference')} with {against} "
+            "(--max-problems N lists more)"
         )
     if report.interrupted:
         raise Interrupted(f"interrupted {report.interrupted}: the report covers what was checked")
@@ -436,7 +439,8 @@ def verify(
     if compared is not None and not compared.ok:
         raise StoreError(
             f"store {store} differs from {against} from CommitLog offset {compared.first_difference} "
-            f"({compared.differing} record(s) differ, {compared.only_here} only here; see the report)"
+            f"({plural(compared.differing, 'record')} {'differs' if compared.differing == 1 else 'differ'}, "
+            f"{compared.only_here} only here; see the report)"
         )
 
 
@@ -503,7 +507,7 @@ def salvage(
         intact = sum(r.intact for r in rows)
         damaged = sum(r.damaged for r in rows)
         err.print(
-            f"{intact} intact record(s) ({damaged} damaged, skipped) in {len(manifests)} quarantine(s): "
+            f"{plural(intact, 'intact record')} ({damaged} damaged, skipped) in {plural(len(manifests), 'quarantine')}: "
             "--out FILE writes them as JSON lines, --resend sends them again"
         )
         return
@@ -513,7 +517,9 @@ def salvage(
         (m, offset, rec) for m, _p, offset, rec in qs.records(manifests) if isinstance(rec, qs.StoredMessage)
     ]
     if not items:
-        err.print("no intact record in the quarantine(s); nothing to re-send")
+        err.print(
+            f"no intact record in the {'quarantine' if len(manifests) == 1 else 'quarantines'}; nothing to re-send"
+        )
         render([], flags().output)
         return
     target = cluster_target()
@@ -524,7 +530,8 @@ def salvage(
             "are skipped"
         )
     confirm(
-        f"Re-send {len(items)} salvaged record(s) from {len(manifests)} quarantine(s) of {store} (those "
+        f"Re-send {plural(len(items), 'salvaged record')} from {plural(len(manifests), 'quarantine')} of {store} "
+        "(those "
         "re-sent before are skipped)?",
         yes=yes,
     )
@@ -544,7 +551,9 @@ def salvage(
         f"{counts['SKIPPED']} skipped, {counts['FAILED']} failed"
     )
     if counts["FAILED"]:
-        raise BrokerError(f"{counts['FAILED']} salvaged record(s) could not be sent (see the report)", code=1)
+        raise BrokerError(
+            f"{plural(counts['FAILED'], 'salvaged record')} could not be sent (see the report)", code=1
+        )
 
 
 def write_salvaged(manifests: list[Any], out: str) -> None:
@@ -570,8 +579,9 @@ def write_salvaged(manifests: list[Any], out: str) -> None:
                 damaged.append(offset)
     shown = ", ".join(str(o) for o in damaged[:10]) + (" ..." if len(damaged) > 10 else "")
     err.print(
-        f"salvaged {intact} intact record(s) to {'stdout' if out == '-' else out}; "
-        f"{len(damaged)} damaged record(s) skipped" + (f" (CommitLog offsets {shown})" if damaged else "")
+        f"salvaged {plural(intact, 'intact record')} to {'stdout' if out == '-' else out}; "
+        f"{plural(len(damaged), 'damaged record')} skipped"
+        + (f" (CommitLog offsets {shown})" if damaged else "")
     )
     for name in missing:
         err.print(f"missing: {name} (listed in the manifest, not on disk)")

@@ -42,6 +42,7 @@ from mqctl.errors import MqctlError, NotFoundError, from_response_code
 from mqctl.services.fanout import gather_limited
 from mqctl.services.messages import QueueRef, queues, writable_queues
 from mqctl.services.topics import TopicSpec, create_missing, route_or_not_found
+from mqctl.units import plural
 from store import (
     AUTO_CREATE_TOPIC,
     PROPERTY_UNIQ_KEY,
@@ -331,7 +332,7 @@ async def produce_to(
 
     async with running("produce", run, tick):
         await asyncio.gather(*(sender(sends(i), run, ssl) for i in range(threads)))
-    refused = run.failure(f"{run.failures} send(s) refused")
+    refused = run.failure(f"{plural(run.failures, 'send')} refused")
     if refused is not None and not run.messages and not run.interrupted:
         raise refused  # nothing was measured: why, with its exit code (an ACL refusal: 9)
     return result(

@@ -21,7 +21,7 @@ from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin.client import Admin
 from mqctl.errors import MqctlError, NotFoundError, is_acl_refusal, translate
 from mqctl.services.cluster import BrokerRow, brokers
-from mqctl.units import server_float, server_int
+from mqctl.units import plural, server_float, server_int
 from store import dlq_topic
 
 
@@ -164,9 +164,7 @@ async def dlq(admin: Admin, group: str, *, warn: int, crit: int) -> Verdict:
         )
         resent = len(await resent_record(admin, group))
     pending = max(0, held - resent)
-    summary = (
-        f"group {group} has {pending} dead letter(s) not re-sent ({held} held in {topic}, {resent} re-sent)"
-    )
+    summary = f"group {group} has {plural(pending, 'dead letter')} not re-sent ({held} held in {topic}, {resent} re-sent)"
     perf = [
         Perf("dead_letters", pending, "", warn, crit, 0),
         Perf("held", held, "", min=0),
@@ -368,7 +366,7 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
                 set_aside += records
                 states.append(State.WARNING)
                 problems.append(
-                    f"{_name(row)} holds {quarantines} quarantine(s) with {records} record(s) set aside "
+                    f"{_name(row)} holds {plural(quarantines, 'quarantine')} with {plural(records, 'record')} set aside "
                     "('mqctl store verify' lists them, 'store salvage' re-sends them; then remove them)"
                 )
         elif _refused(answer):
@@ -401,7 +399,9 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
         states.append(State.CRITICAL)
         problems.append(f"{name} has no master registered")
     answering = sum(1 for a in answers if not isinstance(a, BaseException))
-    summary = f"{answering} of {len(rows)} broker(s) answering in {len(names)} broker group(s)"
+    summary = (
+        f"{answering} of {plural(len(rows), 'broker')} answering in {plural(len(names), 'broker group')}"
+    )
     if problems:
         summary += ": " + "; ".join(problems)
     perf = [
@@ -578,7 +578,7 @@ async def ha(
             problems.append(f"{name}: {len(members)} of its {master.members} DLedger members registered")
         if len(slaves) < min_slaves:
             verdicts.append(State.CRITICAL)
-            problems.append(f"{name} has {len(slaves)} slave(s) registered, {min_slaves} wanted")
+            problems.append(f"{name} has {plural(len(slaves), 'slave')} registered, {min_slaves} wanted")
         if master is not None and master.error is None and slaves and not master.connected:
             verdicts.append(State.CRITICAL)
             problems.append(f"{name} master {master.addr} has no slave connected")
@@ -623,7 +623,8 @@ async def ha(
                 problems.append(f"{name} slowest slave {master.lag_seconds:g} s behind")
     groups = len({s.broker_name for s in states_of})
     summary = (
-        f"{slaves_total} slave(s) in {groups} broker group(s), max lag {max_bytes} bytes, {max_seconds:g} s"
+        f"{plural(slaves_total, 'slave')} in {plural(groups, 'broker group')}, max lag {max_bytes} bytes, "
+        f"{max_seconds:g} s"
     )
     if problems:
         summary += ": " + "; ".join(problems)

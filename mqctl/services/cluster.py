@@ -161,7 +161,8 @@ async def broker_list(admin: Admin, cluster: str | None = None) -> list[BrokerLi
             name,
         )
     return Rows.of(
-        BrokerListRow, (BrokerListRow(**vars(r), role="MASTER" if r.broker_id == 0 else "SLAVE") for r in rows)
+        BrokerListRow,
+        (BrokerListRow(**vars(r), role="MASTER" if r.broker_id == 0 else "SLAVE") for r in rows),
     )
 
 

@@ -53,7 +53,7 @@ from mqctl.services.topics import (
 )
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
-from mqctl.units import time_fields, when
+from mqctl.units import plural, time_fields, when
 from store import (
     AUTO_CREATE_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
@@ -579,7 +579,7 @@ def _damaged_only(what: str, damaged: list[tuple[str, int]]) -> StoreError:
     """Nothing intact found for ``what``, but the index led to damaged records: the error that says so."""
     where = ", ".join(f"{addr} at CommitLog offset {offset}" for addr, offset in damaged)
     return StoreError(
-        f"no intact message {what}: the index led only to damaged record(s), never served: {where}",
+        f"no intact message {what}: the index led only to {plural(len(damaged), 'damaged record')}, never served: {where}",
         hint="mqctl check cluster lists the quarantines; mqctl store salvage reads them",
     )
 

@@ -34,6 +34,7 @@ from mqctl.output import Rows
 from mqctl.services import groups, topics
 from mqctl.services.acl import AccountPerms, PlainAccount, account_row, acl_off, config_of
 from mqctl.services.cluster import brokers
+from mqctl.units import plural
 from store import (
     CONSUME_MESSAGE_ORDERLY,
     DLQ_GROUP_TOPIC_PREFIX,
@@ -298,7 +299,8 @@ async def export(
         warn(
             f"ACL is off on cluster {name} (aclEnable=false): the export has no acl part"
             if len(acl_off_on) == len(masters)
-            else f"ACL is off on broker(s) {', '.join(acl_off_on)} (aclEnable=false): no accounts from them"
+            else f"ACL is off on {'broker' if len(acl_off_on) == 1 else 'brokers'} {', '.join(acl_off_on)} "
+            "(aclEnable=false): no accounts from them"
         )
     return doc
 
@@ -533,8 +535,8 @@ async def apply(
     )
     if meta.summed and note is not None:
         note(
-            f"mqadmin's cluster export adds up queue counts over its masters: divided by the {len(addrs)} "
-            "master(s) here"
+            "mqadmin's cluster export adds up queue counts over its masters: divided by the "
+            f"{plural(len(addrs), 'master')} here"
         )
     rows = Rows.of(PlanRow)
     blocked = await _live_groups(admin, meta, masters, renames) if offsets and meta.offsets else {}

@@ -26,6 +26,7 @@ from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.cluster import brokers
 from mqctl.services.topics import queue_offsets
 from mqctl.timespec import iso
+from mqctl.units import plural
 from store import SubscriptionGroupConfig
 
 
@@ -175,7 +176,7 @@ async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> lis
 
 
 async def _clusters(admin: Admin, rows: list[PlanRow]) -> str:
-    """The cluster(s) holding the plan's brokers, as a plan file records them."""
+    """The clusters holding the plan's brokers, as a plan file records them."""
     names = {r.broker_name for r in rows}
     return ",".join(sorted({b.cluster for b in await brokers(admin) if b.broker_name in names}))
 
@@ -273,7 +274,7 @@ async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, row
             await admin.commit_offset(row.broker_addr, group, topic, row.queue_id, row.new)
     if not live:
         return "offsets committed (no consumer online)"
-    return f"broker reset, {len(live)} online consumer(s) told to follow"
+    return f"broker reset, {plural(len(live), 'online consumer')} told to follow"
 
 
 async def _commit_where_never_committed(admin: Admin, group: str, topic: str, rows: list[PlanRow]) -> None:

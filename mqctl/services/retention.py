@@ -95,12 +95,12 @@ class CleanReport:
     def summary(self) -> str:
         text = (
             f"{self.target}: disk {self.disk_ratio:.0%}, fileReservedTime {self.reserved_hours} h, {self.trigger}; "
-            f"{self.delete_files} file(s) deletable, {size_text(self.reclaimable_bytes)}"
+            f"{plural(self.delete_files, 'file')} deletable, {size_text(self.reclaimable_bytes)}"
         )
         kept = sum(1 for f in self.files if f.expired and f.action == "keep")
         if kept and self.trigger != "no trigger":  # EXPIRED yes, ACTION keep, and WHY blank said nothing
             text += (
-                f"; {kept} expired file(s) kept: the newest file (being written) is never deleted, nor "
+                f"; {plural(kept, 'expired file')} kept: the newest file (being written) is never deleted, nor "
                 "any after a file kept (deletion goes oldest first)"
             )
         return text + (f"; deleted {len(self.deleted)}" if self.executed else "")
@@ -188,7 +188,7 @@ class RecoveryStep:
         at = f"cut the CommitLog at offset {self.cut_offset} (the rest of {self.cut_file})"
         if self.later_files:
             at += (
-                f" and delete {len(self.later_files)} later file(s) ({', '.join(self.later_files)}: "
+                f" and delete {plural(len(self.later_files), 'later file')} ({', '.join(self.later_files)}: "
                 f"{plural(self.later_records, 'record')})"
             )
         return f"store needs recovery: {self.cause}; recovery would {at}"
@@ -308,7 +308,7 @@ def _executed(rep: CleanReport, root: Path, removed: list[Removal], *, min_offse
     rep.removed = _rows(root, removed)
     rep.deleted = [os.path.basename(r.path) for r in removed if r.kind == "commitlog"]
     rep.min_offset_after = min_offset
-    log.info("removed %d file(s) (%d CommitLog) from %s", len(removed), len(rep.deleted), root)
+    log.info("removed %s (%d CommitLog) from %s", plural(len(removed), "file"), len(rep.deleted), root)
     return rep
 
 
@@ -526,7 +526,7 @@ async def broker_clean(admin: Admin, addr: str, *, execute: bool, wait: float) -
     ]
     if target is not None and min_after < target:
         rep.note = (
-            f"after {wait:g} s the broker has deleted {len(rep.deleted)} of {rep.delete_files} file(s); "
+            f"after {wait:g} s the broker has deleted {len(rep.deleted)} of {plural(rep.delete_files, 'file')}; "
             "it goes on at its next cleanup runs (every 10 s, for about 200 s after the trigger)"
         )
     return rep

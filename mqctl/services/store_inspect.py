@@ -313,7 +313,8 @@ def query_key(
     if not found and damaged:
         raise StoreError(
             f"no intact message with key {key!r} in topic {topic!r}: the index leads only to damaged "
-            f"record(s), at CommitLog offset(s) {', '.join(map(str, damaged))}",
+            f"{'record, at CommitLog offset' if len(damaged) == 1 else 'records, at CommitLog offsets'} "
+            f"{', '.join(map(str, damaged))}",
             hint=_DAMAGED_HINT,
         )
     if not found:

@@ -20,7 +20,7 @@ from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.output import Rows
 from mqctl.services.cluster import brokers
 from mqctl.services.fanout import each_broker, gather_limited
-from mqctl.units import when
+from mqctl.units import plural, when
 from store import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, system_topic
 
 log = logging.getLogger(__name__)
@@ -465,7 +465,7 @@ async def upsert(
             where = ", ".join(f"{addr} queue {q}" for addr, q, _ in stranded[:4])
             more = f" and {len(stranded) - 4} more" if len(stranded) > 4 else ""
             confirm(
-                f"{held} message(s) in {where}{more} would be left where no consumer reads "
+                f"{plural(held, 'message')} in {where}{more} would be left where no consumer reads "
                 f"(--read-queues {spec.read_queues}; scale in with --write-queues first, then read queues "
                 "once consumers drained them). Shrink anyway?"
             )

@@ -255,7 +255,7 @@ def test_refused_sends_are_not_counted_as_sent_and_say_why(cli: RunCli, daemons:
                   env={"NAMESRV_ADDR": daemons.namesrv_addr})  # fmt: skip
     assert refused.code == 8 and refused.stdout == "", refused.stdout
     assert (
-        refused.stderr.startswith("mqctl: error: 2 send(s) refused, the first to ")
+        refused.stderr.startswith("mqctl: error: 2 sends refused, the first to ")
         and "code 13" in refused.stderr
     )
 

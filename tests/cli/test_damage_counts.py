@@ -66,6 +66,6 @@ def test_every_damaged_record_is_counted_and_located(cli: RunCli, tmp_path: Path
     out = tmp_path / "salvaged.jsonl"
     result = cli("store", "salvage", "--store", str(root), "--out", str(out))
     assert result.code == 0, result.stderr
-    assert f"3 damaged record(s) skipped (CommitLog offsets {kept}, {cut}, {later})" in " ".join(
+    assert f"3 damaged records skipped (CommitLog offsets {kept}, {cut}, {later})" in " ".join(
         result.stderr.split()
     )

@@ -140,7 +140,7 @@ def test_a_lookup_by_msg_id_sets_the_damaged_record_aside_and_exits_10(
     after = cli("msg", "query", "--id", msg_id(cluster, damaged.offsets[VICTIM + 1]), "-n", ns, "-o", "json")
     assert after.code == 0 and json.loads(after.stdout)["body"] == "message-4-" * 12
     warning = plugin(cli("check", "cluster", "-n", ns), "WARNING")
-    assert "holds 1 quarantine(s)" in warning
+    assert "holds 1 quarantine with" in warning
 
 
 def test_a_msg_id_inside_a_record_is_not_found_and_sets_nothing_aside(
@@ -191,7 +191,7 @@ def test_the_offline_store_lookups_say_the_record_is_damaged(cli: RunCli, damage
     assert f"is damaged in this store: corrupt record at {damaged.path}@{victim}: body CRC" in line, line
     by_key = cli("store", "msg", "query", "--store", root, "-t", "T", "-k", f"k{VICTIM}")
     assert by_key.code == 10, by_key.stderr
-    assert f"damaged record(s), at CommitLog offset(s) {victim}" in one_error_line(by_key.stderr)
+    assert f"damaged record, at CommitLog offset {victim}" in one_error_line(by_key.stderr)
     inside = cli(
         "store", "msg", "query", "--store", root, "--id", create_msg_id(("127.0.0.1", 10911), victim + 40)
     )

@@ -172,8 +172,8 @@ def test_an_empty_list_prints_no_blank_line_and_keeps_its_title() -> None:
     CommitLog file a blank line instead of its summary (the table's title)."""
     assert rendered([], "table") == ""
     out = io.StringIO()
-    render([], "table", out=out, title="127.0.0.1:10911: disk 38%; 0 file(s) deletable")
-    assert out.getvalue() == "127.0.0.1:10911: disk 38%; 0 file(s) deletable\n"
+    render([], "table", out=out, title="127.0.0.1:10911: disk 38%; 0 files deletable")
+    assert out.getvalue() == "127.0.0.1:10911: disk 38%; 0 files deletable\n"
 
 
 class _Terminal(io.StringIO):
@@ -259,7 +259,7 @@ def test_yaml_writes_the_controls_a_terminal_acts_on_as_escapes_and_keeps_the_va
 def test_a_piped_tables_title_is_one_line_whatever_the_tables_width() -> None:
     """A title was wrapped to its table's width: under a narrow table, a word or less a line (padded with
     blanks), which no grep finds and no reader follows."""
-    title = "broker 127.0.0.1:10911: disk 31%, fileReservedTime 72 h, 0 file(s) deletable"
+    title = "broker 127.0.0.1:10911: disk 31%, fileReservedTime 72 h, 0 files deletable"
     out = io.StringIO()
     render([{"a": "x"}], "table", out=out, title=title)
     assert out.getvalue().splitlines()[0] == title, out.getvalue()
@@ -335,6 +335,25 @@ def test_a_count_takes_the_number_of_its_noun() -> None:
 
     assert [plural(n, "master") for n in (0, 1, 2)] == ["0 masters", "1 master", "2 masters"]
     assert plural(1_000, "entry", "entries") == "1,000 entries" and plural(1, "entry", "entries") == "1 entry"
+
+
+def test_no_message_of_the_cli_writes_a_plural_in_brackets() -> None:
+    """'1 quarantine(s) hold 3 record(s)': every count the CLI writes goes through ``plural()``."""
+    import ast
+
+    from tests.support.paths import ROOT
+
+    bracketed = re.compile(r"[A-Za-z]\(s\)")
+    found = []
+    for path in sorted((ROOT / "mqctl").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and bracketed.search(node.value)
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.strip()[:60]}")
+    assert not found, "\n".join(found)
 
 
 def test_mqctl_s_own_warnings_read_as_its_other_diagnostics() -> None:

@@ -26,7 +26,7 @@ def test_shrinking_read_queues_that_hold_messages_asks_first(cli: RunCli, daemon
     refused = cli("topic", "update", "-t", "Shrink", "-r", "2", *ns)
     assert refused.code == 2, refused
     [line] = refused.stderr.splitlines()
-    assert "1 message(s)" in line and "queue 3" in line and "--yes" in line, line
+    assert "1 message in" in line and "queue 3" in line and "--yes" in line, line
     assert daemons.broker.topics.get("Shrink").read_queue_nums == 4  # nothing changed
     done = cli("topic", "update", "-t", "Shrink", "-r", "2", "--yes", *ns)
     assert done.code == 0, done.stderr

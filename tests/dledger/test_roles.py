@@ -281,7 +281,7 @@ async def test_check_ha_warns_when_a_member_of_the_group_is_gone(
         follower = next(a for a in member_addrs(data) if a != leader)
 
         async def both_followers_registered() -> bool:
-            return (await asyncio.to_thread(check)).stdout.startswith("HA OK - 2 slave(s)")
+            return (await asyncio.to_thread(check)).stdout.startswith("HA OK - 2 slaves")
 
         await wait_until(both_followers_registered, 60)
         await BrokerClient(leader, client).create_topic("Lagged", 1)

@@ -74,7 +74,7 @@ def test_plan_only_changes_nothing_and_names_the_losers(
     )
     assert plan["reclaimable_bytes"] == 3 * FILE and plan["min_offset_after"] == 3 * FILE
     table = cli("store", "clean", "--store", str(store_a))  # the newest is expired too: why it stays
-    assert "1 expired file(s) kept: the newest file (being written) is never deleted" in table.stdout
+    assert "1 expired file kept: the newest file (being written) is never deleted" in table.stdout
     assert plan["losses"] == _expected_losses(manifest, 3 * FILE)
     assert plan["losses"]  # FixA_CG_Orders has not consumed everything in those files
     assert not plan["executed"]
@@ -94,7 +94,7 @@ def test_reserved_hours_0_execute_keeps_only_the_newest_and_the_store_verifies(
 ) -> None:
     res = cli("store", "clean", "--store", str(store_a), "--reserved-hours", "0", "--execute", "--yes")
     assert res.code == 0, res.stderr
-    assert "deleted 3 CommitLog file(s)" in res.stderr
+    assert "deleted 3 CommitLog files" in res.stderr
     assert (
         "FixA_CG_Orders" in res.stdout
     )  # the plan printed before deleting names the group that loses messages
@@ -202,7 +202,7 @@ def test_execute_refuses_a_store_that_needs_recovery(cli: RunCli, store_a: Path)
     assert len(error) == 1
     bad = re.search(rf"bad record at offset (\d+) in {FILE:020d}", error[0])
     assert bad and FILE < int(bad[1]) <= FILE + 5000  # the record the damage hit
-    assert f"delete 2 later file(s) ({2 * FILE:020d}, {3 * FILE:020d}" in error[0]
+    assert f"delete 2 later files ({2 * FILE:020d}, {3 * FILE:020d}" in error[0]
     assert "--allow-recovery" in error[0]
     assert _commitlog_state(cli, store_a) == (files_before, records_before)
     assert (
