@@ -195,8 +195,11 @@ class Target:
 
     namesrv: list[str]
     source: str
-    #: The timeout of the context that chose the NameServers, if it has one.
+    #: The timeout of the context in force, if it has one.
     timeout: float | None = None
+    #: The context whose TLS, credentials and timeout apply: the one that chose the NameServers, or the
+    #: one whose NameServers ``-n``/``$MQCTL_NAMESRV`` replaced.
+    context: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -219,7 +222,7 @@ def resolve_timeout(default: float, *, flag: float | None, target: Target | None
     if env:
         return Timeout(_seconds(env, "$MQCTL_TIMEOUT"), "$MQCTL_TIMEOUT")
     if target is not None and target.timeout is not None:
-        return Timeout(target.timeout, target.source)
+        return Timeout(target.timeout, f"context {target.context}" if target.context else target.source)
     return Timeout(default, "default")
 
 
@@ -262,7 +265,8 @@ def resolve_target(*, namesrv_flag: str | None, context_flag: str | None) -> Tar
     from mqctl.output import note
 
     target = _resolve(namesrv_flag, context_flag)
-    note(f"NameServer {';'.join(target.namesrv)} (from {target.source})")
+    kept = f"; TLS, credentials and timeout of context {target.context}" if target.context else ""
+    note(f"NameServer {';'.join(target.namesrv)} (from {target.source}{kept})")
     return target
 
 
@@ -283,6 +287,7 @@ def effective_settings(
     from mqctl import auth, tls
 
     chosen = tls.current()
+    decided = tls.chosen()
     # which account signs (never its secret): an ACL refusal is otherwise a guess at which key was used
     signer = auth.current()
     return {
@@ -293,7 +298,7 @@ def effective_settings(
         "deadline": deadline.seconds,
         "deadline_source": deadline.source,
         "tls": chosen[0].as_json() or True if chosen else False,
-        "tls_source": chosen[1] if chosen else "default",
+        "tls_source": decided[1] if decided else "default",
         "access_key": signer.access_key if signer else None,
         "access_key_source": signer.source if signer else "none",
     }
@@ -302,28 +307,25 @@ def effective_settings(
 def _resolve(namesrv_flag: str | None, context_flag: str | None) -> Target:
     """--namesrv, --context, $MQCTL_NAMESRV, the current context, $NAMESRV_ADDR, then the default.
 
+    ``-n`` and ``$MQCTL_NAMESRV`` replace the NameServers only: the context in force (``--context``, else
+    the current one) still gives its TLS, credentials and timeout, which their own flags replace
+    (``--no-tls``, ``--access-key``, ``--timeout``). A context with TLS, reached by ``-n``, was talked to
+    in plaintext.
+
     RocketMQ's $NAMESRV_ADDR is often set for other tools: a context chosen in mqctl outranks it,
     with a notice so that the choice is never silent.
     """
     # given empty ('-n "$NS"' with NS unset) is an error, never "not given": that would reach whatever
     # cluster the current context names
+    if context_flag is not None and not context_flag.strip():
+        raise UsageError("empty --context: name a saved context (see 'mqctl context ls')")
     if namesrv_flag is not None:
-        if context_flag is not None and context_flag.strip():
-            from mqctl.output import stderr_console
-
-            stderr_console().print(
-                f"note: --namesrv outranks --context {context_flag}: its TLS and credentials are not used "
-                "(a context's go only to its own NameServers)",
-                style="dim",
-            )
-        return Target(parse_namesrv(namesrv_flag), "--namesrv")
+        return _namesrv_only(parse_namesrv(namesrv_flag), "--namesrv", context_flag)
     contexts = ContextFile.load()
     if context_flag is not None:
-        if not context_flag.strip():
-            raise UsageError("empty --context: name a saved context (see 'mqctl context ls')")
         return _from_context(contexts.get(context_flag))
     if os.environ.get("MQCTL_NAMESRV"):
-        return Target(parse_namesrv(os.environ["MQCTL_NAMESRV"]), "$MQCTL_NAMESRV")
+        return _namesrv_only(parse_namesrv(os.environ["MQCTL_NAMESRV"]), "$MQCTL_NAMESRV", None)
     if contexts.current and contexts.current in contexts.contexts:
         if os.environ.get("NAMESRV_ADDR"):
             from mqctl.output import stderr_console
@@ -339,9 +341,24 @@ def _resolve(namesrv_flag: str | None, context_flag: str | None) -> Target:
 
 
 def _from_context(context: Context) -> Target:
-    """A context's NameServers; its credentials sign only when it chose them (never another cluster)."""
+    """A context's NameServers, with its TLS, credentials and timeout."""
+    _use(context)
+    return Target(parse_namesrv(context.namesrv), f"context {context.name}", context.timeout, context.name)
+
+
+def _namesrv_only(namesrv: list[str], source: str, context_flag: str | None) -> Target:
+    """NameServers ``source`` named, with the rest of the context in force (``--context``, else the
+    current one), if any."""
+    contexts = ContextFile.load()
+    context = contexts.get(context_flag) if context_flag is not None else contexts.current_context()
+    if context is None:
+        return Target(namesrv, source)
+    _use(context)
+    return Target(namesrv, source, context.timeout, context.name)
+
+
+def _use(context: Context) -> None:
     from mqctl import auth, tls
 
     auth.use_context(context.name, context.access_key, context.secret_key_file)
     tls.use_context(context.name, context.tls)
-    return Target(parse_namesrv(context.namesrv), f"context {context.name}", context.timeout)

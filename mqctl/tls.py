@@ -1,9 +1,10 @@
 """TLS of one mqctl invocation, resolved once: every connection it opens uses it.
 
-Precedence, highest first: the global flags ``--tls``/``--ca``/``--cert``/``--key``/``--insecure`` (and
-their ``MQCTL_TLS*`` variables), then the context that chose the NameServers. ``--ca``, ``--cert`` and
-``--insecure`` each imply ``--tls``. Without any, connections are plaintext, as RocketMQ's clients are
-without ``-Dtls.enable=true``.
+Precedence, highest first: the global flags ``--tls``/``--no-tls``/``--ca``/``--cert``/``--key``/``--insecure``
+(and their ``MQCTL_TLS*`` variables), then the context in force (the one that chose the NameServers, or
+whose NameServers ``-n`` replaced). ``--ca``, ``--cert`` and ``--insecure`` each imply ``--tls``;
+``--no-tls`` is plaintext whatever the context says. Without any, connections are plaintext, as
+RocketMQ's clients are without ``-Dtls.enable=true``.
 """
 
 from __future__ import annotations
@@ -77,26 +78,41 @@ def _readable(flag: str, path: str | None) -> None:
         raise NotFoundError(f"{flag} {path}: {what}")
 
 
-_state: dict[str, tuple[TlsOptions, str] | None] = {"flags": None, "context": None}
+#: Each source's choice: options (None: plaintext, ``--no-tls``) and where they came from.
+_state: dict[str, tuple[TlsOptions | None, str] | None] = {"flags": None, "context": None}
 
 
-def set_flags(tls: bool, ca: str | None, cert: str | None, key: str | None, insecure: bool) -> None:
-    """Record the global flags (the root command calls this once, before any context is chosen)."""
+def set_flags(tls: bool | None, ca: str | None, cert: str | None, key: str | None, insecure: bool) -> None:
+    """Record the global flags (the root command calls this once, before any context is chosen);
+    ``tls`` None: neither ``--tls`` nor ``--no-tls``."""
     _state["context"] = None  # a context chosen by an earlier invocation in this process is not this one's
-    if tls or ca or cert or key or insecure:
+    if tls is False:
+        if ca or cert or key or insecure:
+            raise UsageError("--no-tls with --ca, --cert, --key or --insecure: choose plaintext or TLS")
+        _state["flags"] = (None, "--no-tls")
+    elif tls or ca or cert or key or insecure:
         _state["flags"] = (TlsOptions(ca, cert, key, insecure), "--tls")
     else:
         _state["flags"] = None
 
 
 def use_context(name: str, options: TlsOptions | None) -> None:
-    """Record the TLS of the context that chose the NameServers."""
+    """Record the TLS of the context in force."""
     _state["context"] = (options, f"context {name}") if options is not None else None
+
+
+def chosen() -> tuple[TlsOptions | None, str] | None:
+    """What decided this invocation's TLS: its options (None: plaintext) and where they came from; None
+    when nothing did (plaintext by default)."""
+    return _state["flags"] or _state["context"]
 
 
 def current() -> tuple[TlsOptions, str] | None:
     """The TLS options in force and where they came from; None: plaintext."""
-    return _state["flags"] or _state["context"]
+    decided = chosen()
+    if decided is None or decided[0] is None:
+        return None
+    return decided[0], decided[1]
 
 
 def session_context() -> ssl.SSLContext | None:

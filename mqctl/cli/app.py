@@ -183,9 +183,13 @@ def _root(
         ),
     ] = None,
     tls: Annotated[
-        bool,
-        typer.Option("--tls", envvar="MQCTL_TLS", help="Connect over TLS (beats the context's setting)."),
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--tls/--no-tls",
+            envvar="MQCTL_TLS",
+            help="Connect over TLS, or (--no-tls) in plaintext, whatever the context says.",
+        ),
+    ] = None,
     ca: Annotated[
         str | None,
         typer.Option(

@@ -169,7 +169,7 @@ def connection_of(opts: Mapping[str, str]) -> Connection:
         timeout_from = None
     else:
         target = resolve_target(namesrv_flag=None, context_flag=opts.get("context"))
-        namesrv, timeout_from, from_context = target.namesrv, target, target.source.startswith("context")
+        namesrv, timeout_from, from_context = target.namesrv, target, target.context is not None
     credentials = auth.pair(opts.get("accesskey"), opts.get("secretkey"), "options accessKey/secretKey")
     if credentials is None:
         credentials = auth.current() if from_context else auth.from_env()

@@ -78,11 +78,16 @@ def test_precedence_mqctl_env_then_context_then_namesrv_addr(cli: RunCli) -> Non
         env={"NAMESRV_ADDR": "127.0.0.1:2222", "MQCTL_NAMESRV": "127.0.0.1:3333"},
     ).json()
     assert both["namesrv"] == "127.0.0.1:3333"
-    # -n beside --context: -n wins and the context's TLS and credentials stay unused, which left a TLS-only
-    # cluster's 'connection closed' unexplained; now a note says so
+    # -n beside --context: -n replaces the NameServers only; the context's TLS, credentials and timeout stay
+    cli("context", "set", "dev", "--timeout", "0.5")
     flagged = cli("-v", "topic", "list", "-n", "127.0.0.1:1", "--context", "dev")
-    assert flagged.code == 5 and "NameServer 127.0.0.1:1 (from --namesrv)" in flagged.stderr
-    assert flagged.stderr.count("--namesrv outranks --context dev") == 1, flagged.stderr
+    assert flagged.code == 5, flagged.stderr
+    assert (
+        "NameServer 127.0.0.1:1 (from --namesrv; TLS, credentials and timeout of context dev)"
+        in flagged.stderr
+    )
+    timed = cli("--print-config", "-n", "127.0.0.1:1", "-o", "json").json()
+    assert (timed["source"], timed["timeout"], timed["timeout_source"]) == ("--namesrv", 0.5, "context dev")
 
 
 def test_an_empty_namesrv_or_context_flag_never_falls_back_to_the_current_context(cli: RunCli) -> None:

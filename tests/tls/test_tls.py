@@ -554,6 +554,27 @@ def test_mqctl_over_tls_with_ca_flags_and_context(
     assert insecure.code == 0, insecure.stderr
 
 
+def test_namesrv_flag_replaces_only_the_context_s_namesrv(
+    cli: RunCli, tls_daemons: LocalCluster, certs: dict[str, Path]
+) -> None:
+    """A context with TLS, then ``-n HOST:PORT`` (or ``$MQCTL_NAMESRV``): the command talked plaintext and
+    a TLS-only cluster closed the connection; the flag replaces the NameServers only, and ``--no-tls``
+    says plaintext."""
+    added = cli("context", "add", "prod", "-n", "127.0.0.1:1", "--ca", str(certs["ca"]), "--use")
+    assert added.code == 0, added.stderr
+    listed = cli("-n", tls_daemons.namesrv_addr, "cluster", "list", "-o", "json")
+    assert listed.code == 0, listed.stderr
+    assert [b["addr"] for b in listed.json()] == [tls_daemons.broker_addr]
+    by_env = cli("cluster", "list", "-o", "json", env={"MQCTL_NAMESRV": tls_daemons.namesrv_addr})
+    assert by_env.code == 0 and by_env.json() == listed.json(), by_env.stderr
+    shown = cli("--print-config", "-n", tls_daemons.namesrv_addr, "-o", "json").json()
+    assert (shown["source"], shown["tls_source"]) == ("--namesrv", "context prod"), shown
+    plain = cli("--no-tls", "-n", tls_daemons.namesrv_addr, "cluster", "list")
+    assert plain.code == ConnectError.exit_code and "--tls" in plain.stderr, plain.stderr
+    both = cli("--no-tls", "--ca", str(certs["ca"]), "-n", tls_daemons.namesrv_addr, "cluster", "list")
+    assert both.code == 2 and "--no-tls" in both.stderr, both.stderr
+
+
 def test_mqctl_bench_produce_over_tls(cli: RunCli, tls_daemons: LocalCluster, certs: dict[str, Path]) -> None:
     env = {"NAMESRV_ADDR": tls_daemons.namesrv_addr}
     run = cli(
