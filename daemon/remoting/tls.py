@@ -657,3 +657,66 @@ def write_member_ca(directory: Path, *, sans: list[str] | None = None) -> dict[s
     write_pem(paths["member_cert"], cert_pem(member), private=False)
     write_pem(paths["member_key"], key_pem(key))
     return paths
+
+
+#: The leaf certificates `write_local_ca` and `write_member_ca` make, by role: the certificate and key
+#: files, then those of the CA that signs it (what `mqctl tls renew` re-issues).
+RENEWABLE = {
+    "server": ("server.pem", "server.key", "ca.pem", "ca.key"),
+    "client": ("client.pem", "client.key", "ca.pem", "ca.key"),
+    "member": ("member.pem", "member.key", "member-ca.pem", "member-ca.key"),
+}
+
+
+class CertificateError(Exception):
+    """A certificate or key file that does not load, or a certificate its CA did not sign."""
+
+
+def load_certificate(path: Path):  # type: ignore[no-untyped-def]
+    """The first certificate of a PEM file (CertificateError when there is none)."""
+    from cryptography import x509
+
+    try:
+        return x509.load_pem_x509_certificate(path.read_bytes())
+    except ValueError as exc:
+        raise CertificateError(f"{path}: no PEM certificate in it ({exc})") from None
+
+
+def load_key(path: Path):  # type: ignore[no-untyped-def]
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        return serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (ValueError, TypeError) as exc:  # TypeError: the key is encrypted
+        raise CertificateError(f"{path}: no unencrypted PEM private key in it ({exc})") from None
+
+
+def reissue(cert, key, issuer: tuple[object, object], days: int):  # type: ignore[no-untyped-def]
+    """`cert` issued again by `issuer` (its CA's certificate and key) for `key`: the same subject and
+    extensions (names, usages, the member mark), a new serial, valid from now for `days` days.
+    CertificateError when that CA did not sign `cert`."""
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+
+    ca_cert, ca_key = issuer
+    try:
+        cert.verify_directly_issued_by(ca_cert)
+    except (ValueError, TypeError, InvalidSignature) as exc:
+        raise CertificateError(f"not signed by that CA ({exc or type(exc).__name__})") from None
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(cert.subject)
+        .issuer_name(ca_cert.subject)  # type: ignore[attr-defined]
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+    )
+    for (
+        extension
+    ) in cert.extensions:  # the key identifiers name the old keys: left out, as make_certificate does
+        if not isinstance(extension.value, x509.SubjectKeyIdentifier | x509.AuthorityKeyIdentifier):
+            builder = builder.add_extension(extension.value, critical=extension.critical)
+    return builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]

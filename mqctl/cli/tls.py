@@ -68,3 +68,261 @@ def write_certificates(
         )
     paths = write_local_ca(directory, sans=sans)
     return {**paths, **write_member_ca(directory, sans=sans)} if member_ca else paths
+
+
+#: Days left under which ``tls show`` and ``tls renew`` warn of a certificate's end.
+WARN_DAYS = 30
+
+Roles = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Which certificates: server (the NameServers' and brokers'), client, member (default: each "
+        "of them DIR holds).",
+        show_default=False,
+    ),
+]
+
+
+@app.command("renew")
+def renew(
+    directory: Annotated[
+        Path, typer.Argument(help="Directory 'mqctl tls init' wrote (its CA signs the new ones).")
+    ],
+    roles: Roles = None,
+    days: Annotated[int, typer.Option("--days", min=1, help="Days the new certificates are valid.")] = 825,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Write the new certificates and keys here (default: DIR, which needs --force)."
+        ),
+    ] = None,
+    reuse_key: Annotated[
+        bool, typer.Option("--reuse-key", help="Keep each certificate's private key (default: a new one).")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace existing files.")] = False,
+    output: OutputOpt = "table",
+) -> None:
+    """Issue certificates again from the existing CA: the same names, SANs and member mark, a new expiry.
+
+    The CA stays, so clients and members that trust ca.pem (or member-ca.pem) trust the new ones; restart
+    each daemon on its new files (a daemon reads them at start)."""
+    from mqctl.output import render
+
+    rows = renew_certificates(directory, roles or None, days=days, out=out, reuse_key=reuse_key, force=force)
+    render(rows, output)
+
+
+def renew_certificates(
+    directory: Path, roles: list[str] | None, *, days: int, out: Path | None, reuse_key: bool, force: bool
+) -> list[dict[str, object]]:
+    """`daemon.remoting.tls.reissue` of each role's certificate in ``directory``, written into ``out``."""
+    from daemon.remoting.tls import (
+        RENEWABLE,
+        CertificateError,
+        cert_pem,
+        key_pem,
+        load_certificate,
+        load_key,
+        new_key,
+        reissue,
+        write_pem,
+    )
+    from mqctl.errors import ConflictError, NotFoundError, UsageError
+    from mqctl.units import time_fields
+
+    unknown = sorted(set(roles or ()) - set(RENEWABLE))
+    if unknown:
+        raise UsageError(f"no certificate role {', '.join(unknown)}: choose from {', '.join(RENEWABLE)}")
+    chosen = roles or [r for r, files in RENEWABLE.items() if (directory / files[0]).is_file()]
+    if not chosen:
+        raise NotFoundError(
+            f"{directory} holds no certificate of mqctl tls init ({', '.join(f[0] for f in RENEWABLE.values())})"
+        )
+    target = out or directory
+    planned = []
+    for role in dict.fromkeys(chosen):
+        cert_file, key_file, ca_file, ca_key_file = RENEWABLE[role]
+        missing = [n for n in (cert_file, ca_file, ca_key_file) if not (directory / n).is_file()]
+        if reuse_key and not (directory / key_file).is_file():
+            missing.append(key_file)
+        if missing:
+            raise NotFoundError(f"{directory}: no {', '.join(missing)} (the {role} certificate and its CA)")
+        planned.append((role, cert_file, key_file, ca_file, ca_key_file))
+    existing = [
+        str(target / name) for _, cert, key, *_ in planned for name in (cert, key) if (target / name).exists()
+    ]
+    if existing and not force:
+        raise ConflictError(
+            f"renewing would replace {', '.join(existing)}",
+            hint="use --force to replace them, the CA kept, or --out DIR to write the new ones elsewhere",
+        )
+    issued = []
+    try:
+        for role, cert_file, key_file, ca_file, ca_key_file in planned:
+            ca_cert = load_certificate(directory / ca_file)
+            key = load_key(directory / key_file) if reuse_key else new_key()
+            try:
+                cert = reissue(
+                    load_certificate(directory / cert_file),
+                    key,
+                    (ca_cert, load_key(directory / ca_key_file)),
+                    days,
+                )
+            except CertificateError as exc:
+                raise CertificateError(f"{directory / cert_file}: {exc}") from None
+            issued.append((role, cert_file, key_file, cert, key, ca_cert))
+    except CertificateError as exc:
+        raise UsageError(str(exc)) from None
+    target.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, object]] = []
+    for role, cert_file, key_file, cert, key, ca_cert in issued:
+        write_pem(target / key_file, key_pem(key))
+        write_pem(target / cert_file, cert_pem(cert), private=False)
+        ends = _ms(cert.not_valid_after_utc)
+        if _ms(ca_cert.not_valid_after_utc) < ends:
+            _warn(
+                f"{role}: its CA ends before it does, on {ca_cert.not_valid_after_utc:%Y-%m-%d}: a new CA (tls init) is due"
+            )
+        rows.append(
+            {
+                "role": role,
+                "file": str(target / cert_file),
+                "key": str(target / key_file),
+                **time_fields("not_after", ends),
+            }
+        )
+    return rows
+
+
+@app.command("show")
+def show(
+    paths: Annotated[
+        list[Path], typer.Argument(help="PEM certificate files, or directories: each *.pem in them.")
+    ],
+    warn_days: Annotated[
+        int, typer.Option("--warn-days", min=0, help="Warn of certificates that end within this many days.")
+    ] = WARN_DAYS,
+    output: OutputOpt = "table",
+) -> None:
+    """Each certificate's names, issuer and validity; a warning line on stderr for each one that has
+    ended, is not valid yet or ends within --warn-days (mqctl tls renew issues it again)."""
+    from mqctl.output import Rows, render
+
+    render(Rows(describe(paths, warn_days), columns=SHOW_COLUMNS, narrow=SHOW_NARROW), output)
+
+
+SHOW_COLUMNS = [
+    "file",
+    "subject",
+    "issuer",
+    "sans",
+    "member",
+    "ca",
+    "not_before",
+    "not_before_ms",
+    "not_after",
+    "not_after_ms",
+    "days_left",
+    "state",
+]
+SHOW_NARROW = ["file", "subject", "sans", "not_after", "not_after_ms", "days_left", "state"]
+
+
+def describe(paths: list[Path], warn_days: int) -> list[dict[str, object]]:
+    """One row per certificate file of ``paths``, and the warnings ``show`` says."""
+    import time
+
+    from daemon.remoting.tls import CertificateError, load_certificate
+    from mqctl.errors import NotFoundError, UsageError
+    from mqctl.units import plural, time_fields
+
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted(p for p in path.glob("*.pem") if p.is_file()))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise NotFoundError(f"{path}: no such file or directory")
+    now = int(time.time() * 1000)
+    rows: list[dict[str, object]] = []
+    for file in files:
+        try:
+            cert = load_certificate(file)
+        except CertificateError as exc:
+            raise UsageError(str(exc)) from None
+        begins, ends = _ms(cert.not_valid_before_utc), _ms(cert.not_valid_after_utc)
+        days_left = (ends - now) // 86_400_000
+        if ends <= now:
+            state = "expired"
+        elif begins > now:
+            state = "not yet valid"
+        elif days_left < warn_days:
+            state = "expires soon"
+        else:
+            state = "valid"
+        is_ca = _is_ca(cert)
+        why = {
+            "expired": f"ended on {cert.not_valid_after_utc:%Y-%m-%d}",
+            "not yet valid": f"not valid before {cert.not_valid_before_utc:%Y-%m-%d}",
+            "expires soon": f"ends in {plural(days_left, 'day')}, on {cert.not_valid_after_utc:%Y-%m-%d}",
+        }.get(state)
+        if why:
+            _warn(
+                f"{file}: {why} ({'a new CA: mqctl tls init' if is_ca else 'mqctl tls renew issues it again'})"
+            )
+        rows.append(
+            {
+                "file": str(file),
+                "subject": cert.subject.rfc4514_string(),
+                "issuer": cert.issuer.rfc4514_string(),
+                "sans": _sans(cert),
+                "member": _is_member(cert),
+                "ca": is_ca,
+                **time_fields("not_before", begins),
+                **time_fields("not_after", ends),
+                "days_left": days_left,
+                "state": state,
+            }
+        )
+    return rows
+
+
+def _ms(moment) -> int:  # type: ignore[no-untyped-def]
+    return int(moment.timestamp() * 1000)
+
+
+def _warn(text: str) -> None:
+    import sys
+
+    from mqctl.output import printable
+
+    sys.stderr.write(f"mqctl: warning: {printable(text, newlines=False)}\n")
+
+
+def _sans(cert) -> list[str]:  # type: ignore[no-untyped-def]
+    from cryptography import x509
+
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [str(name.value) for name in names]
+
+
+def _is_member(cert) -> bool:  # type: ignore[no-untyped-def]
+    from cryptography.x509.oid import NameOID
+
+    from daemon.remoting.tls import MEMBER_UNIT
+
+    units = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    return any(unit.value == MEMBER_UNIT for unit in units)
+
+
+def _is_ca(cert) -> bool:  # type: ignore[no-untyped-def]
+    from cryptography import x509
+
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
