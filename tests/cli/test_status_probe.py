@@ -44,11 +44,11 @@ def test_a_tls_only_broker_on_this_host_is_said_why_unreachable(tmp_path: Path) 
     enforcing broker closed it and the status said `reachable: no`, nothing more, of a broker that runs."""
     with local_cluster(tmp_path, tls_server_mode="enforcing") as cluster:
         shown = probe(cluster.broker_addr, "broker")
-        tls.set_flags(False, None, None, None, True)  # --insecure: the test-mode certificate
+        tls.set_flags(None, None, None, None, True)  # --insecure: the test-mode certificate
         try:
             over_tls = probe(cluster.broker_addr, "broker")
         finally:
-            tls.set_flags(False, None, None, None, False)
+            tls.set_flags(None, None, None, None, False)
     assert shown["reachable"] is False
     assert "TLS-only" in shown["unreachable"] and "--ca" in shown["unreachable"], shown
     assert "-b HOST:PORT" in shown["unreachable"]
