@@ -20,25 +20,39 @@ _LONG = range(-(2**63), 2**63)
 _JAVA_LONG_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
 
 
-def server_int(text: str | None) -> int | None:
+def server_int(text: str | int | None, *, least: int | None = None) -> int | None:
     """A number a server wrote as text (a runtime info or config value), or None when it is none, as a
     Java server's ``Long.parseLong`` reads it: digits with an optional sign, within 64 bits. What a broken
     or hostile server sends there (``x``, ``1e400``, ``NaN``, 2^70) is no number: a command's
-    ``int()`` of it ended with a traceback's last line (exit 1) or showed a figure no broker can hold."""
-    if not text or not _JAVA_LONG_TEXT.fullmatch(text):  # (not ``isdigit``: ``²`` is a digit int() refuses)
+    ``int()`` of it ended with a traceback's last line (exit 1) or showed a figure no broker can hold.
+
+    ``least`` is the smallest value the field can hold, decided per field: 0 for a count, an offset, a
+    size or a time (a broker answering ``-5`` messages was shown as if it had sent a figure), -1 where
+    RocketMQ writes -1 for "none" (DLedger's committed index before any entry); below it the number is
+    none too, shown empty in tables and null in JSON. A number a JSON body carried (an int) is bounded
+    the same way."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    elif not text or not isinstance(text, str) or not _JAVA_LONG_TEXT.fullmatch(text):
+        return None  # (not ``isdigit``: ``²`` is a digit int() refuses)
+    else:
+        value = int(text)
+    if value not in _LONG or (least is not None and value < least):
         return None
-    value = int(text)
-    return value if value in _LONG else None
+    return value
 
 
-def server_float(text: str | None) -> float | None:
+def server_float(text: str | None, *, least: float | None = None) -> float | None:
     """A finite number a server wrote as text, or None (NaN, infinities and words are none: a NaN disk
-    ratio was a monitoring plugin's DISK OK)."""
+    ratio was a monitoring plugin's DISK OK); ``least`` as for :func:`server_int` (0 for a TPS, a
+    latency or a ratio: a disk ratio of -1 is RocketMQ's "cannot measure", not a usage)."""
     try:
         value = float(text) if text else None
     except ValueError:
         return None
-    return value if value is not None and math.isfinite(value) else None
+    if value is None or not math.isfinite(value) or (least is not None and value < least):
+        return None
+    return value
 
 
 def plural(n: int, noun: str, nouns: str | None = None) -> str:

@@ -398,7 +398,12 @@ class Admin:
 
     async def topic_stats(self, addr: str, topic: str) -> bb.TopicStatsTable:
         response = await self.call(addr, RequestCode.GET_TOPIC_STATS_INFO, bh.TopicHeader(topic=topic))
-        return read_answer(bb.TopicStatsTable.loads, response, RequestCode.GET_TOPIC_STATS_INFO)
+        table = read_answer(bb.TopicStatsTable.loads, response, RequestCode.GET_TOPIC_STATS_INFO)
+        for mq, off in table.offset_table.items():  # 4.9.8 writes an offset below 0 as 0
+            for name in ("minOffset", "maxOffset", "lastUpdateTimestamp"):
+                value = getattr(off, _snake(name))
+                not_negative(value, f"queue {mq.queue_id}'s {name}", RequestCode.GET_TOPIC_STATS_INFO)
+        return table
 
     async def create_group(self, addr: str, config: bb.SubscriptionGroupConfig) -> None:
         await self.call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=fastjson.dumps(config))
@@ -416,7 +421,16 @@ class Admin:
     async def consume_stats(self, addr: str, group: str, topic: str | None = None) -> bb.ConsumeStats:
         header = bh.GetConsumeStatsRequestHeader(consumer_group=group, topic=topic)
         response = await self.call(addr, RequestCode.GET_CONSUME_STATS, header)
-        return read_answer(bb.ConsumeStats.loads, response, RequestCode.GET_CONSUME_STATS)
+        stats = read_answer(bb.ConsumeStats.loads, response, RequestCode.GET_CONSUME_STATS)
+        not_negative(stats.consume_tps, "consumeTps", RequestCode.GET_CONSUME_STATS)
+        for mq, off in stats.offset_table.items():  # 4.9.8 writes a consumer offset below 0 as 0
+            for name in ("brokerOffset", "consumerOffset", "lastTimestamp"):
+                not_negative(
+                    getattr(off, _snake(name)),
+                    f"{mq.topic} queue {mq.queue_id}'s {name}",
+                    RequestCode.GET_CONSUME_STATS,
+                )
+        return stats
 
     async def consumer_connections(self, addr: str, group: str) -> bb.ConsumerConnection | None:
         """The group's online clients on ``addr``, or None when none is online."""
@@ -458,7 +472,8 @@ class Admin:
         )
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
-        return answer_header(bh.OffsetResponseHeader, response).offset
+        offset = answer_header(bh.OffsetResponseHeader, response).offset
+        return not_negative(offset, "offset", RequestCode.QUERY_CONSUMER_OFFSET)
 
     async def all_consumer_offsets(self, addr: str) -> dict[tuple[str, str, int], int]:
         """GET_ALL_CONSUMER_OFFSET (43): every committed offset on ``addr``, by (group, topic, queue id)."""
@@ -485,14 +500,17 @@ class Admin:
         response = await self.call(
             addr, RequestCode.GET_MAX_OFFSET, bh.QueueHeader(topic=topic, queue_id=queue_id)
         )
-        return answer_header(bh.OffsetResponseHeader, response).offset
+        offset = answer_header(bh.OffsetResponseHeader, response).offset
+        return not_negative(offset, "offset", RequestCode.GET_MAX_OFFSET)  # an empty queue's is 0
 
     async def min_offset(self, addr: str, topic: str, queue_id: int) -> int:
         """GET_MIN_OFFSET (31): the oldest queue offset still stored."""
         response = await self.call(
             addr, RequestCode.GET_MIN_OFFSET, bh.QueueHeader(topic=topic, queue_id=queue_id)
         )
-        return answer_header(bh.OffsetResponseHeader, response).offset
+        offset = answer_header(bh.OffsetResponseHeader, response).offset
+        # 4.9.8's store answers -1 for a queue it has no ConsumeQueue of: empty, its start 0
+        return max(0, not_negative(offset, "offset", RequestCode.GET_MIN_OFFSET, least=-1))
 
     async def earliest_time(self, addr: str, topic: str, queue_id: int) -> int:
         """GET_EARLIEST_MSG_STORETIME (32): the store time (ms) of the queue's oldest stored message."""
@@ -504,7 +522,8 @@ class Admin:
     async def search_offset(self, addr: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
         header = bh.SearchOffsetRequestHeader(topic=topic, queue_id=queue_id, timestamp=timestamp_ms)
         response = await self.call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header)
-        return answer_header(bh.OffsetResponseHeader, response).offset
+        offset = answer_header(bh.OffsetResponseHeader, response).offset
+        return not_negative(offset, "offset", RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
 
     async def reset_offset_by_time(
         self, addr: str, topic: str, group: str, timestamp_ms: int
@@ -537,6 +556,26 @@ def read_answer(read: Callable[[bytes], T], response: RemotingCommand, code: int
         problem = str(exc) or type(exc).__name__
     if problem is not None:
         raise RemotingProtocolError(f"the answer to {_code_name(code)} does not read: {problem}")
+    return value
+
+
+N = TypeVar("N", int, float)
+
+
+def _snake(java: str) -> str:
+    """A Java bean field's name as the Python bean spells it (``minOffset``: ``min_offset``)."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in java)
+
+
+def not_negative(value: N, what: str, code: int, *, least: int = 0) -> N:
+    """``value``, an offset, a time or a rate a server answered, when it is one a RocketMQ server can send
+    (``least`` or more: 4.9.8 answers an empty queue's offsets as 0, and -1 only where ``least`` says);
+    else RemotingProtocolError (exit 7) naming the request. Offsets feed plans and arithmetic (a reset,
+    a lag, a count of messages): one of ``-5`` is no figure to show or act on."""
+    if value < least:
+        raise RemotingProtocolError(
+            f"the answer to {_code_name(code)} does not read: {what} {value} is below {least}"
+        )
     return value
 
 

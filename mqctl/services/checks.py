@@ -223,7 +223,7 @@ def write_refusal(info: dict[str, str], busy_ms: float = PAGE_CACHE_BUSY_MS) -> 
     said = info.get(WRITE_REFUSED_RUNTIME_KEY)
     if said:
         return said
-    held = server_int(info.get("pageCacheLockTimeMills")) or 0
+    held = server_int(info.get("pageCacheLockTimeMills"), least=0) or 0
     if busy_ms < held < 10_000_000:  # 4.9.8's isOSPageCacheBusy (a larger figure is no lock at all)
         return f"OS page cache busy: the CommitLog lock held {held} ms, puts answered OS_PAGECACHE_BUSY"
     return None
@@ -360,9 +360,9 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
                 refusing += 1
                 states.append(State.CRITICAL)
                 problems.append(f"{_name(row)} refuses writes: {refusal}")
-            quarantines = server_int(answer.get("storeQuarantines")) or 0
+            quarantines = server_int(answer.get("storeQuarantines"), least=0) or 0
             if quarantines:  # it serves, but recovery or replication set data aside for the operator
-                records = server_int(answer.get("storeQuarantinedRecords")) or 0
+                records = server_int(answer.get("storeQuarantinedRecords"), least=0) or 0
                 set_aside += records
                 states.append(State.WARNING)
                 problems.append(

@@ -96,13 +96,17 @@ def stall_split(table: dict[str, str]) -> dict[str, float] | None:
 
     if STALL_KEYS[0] not in table:
         return None
-    return {cause: server_float(table.get(key)) or 0.0 for cause, key in zip(CAUSES, STALL_KEYS, strict=True)}
+    return {
+        cause: server_float(table.get(key), least=0) or 0.0
+        for cause, key in zip(CAUSES, STALL_KEYS, strict=True)
+    }
 
 
 def first_float(text: str | None) -> float | None:
-    """RocketMQ's TPS fields hold 'last10s last60s last600s' (or blanks before any traffic)."""
+    """RocketMQ's TPS fields hold 'last10s last60s last600s' (or blanks before any traffic); a rate,
+    latency or pause below 0 is none."""
     parts = (text or "").split()
-    return server_float(parts[0]) if parts else None
+    return server_float(parts[0], least=0) if parts else None
 
 
 async def status_of(admin: Admin, row: BrokerRow) -> BrokerStatus:
@@ -116,10 +120,10 @@ async def status_of(admin: Admin, row: BrokerRow) -> BrokerStatus:
         version=table.get("brokerVersionDesc"),
         put_tps=first_float(table.get("putTps")),
         get_tps=first_float(table.get("getTransferedTps")),
-        disk_ratio=server_float(table.get("commitLogDiskRatio")),
-        commitlog_max_offset=server_int(max_offset),
+        disk_ratio=server_float(table.get("commitLogDiskRatio"), least=0),
+        commitlog_max_offset=server_int(max_offset, least=0),
         broker_role=table.get("brokerRole"),
-        pop_in_flight=server_int(table.get("popInFlightTotal")),
+        pop_in_flight=server_int(table.get("popInFlightTotal"), least=0),
     )
 
 

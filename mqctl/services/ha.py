@@ -10,7 +10,7 @@ from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
 from mqctl.output import Rows
 from mqctl.services.cluster import BrokerRow, brokers
-from mqctl.units import server_int
+from mqctl.units import server_float, server_int
 
 if TYPE_CHECKING:
     from daemon.remoting.command import RemotingCommand
@@ -91,7 +91,9 @@ NARROW = (
 )
 
 
-_int = server_int
+def _int(text: str | None) -> int | None:
+    """An offset, count or size of the runtime info: below 0 none."""
+    return server_int(text, least=0)
 
 
 def _peer(fields: list[str]) -> str:
@@ -119,7 +121,8 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         out.member = table.get("dledgerSelfId") or None
         out.raft_role = table["dledgerRole"]
         out.term = _int(table.get("dledgerTerm"))
-        out.commit_index = _int(table.get("dledgerCommittedIndex"))
+        # -1 before any entry is committed, as DLedger writes it
+        out.commit_index = server_int(table.get("dledgerCommittedIndex"), least=-1)
         out.channel = table.get("dledgerChannel")
         out.abstains = table.get("dledgerAbstains") or None
         peers = [p.split("/") for p in table.get("dledgerPeers", "").split(";") if p]
@@ -148,7 +151,7 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         out.peer_ha_addrs = ", ".join(s[0] for s in slaves) or None
         out.peers = out.peer_ha_addrs
         out.acked_offset = _int(table.get("haPush2SlaveMaxOffset")) if slaves else None
-        lags = [float(s[2]) for s in slaves if len(s) > 2]
+        lags = [lag for s in slaves if len(s) > 2 and (lag := server_float(s[2], least=0)) is not None]
         out.lag_seconds = max(lags) if lags else None
     return out
 

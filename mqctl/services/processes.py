@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
+from mqctl.units import server_float, server_int
+
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
 
@@ -145,8 +147,8 @@ class BrokerFigures(TypedDict):
     put_tps: float | None
     get_tps: float | None
     put_latency_99_ms: float | None
-    commitlog_max_offset: int
-    disk_ratio: float
+    commitlog_max_offset: int | None
+    disk_ratio: float | None
     uptime_ms: int | None
     loop_lag_p50_ms: float | None
     loop_lag_p99_ms: float | None
@@ -242,17 +244,17 @@ async def _broker_figures(admin: Admin, addr: str) -> BrokerFigures:
         "put_tps": first_float(table.get("putTps")),
         "get_tps": first_float(table.get("getTransferedTps")),
         "put_latency_99_ms": first_float(table.get("putLatency99")),
-        "commitlog_max_offset": int(table.get("commitLogMaxOffset", "0")),
-        "disk_ratio": float(table.get("commitLogDiskRatio", "0")),
+        "commitlog_max_offset": server_int(table.get("commitLogMaxOffset"), least=0),
+        "disk_ratio": server_float(table.get("commitLogDiskRatio"), least=0),
         "uptime_ms": _uptime_ms(table.get("bootTimestamp")),
         # mqctl brokers only (None from a Java broker): the event loop's lag and the cyclic GC's pauses
         "loop_lag_p50_ms": first_float(table.get("loopLagP50")),
         "loop_lag_p99_ms": first_float(table.get("loopLagP99")),
         "loop_lag_max_ms": first_float(table.get("loopLagMax")),
-        "gc_collections": int(table["gcCollections"]) if "gcCollections" in table else None,
+        "gc_collections": server_int(table.get("gcCollections"), least=0),
         "gc_pause_total_ms": first_float(table.get("gcPauseTotal")),
         "gc_pause_max_ms": first_float(table.get("gcPauseMax")),
-        "loop_stalls": int(table["loopStalls"]) if "loopStalls" in table else None,
+        "loop_stalls": server_int(table.get("loopStalls"), least=0),
         "loop_stall_ms": stall_split(table),
         "loop_stall_stacks": table.get("loopStallStacks") or None,
         # POP (5.x) messages popped and not acked, by group

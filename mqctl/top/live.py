@@ -108,13 +108,15 @@ def _settings(addr: str, config: dict[str, str]) -> BrokerSettings:
     )
     reserved = config.get("fileReservedTime")
     return BrokerSettings(
-        file_size=server_int(config.get("mappedFileSizeCommitLog")) or 1024**3,
-        reserved_hours=server_float(reserved),
+        file_size=server_int(config.get("mappedFileSizeCommitLog"), least=1) or 1024**3,
+        reserved_hours=server_float(reserved, least=0),
         metrics_url=url,
     )
 
 
-_int = server_int
+def _int(text: str | None) -> int | None:
+    """A count or an offset of the runtime info: below 0 none (RocketMQ's -1 "no file" too)."""
+    return server_int(text, least=0)
 
 
 async def _none() -> None:
@@ -227,7 +229,7 @@ class LiveSource:
             version=runtime.get("brokerVersionDesc"),
             put_tps=first_float(runtime.get("putTps")),
             get_tps=first_float(runtime.get("getTransferedTps")),
-            disk_ratio=server_float(disk),
+            disk_ratio=server_float(disk, least=0),
             commitlog_min=_int(runtime.get("commitLogMinOffset")),
             commitlog_max=_int(runtime.get("commitLogMaxOffset")),
             file_size=settings.file_size,

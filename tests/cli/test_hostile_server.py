@@ -142,3 +142,58 @@ def test_a_fleet_read_that_no_broker_answered_readably_blames_no_credentials(cli
         result = cli("-n", server.addr, "--timeout", "5", "group", "list")
     assert result.code == 14 and result.stderr.count("\n") == 1, (result.code, result.stderr)
     assert "GET_ALL_SUBSCRIPTIONGROUP_CONFIG" in result.stderr and "credentials" not in result.stderr
+
+
+def _negative_runtime(request: RemotingCommand, addr: str) -> Answer:
+    keys = ("putTps", "getTransferedTps", "commitLogDiskRatio", "commitLogMaxOffset", "popInFlightTotal")
+    table = {**dict.fromkeys(keys, "-5"), "dledgerRole": "FOLLOWER", "dledgerCommittedIndex": "-1"}
+    return _ok(json.dumps({"table": {**table, "dledgerTerm": "-5", "loopStalls": "-5"}}).encode())
+
+
+def test_negative_figures_from_a_server_are_shown_as_none_and_a_sentinel_as_sent(cli: RunCli) -> None:
+    """A broker answering -5 messages in flight, a -5 max offset or -5 TPS was shown as if it had sent a
+    figure; RocketMQ's own -1 ("none": DLedger's committed index before any entry) stays as it is."""
+    with hostile(honest_with({RequestCode.GET_BROKER_RUNTIME_INFO: _negative_runtime})) as server:
+        status = cli("-n", server.addr, "--timeout", "5", "cluster", "status", "-o", "json")
+        probed = cli("--timeout", "5", "broker", "status", "-b", server.addr, "-o", "json")
+        ha = cli("-n", server.addr, "--timeout", "5", "broker", "ha", "status", "-o", "json")
+    assert status.code == 0, status.stderr
+    (row,) = status.json()
+    fields = ("put_tps", "get_tps", "disk_ratio", "commitlog_max_offset", "pop_in_flight")
+    assert [row[f] for f in fields] == [None] * len(fields), row
+    assert probed.code == 0, probed.stderr
+    assert [probed.json()[f] for f in ("put_tps", "commitlog_max_offset", "disk_ratio", "loop_stalls")] == [
+        None
+    ] * 4
+    assert ha.code == 0, ha.stderr
+    (member,) = ha.json()
+    assert (member["commit_index"], member["term"], member["commitlog_max_offset"]) == (-1, None, None), (
+        member
+    )
+
+
+def _stats(min_offset: int) -> Callable[[RemotingCommand, str], Answer]:
+    from daemon.broker.bodies import MessageQueue, TopicOffset, TopicStatsTable
+
+    table = {MessageQueue("T", "broker-a", q): TopicOffset(min_offset, 3, 0) for q in range(4)}
+    return lambda request, addr: _ok(TopicStatsTable(table).dumps())
+
+
+def test_a_negative_offset_is_a_protocol_error_and_an_empty_queue_s_minus_one_is_its_start(
+    cli: RunCli,
+) -> None:
+    """Offsets feed counts, lags and resets: a -5 one was shown as a queue's start (and 8 messages); 4.9.8
+    writes the stats' offsets below 0 as 0, and GET_MIN_OFFSET's -1 (no ConsumeQueue yet) means empty."""
+    with hostile(honest_with({RequestCode.GET_TOPIC_STATS_INFO: _stats(-5)})) as server:
+        stats = cli("-n", server.addr, "--timeout", "5", "topic", "stats", "-t", "T")
+    assert stats.code == ProtocolError.exit_code, (stats.code, stats.stdout, stats.stderr)
+    assert "queue 0's minOffset -5 is below 0" in stats.stderr and stats.stderr.count("\n") == 1
+    overrides = {
+        RequestCode.GET_TOPIC_STATS_INFO: lambda request, addr: _ok(b'{"offsetTable": {}}'),
+        RequestCode.GET_MIN_OFFSET: lambda request, addr: _ok(offset="-1"),
+        RequestCode.GET_MAX_OFFSET: lambda request, addr: _ok(offset="0"),
+    }
+    with hostile(honest_with(overrides)) as server:
+        empty = cli("-n", server.addr, "--timeout", "5", "topic", "status", "-t", "T", "-o", "json")
+    assert empty.code == 0, empty.stderr
+    assert {(q["min_offset"], q["max_offset"], q["messages"]) for q in empty.json()} == {(0, 0, 0)}
