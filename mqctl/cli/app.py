@@ -65,7 +65,7 @@ NOUNS: tuple[tuple[str, str, str], ...] = (
     ("bench", "mqctl.cli.bench", "Measure a cluster: send or drain messages and report TPS and latency."),
     ("context", "mqctl.cli.context", "Save and switch between NameServer contexts."),
     ("acl", "mqctl.cli.acl", "Manage ACL accounts and whitelists on brokers (plain_acl.yml)."),
-    ("tls", "mqctl.cli.tls", "Make the certificates of a TLS cluster."),
+    ("tls", "mqctl.cli.tls", "Make, show and renew the certificates of a TLS cluster."),
     (
         "spark-export",
         "mqctl.cli.spark_export",
