@@ -150,9 +150,16 @@ class ContextFile:
         return self.contexts[name]
 
     def set(
-        self, name: str, *, namesrv: str | None, timeout: float | None, spark_remote: str | None
+        self,
+        name: str,
+        *,
+        namesrv: str | None,
+        timeout: float | None,
+        spark_remote: str | None,
+        tls: TlsOptions | bool | None = None,
     ) -> Context:
-        """Change some settings of a saved context; the others (credentials too) stay."""
+        """Change some settings of a saved context; the others (credentials too) stay. ``tls``: new TLS
+        options, False for plaintext, None to keep them."""
         old = self.get(name)
         return self.add(
             name,
@@ -162,7 +169,7 @@ class ContextFile:
             secret_key_file=old.secret_key_file,
             spark_remote=spark_remote or old.spark_remote,
             timeout=old.timeout if timeout is None else timeout,
-            tls=old.tls,
+            tls=old.tls if tls is None else tls or None,
         )
 
     def current_context(self) -> Context | None:

@@ -124,14 +124,48 @@ def set_(
     namesrv: Annotated[str | None, _NAMESRV] = None,
     spark_remote: SparkRemoteOpt = None,
     timeout: ContextTimeoutOpt = None,
+    tls: Annotated[
+        bool | None,
+        typer.Option("--tls/--no-tls", help="Connect to this cluster over TLS, or (--no-tls) in plaintext."),
+    ] = None,
+    ca: Annotated[
+        Path | None, typer.Option("--ca", help="PEM file of the CA that signed its servers (implies --tls).")
+    ] = None,
+    cert: Annotated[
+        Path | None, typer.Option("--cert", help="Client certificate PEM for mutual TLS (with --key).")
+    ] = None,
+    key: Annotated[Path | None, typer.Option("--key", help="Private key PEM of --cert.")] = None,
+    insecure: Annotated[
+        bool | None,
+        typer.Option(
+            "--insecure/--verify", help="TLS without checking its certificates (test mode only), or with."
+        ),
+    ] = None,
     output: OutputOpt = "table",
 ) -> None:
-    """Change settings of a saved context; what is not given (credentials too) stays."""
+    """Change settings of a saved context; what is not given (credentials, TLS files not named) stays."""
     from mqctl.config import ContextFile
+    from mqctl.errors import UsageError
     from mqctl.output import render
+    from mqctl.tls import TlsOptions
 
     contexts = ContextFile.load()
-    context = contexts.set(name, namesrv=namesrv, timeout=timeout, spark_remote=spark_remote)
+    old = contexts.get(name).tls or TlsOptions()
+    tls_options: TlsOptions | bool | None = None
+    if tls is False:
+        if ca or cert or key or insecure:
+            raise UsageError("--no-tls with --ca, --cert, --key or --insecure: choose plaintext or TLS")
+        tls_options = False
+    elif tls or ca or cert or key or insecure is not None:
+        ca_path, cert_path, key_path = (str(p.resolve()) if p is not None else None for p in (ca, cert, key))
+        tls_options = TlsOptions(
+            ca_path or old.ca,
+            cert_path or old.cert,
+            key_path or old.key,
+            old.insecure if insecure is None else insecure,
+        )
+        tls_options.context()  # unreadable or mismatched files are refused now rather than at the first command
+    context = contexts.set(name, namesrv=namesrv, timeout=timeout, spark_remote=spark_remote, tls=tls_options)
     contexts.save()
     render(
         {
@@ -139,6 +173,7 @@ def set_(
             "namesrv": context.namesrv,
             "spark_remote": context.spark_remote,
             "timeout": context.timeout,
+            "tls": context.tls.as_json() or True if context.tls is not None else False,
         },
         output,
     )

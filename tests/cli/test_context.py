@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mqctl.errors import ConflictError, UsageError
 from tests.support.cli import RunCli
 
@@ -183,3 +185,34 @@ def test_print_config_names_the_account_that_signs_and_never_its_secret(cli: Run
         "--access-key/--secret-key",
     )
     assert "SK1" not in by_context.values() and "SK2" not in flagged.stdout
+
+
+def test_set_turns_tls_on_and_off_and_keeps_what_it_does_not_name(cli: RunCli, tmp_path: Path) -> None:
+    """A cluster that turned TLS on took 'context add --force' again, with every setting retyped: the
+    credentials, the timeout; 'context set' changes the TLS alone now."""
+    assert cli("tls", "init", str(tmp_path / "pki")).code == 0
+    secret = tmp_path / "s.key"
+    secret.write_text("secret\n")
+    secret.chmod(0o600)
+    cli("context", "add", "prod", "-n", "127.0.0.1:1", "--access-key", "ak", "--secret-key-file", str(secret))
+    cli("context", "set", "prod", "--timeout", "7")
+    on = cli("context", "set", "prod", "--ca", str(tmp_path / "pki" / "ca.pem"), "-o", "json")
+    assert on.code == 0 and on.json()["tls"] == {"ca": str(tmp_path / "pki" / "ca.pem")}, on.stderr
+    mutual = cli(
+        "context",
+        "set",
+        "prod",
+        "--cert",
+        str(tmp_path / "pki" / "client.pem"),
+        "--key",
+        str(tmp_path / "pki" / "client.key"),
+    )
+    assert mutual.code == 0, mutual.stderr
+    shown = cli("--print-config", "--context", "prod", "-o", "json").json()
+    assert shown["tls"]["ca"].endswith("ca.pem") and shown["tls"]["cert"].endswith("client.pem"), shown
+    assert (shown["access_key"], shown["timeout"]) == ("ak", 7.0)
+    off = cli("context", "set", "prod", "--no-tls", "-o", "json")
+    assert off.code == 0 and off.json()["tls"] is False
+    assert cli("--print-config", "--context", "prod", "-o", "json").json()["tls"] is False
+    both = cli("context", "set", "prod", "--no-tls", "--ca", str(tmp_path / "pki" / "ca.pem"))
+    assert both.code == UsageError.exit_code
