@@ -185,8 +185,8 @@ class Probe(TypedDict):
     put_tps: NotRequired[float | None]
     get_tps: NotRequired[float | None]
     put_latency_99_ms: NotRequired[float | None]
-    commitlog_max_offset: NotRequired[int]
-    disk_ratio: NotRequired[float]
+    commitlog_max_offset: NotRequired[int | None]
+    disk_ratio: NotRequired[float | None]
     uptime_ms: NotRequired[int | None]
     loop_lag_p50_ms: NotRequired[float | None]
     loop_lag_p99_ms: NotRequired[float | None]
@@ -202,6 +202,8 @@ class Probe(TypedDict):
     clusters: NotRequired[int]
     brokers: NotRequired[int]
     topics: NotRequired[int]
+    #: How a TLS-only daemon was asked: over the current context's TLS (no flag said TLS).
+    over: NotRequired[str]
 
 
 def probe(addr: str, daemon: Literal["broker", "namesrv"], timeout: float = 3.0) -> Probe:
@@ -210,21 +212,52 @@ def probe(addr: str, daemon: Literal["broker", "namesrv"], timeout: float = 3.0)
     ``reachable: false`` when whatever holds the port does not answer (the process is still reported);
     ``refused`` (and no figures) when it answers with a refusal, such as ACL's to an unsigned request."""
     from daemon.remoting.errors import RemotingCommandError, RemotingError
-    from mqctl.admin.client import run_admin
+    from mqctl import tls
 
     try:
-        if daemon == "broker":  # a broker is asked directly, by address
-            broker = run_admin([], lambda admin: _broker_figures(admin, addr), timeout=timeout)
-            return {"reachable": True, **broker}
-        counts = run_admin([addr], _namesrv_figures, timeout=timeout)
-        return {"reachable": True, **counts}
+        return _asked(addr, daemon, timeout)
     except RemotingCommandError as exc:  # it answered, refusing (ACL): up, its figures withheld
         refused = f"{(exc.remark or '').strip()} (response code {exc.code})"
         return {"reachable": True, "refused": f"{refused}; {_way_in(daemon)}"}
     except RemotingError as exc:  # a TLS-only daemon closes a plaintext probe: say so, and the way in
         from mqctl.errors import translate
 
+        closed = "connection closed" in str(exc)
+        retried = _over_context_tls(addr, daemon, timeout) if closed and tls.chosen() is None else None
+        if retried is not None:
+            return retried
         return {"reachable": False, "unreachable": f"{translate(exc)}; {_way_in(daemon)}"}
+
+
+def _asked(addr: str, daemon: Literal["broker", "namesrv"], timeout: float) -> Probe:
+    from mqctl.admin.client import run_admin
+
+    if daemon == "broker":  # a broker is asked directly, by address
+        broker = run_admin([], lambda admin: _broker_figures(admin, addr), timeout=timeout)
+        return {"reachable": True, **broker}
+    counts = run_admin([addr], _namesrv_figures, timeout=timeout)
+    return {"reachable": True, **counts}
+
+
+def _over_context_tls(addr: str, daemon: Literal["broker", "namesrv"], timeout: float) -> Probe | None:
+    """The probe again over the current context's TLS, when the daemon closed a plaintext one (TLS-only)
+    and no flag chose TLS: ``mqctl up --tls`` and its printed ``context add`` line, then ``broker
+    status``, said ``reachable: no`` of the broker just started. TLS only: a context's credentials go to
+    its own cluster, and this daemon need not be of it. None when that does not answer either."""
+    from daemon.remoting.errors import RemotingError
+    from mqctl import tls
+    from mqctl.config import ContextFile
+
+    context = ContextFile.load().current_context()
+    if context is None or context.tls is None:
+        return None
+    tls.use_context(context.name, context.tls)
+    try:
+        return {**_asked(addr, daemon, timeout), "over": f"TLS of context {context.name}"}
+    except (RemotingError, OSError):
+        return None
+    finally:
+        tls.use_context(context.name, None)
 
 
 def _way_in(daemon: str) -> str:

@@ -55,6 +55,31 @@ def test_a_tls_only_broker_on_this_host_is_said_why_unreachable(tmp_path: Path) 
     assert over_tls["reachable"] is True and over_tls["version"], over_tls
 
 
+def test_a_tls_only_daemon_is_asked_again_over_the_current_context_s_tls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mqctl up --tls``, the ``context add`` line it prints, then ``broker status``: the broker just
+    started was 'reachable: no'. A closed plaintext probe is tried again over the current context's TLS."""
+    from mqctl.config import ContextFile
+    from mqctl.tls import TlsOptions
+
+    monkeypatch.setenv("MQCTL_CONFIG_DIR", str(tmp_path / "config"))
+    with local_cluster(tmp_path, tls_server_mode="enforcing") as cluster:
+        contexts = ContextFile.load()
+        contexts.add("local-tls", cluster.namesrv_addr, overwrite=False, tls=TlsOptions(insecure=True))
+        contexts.save()
+        tls.set_flags(None, None, None, None, False)
+        retried = probe(cluster.broker_addr, "broker")
+        tls.set_flags(False, None, None, None, False)  # --no-tls: plaintext, as asked
+        try:
+            plain = probe(cluster.broker_addr, "broker")
+        finally:
+            tls.set_flags(None, None, None, None, False)
+    assert retried["reachable"] is True and retried["over"] == "TLS of context local-tls", retried
+    assert plain["reachable"] is False and "over" not in plain, plain
+    assert tls.current() is None  # the retry leaves no TLS behind for what the command does next
+
+
 def test_a_connection_that_meets_itself_is_not_a_listener(monkeypatch: pytest.MonkeyPatch) -> None:
     """TCP's simultaneous open: a socket bound to the port it connects to is connected to itself."""
 
