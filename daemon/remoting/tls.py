@@ -230,6 +230,8 @@ class TlsSettings:
                 f"tls.server.certPath {self.server_cert or '-'}, tls.server.keyPath {self.server_key or '-'}, "
                 f"tls.server.trustCertPath {self.server_trust or '-'}: do not load: {exc}"
             ) from None
+        if self.server_cert:
+            warn_of_end("tls.server.certPath", Path(self.server_cert))
 
     def check_mutual(self) -> TlsSettings:
         """haTls: both ends need a CA to verify the other with (else the stream is encrypted, not authenticated).
@@ -657,6 +659,38 @@ def write_member_ca(directory: Path, *, sans: list[str] | None = None) -> dict[s
     write_pem(paths["member_cert"], cert_pem(member), private=False)
     write_pem(paths["member_key"], key_pem(key))
     return paths
+
+
+#: Days before its end from which a daemon's start warns of its certificate (`mqctl tls show` too).
+WARN_DAYS = 30
+
+
+def warn_of_end(key: str, path: Path) -> None:
+    """Log the end of the certificate a daemon serves when it has come (ERROR: every verifying client
+    refuses it) or is under :data:`WARN_DAYS` away (WARNING), with the way to renew it from its CA."""
+    try:
+        cert = load_certificate(path)
+    except (CertificateError, OSError):
+        return  # the context's own load says what is wrong with it
+    left = cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC)
+    how = "issue it again from its CA: mqctl tls renew DIR --force, then restart"
+    if left.total_seconds() <= 0:
+        log.error(
+            "%s %s ended on %s: verifying clients refuse it; %s",
+            key,
+            path,
+            f"{cert.not_valid_after_utc:%Y-%m-%d}",
+            how,
+        )
+    elif left.days < WARN_DAYS:
+        log.warning(
+            "%s %s ends in %d days, on %s; %s",
+            key,
+            path,
+            left.days,
+            f"{cert.not_valid_after_utc:%Y-%m-%d}",
+            how,
+        )
 
 
 #: The leaf certificates `write_local_ca` and `write_member_ca` make, by role: the certificate and key

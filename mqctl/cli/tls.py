@@ -70,9 +70,6 @@ def write_certificates(
     return {**paths, **write_member_ca(directory, sans=sans)} if member_ca else paths
 
 
-#: Days left under which ``tls show`` and ``tls renew`` warn of a certificate's end.
-WARN_DAYS = 30
-
 Roles = Annotated[
     list[str] | None,
     typer.Argument(
@@ -201,7 +198,7 @@ def show(
     ],
     warn_days: Annotated[
         int, typer.Option("--warn-days", min=0, help="Warn of certificates that end within this many days.")
-    ] = WARN_DAYS,
+    ] = 30,  # daemon.remoting.tls.WARN_DAYS, as a daemon's start warns
     output: OutputOpt = "table",
 ) -> None:
     """Each certificate's names, issuer and validity; a warning line on stderr for each one that has

@@ -3,6 +3,7 @@ names, SANs and member mark, a new expiry), and their ends shown and warned of b
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,3 +109,22 @@ def test_a_daemon_on_a_renewed_certificate_is_trusted_by_the_same_ca(
     finally:
         loop.run(namesrv.stop())
     assert listed.code == 0 and listed.json() == [], listed.stderr
+
+
+def test_a_daemon_warns_at_start_of_its_certificate_s_end(
+    cli: RunCli, pki: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A certificate's end reached the operator as every client's failed handshake, on the day."""
+    from daemon.remoting.tls import TlsSettings
+
+    settings = TlsSettings(
+        mode="enforcing", server_cert=str(pki / "server.pem"), server_key=str(pki / "server.key")
+    )
+    with caplog.at_level(logging.WARNING, logger="daemon.remoting.tls"):
+        settings.check()
+        assert not caplog.records  # 825 days ahead
+        assert cli("tls", "renew", str(pki), "server", "--days", "5", "--force").code == 0
+        settings.check()
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING and "ends in 4 days" in record.getMessage()
+    assert "mqctl tls renew" in record.getMessage()
