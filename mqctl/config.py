@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.tls import TlsOptions
@@ -156,7 +157,7 @@ class ContextFile:
         namesrv: str | None,
         timeout: float | None,
         spark_remote: str | None,
-        tls: TlsOptions | bool | None = None,
+        tls: TlsOptions | Literal[False] | None = None,
     ) -> Context:
         """Change some settings of a saved context; the others (credentials too) stay. ``tls``: new TLS
         options, False for plaintext, None to keep them."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -151,7 +151,7 @@ def set_(
 
     contexts = ContextFile.load()
     old = contexts.get(name).tls or TlsOptions()
-    tls_options: TlsOptions | bool | None = None
+    tls_options: TlsOptions | Literal[False] | None = None
     if tls is False:
         if ca or cert or key or insecure:
             raise UsageError("--no-tls with --ca, --cert, --key or --insecure: choose plaintext or TLS")
