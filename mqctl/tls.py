@@ -78,6 +78,9 @@ def _readable(flag: str, path: str | None) -> None:
         raise NotFoundError(f"{flag} {path}: {what}")
 
 
+#: Why ``--no-tls`` beside a TLS file or ``--insecure`` is refused.
+NO_TLS_WITH_FILES = "--no-tls with --ca, --cert, --key or --insecure: choose plaintext or TLS"
+
 #: Each source's choice: options (None: plaintext, ``--no-tls``) and where they came from.
 _state: dict[str, tuple[TlsOptions | None, str] | None] = {"flags": None, "context": None}
 
@@ -88,7 +91,7 @@ def set_flags(tls: bool | None, ca: str | None, cert: str | None, key: str | Non
     _state["context"] = None  # a context chosen by an earlier invocation in this process is not this one's
     if tls is False:
         if ca or cert or key or insecure:
-            raise UsageError("--no-tls with --ca, --cert, --key or --insecure: choose plaintext or TLS")
+            raise UsageError(NO_TLS_WITH_FILES)
         _state["flags"] = (None, "--no-tls")
     elif tls or ca or cert or key or insecure:
         _state["flags"] = (TlsOptions(ca, cert, key, insecure), "--tls")

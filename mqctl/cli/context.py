@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from mqctl.cli.common import OutputOpt
 from mqctl.completion import complete_context
 
+if TYPE_CHECKING:
+    from mqctl.tls import TlsOptions
+
 #: The name of a saved context; TAB lists them.
 ExistingContextArg = Annotated[str, typer.Argument(help="Context name.", autocompletion=complete_context)]
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
+
+CaOpt = Annotated[
+    Path | None, typer.Option("--ca", help="PEM file of the CA that signed its servers (implies --tls).")
+]
+CertOpt = Annotated[
+    Path | None, typer.Option("--cert", help="Client certificate PEM for mutual TLS (with --key).")
+]
+KeyOpt = Annotated[Path | None, typer.Option("--key", help="Private key PEM of --cert.")]
 
 # A context's own NameServers (required by add, optional for set): not the shared online --namesrv.
 _NAMESRV = typer.Option("--namesrv", "-n", help="NameServer list HOST:PORT[;HOST:PORT].")
@@ -51,13 +62,9 @@ def add(
     spark_remote: SparkRemoteOpt = None,
     timeout: ContextTimeoutOpt = None,
     tls: Annotated[bool, typer.Option("--tls", help="Connect to this cluster over TLS.")] = False,
-    ca: Annotated[
-        Path | None, typer.Option("--ca", help="PEM file of the CA that signed its servers (implies --tls).")
-    ] = None,
-    cert: Annotated[
-        Path | None, typer.Option("--cert", help="Client certificate PEM for mutual TLS (with --key).")
-    ] = None,
-    key: Annotated[Path | None, typer.Option("--key", help="Private key PEM of --cert.")] = None,
+    ca: CaOpt = None,
+    cert: CertOpt = None,
+    key: KeyOpt = None,
     insecure: Annotated[
         bool, typer.Option("--insecure", help="TLS without checking its certificates (test mode only).")
     ] = False,
@@ -86,13 +93,7 @@ def add(
         # the name is the user's text, not a path: '../x' or 'a/b' stays one file in secrets/
         stored = config_dir() / "secrets" / f"{quote(name, safe='')}.key"
         write_secret(stored, secret_key)
-    from mqctl.tls import TlsOptions
-
-    tls_options = None
-    if tls or ca or cert or key or insecure:
-        ca_path, cert_path, key_path = (str(p.resolve()) if p is not None else None for p in (ca, cert, key))
-        tls_options = TlsOptions(ca_path, cert_path, key_path, insecure)
-        tls_options.context()  # unreadable or mismatched files are refused now rather than at the first command
+    tls_options = _tls(ca, cert, key, insecure) if tls or ca or cert or key or insecure else None
     context = contexts.add(
         name,
         namesrv,
@@ -118,6 +119,20 @@ def add(
     render(row, output)
 
 
+def _tls(
+    ca: Path | None, cert: Path | None, key: Path | None, insecure: bool, kept: TlsOptions | None = None
+) -> TlsOptions:
+    """A context's TLS from the files given (absolute; else ``kept``'s), refused now when they do not
+    load rather than at the first command."""
+    from mqctl.tls import TlsOptions
+
+    ca_path, cert_path, key_path = (str(p.resolve()) if p is not None else None for p in (ca, cert, key))
+    kept = kept or TlsOptions()
+    options = TlsOptions(ca_path or kept.ca, cert_path or kept.cert, key_path or kept.key, insecure)
+    options.context()
+    return options
+
+
 @app.command("set")
 def set_(
     name: ExistingContextArg,
@@ -128,13 +143,9 @@ def set_(
         bool | None,
         typer.Option("--tls/--no-tls", help="Connect to this cluster over TLS, or (--no-tls) in plaintext."),
     ] = None,
-    ca: Annotated[
-        Path | None, typer.Option("--ca", help="PEM file of the CA that signed its servers (implies --tls).")
-    ] = None,
-    cert: Annotated[
-        Path | None, typer.Option("--cert", help="Client certificate PEM for mutual TLS (with --key).")
-    ] = None,
-    key: Annotated[Path | None, typer.Option("--key", help="Private key PEM of --cert.")] = None,
+    ca: CaOpt = None,
+    cert: CertOpt = None,
+    key: KeyOpt = None,
     insecure: Annotated[
         bool | None,
         typer.Option(
@@ -147,24 +158,17 @@ def set_(
     from mqctl.config import ContextFile
     from mqctl.errors import UsageError
     from mqctl.output import render
-    from mqctl.tls import TlsOptions
+    from mqctl.tls import NO_TLS_WITH_FILES, TlsOptions
 
     contexts = ContextFile.load()
     old = contexts.get(name).tls or TlsOptions()
     tls_options: TlsOptions | Literal[False] | None = None
     if tls is False:
         if ca or cert or key or insecure:
-            raise UsageError("--no-tls with --ca, --cert, --key or --insecure: choose plaintext or TLS")
+            raise UsageError(NO_TLS_WITH_FILES)
         tls_options = False
     elif tls or ca or cert or key or insecure is not None:
-        ca_path, cert_path, key_path = (str(p.resolve()) if p is not None else None for p in (ca, cert, key))
-        tls_options = TlsOptions(
-            ca_path or old.ca,
-            cert_path or old.cert,
-            key_path or old.key,
-            old.insecure if insecure is None else insecure,
-        )
-        tls_options.context()  # unreadable or mismatched files are refused now rather than at the first command
+        tls_options = _tls(ca, cert, key, old.insecure if insecure is None else insecure, kept=old)
     context = contexts.set(name, namesrv=namesrv, timeout=timeout, spark_remote=spark_remote, tls=tls_options)
     contexts.save()
     render(
