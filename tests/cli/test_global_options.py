@@ -157,6 +157,7 @@ def test_context_set_changes_only_what_it_is_given(run: Run) -> None:
         "namesrv": "127.0.0.1:1111",
         "spark_remote": "sc://spark:15002",
         "timeout": 12.5,
+        "tls": False,
     }
     _, out, _ = run("context", "current", "-o", "json")
     assert json.loads(out)["timeout"] == 12.5 and json.loads(out)["timeout_source"] == "context dev"
