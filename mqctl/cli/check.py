@@ -7,11 +7,12 @@ Unlike every other command, ``check`` exits with the monitoring plugin conventio
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mqctl.cli.common import BrokerAddrOpt, ClusterOpt, GroupOpt, cluster_options, flags
+from mqctl.cli.common import BrokerAddrOpt, ClusterOpt, GroupOpt, OutputOpt, cluster_options, flags
 
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
@@ -213,3 +214,35 @@ def ha(
         ),
         check_args=bad,
     )
+
+
+@app.command("cert")
+def cert(
+    paths: Annotated[
+        list[Path], typer.Argument(help="PEM certificate files, or directories: each *.pem in them.")
+    ],
+    warn: Annotated[
+        int,
+        typer.Option("--warn", "-w", min=0, help="WARNING when a certificate ends within this many days."),
+    ] = 30,
+    crit: Annotated[
+        int,
+        typer.Option("--crit", min=0, help="CRITICAL when one ends within this many days (or has ended)."),
+    ] = 7,
+    output: OutputOpt = "table",
+) -> None:
+    """The certificates a host's daemons serve (tls.server.certPath, 'tls init's files), read from disk:
+    days left to each one's end against --warn/--crit (below them: WARNING, CRITICAL)."""
+    from mqctl.services.checks import State, Verdict, unknown
+
+    if crit > warn:
+        verdict = Verdict("cert", State.UNKNOWN, f"--crit {crit} is above --warn {warn} (days left)")
+    else:
+        from mqctl.services.certs import check as check_certs
+
+        try:
+            verdict = check_certs(paths, warn=warn, crit=crit)
+        except Exception as exc:  # every failure is the plugin's UNKNOWN, on one line
+            verdict = unknown("cert", exc)
+    _emit(verdict, output, None)
+    raise typer.Exit(int(verdict.state))

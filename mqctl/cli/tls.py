@@ -125,6 +125,7 @@ def renew_certificates(
         write_pem,
     )
     from mqctl.errors import ConflictError, NotFoundError, UsageError
+    from mqctl.services.certs import epoch_ms
     from mqctl.units import time_fields
 
     unknown = sorted(set(roles or ()) - set(RENEWABLE))
@@ -175,8 +176,8 @@ def renew_certificates(
     for role, cert_file, key_file, cert, key, ca_cert in issued:
         write_pem(target / key_file, key_pem(key))
         write_pem(target / cert_file, cert_pem(cert), private=False)
-        ends = _ms(cert.not_valid_after_utc)
-        if _ms(ca_cert.not_valid_after_utc) < ends:
+        ends = epoch_ms(cert.not_valid_after_utc)
+        if epoch_ms(ca_cert.not_valid_after_utc) < ends:
             _warn(
                 f"{role}: its CA ends before it does, on {ca_cert.not_valid_after_utc:%Y-%m-%d}: a new CA (tls init) is due"
             )
@@ -204,89 +205,13 @@ def show(
     """Each certificate's names, issuer and validity; a warning line on stderr for each one that has
     ended, is not valid yet or ends within --warn-days (mqctl tls renew issues it again)."""
     from mqctl.output import Rows, render
+    from mqctl.services.certs import COLUMNS, NARROW, describe, trouble
 
-    render(Rows(describe(paths, warn_days), columns=SHOW_COLUMNS, narrow=SHOW_NARROW), output)
-
-
-SHOW_COLUMNS = [
-    "file",
-    "subject",
-    "issuer",
-    "sans",
-    "member",
-    "ca",
-    "not_before",
-    "not_before_ms",
-    "not_after",
-    "not_after_ms",
-    "days_left",
-    "state",
-]
-SHOW_NARROW = ["file", "subject", "sans", "not_after", "not_after_ms", "days_left", "state"]
-
-
-def describe(paths: list[Path], warn_days: int) -> list[dict[str, object]]:
-    """One row per certificate file of ``paths``, and the warnings ``show`` says."""
-    import time
-
-    from daemon.remoting.tls import CertificateError, load_certificate
-    from mqctl.errors import NotFoundError, UsageError
-    from mqctl.units import plural, time_fields
-
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            files.extend(sorted(p for p in path.glob("*.pem") if p.is_file()))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise NotFoundError(f"{path}: no such file or directory")
-    now = int(time.time() * 1000)
-    rows: list[dict[str, object]] = []
-    for file in files:
-        try:
-            cert = load_certificate(file)
-        except CertificateError as exc:
-            raise UsageError(str(exc)) from None
-        begins, ends = _ms(cert.not_valid_before_utc), _ms(cert.not_valid_after_utc)
-        days_left = (ends - now) // 86_400_000
-        if ends <= now:
-            state = "expired"
-        elif begins > now:
-            state = "not yet valid"
-        elif days_left < warn_days:
-            state = "expires soon"
-        else:
-            state = "valid"
-        is_ca = _is_ca(cert)
-        why = {
-            "expired": f"ended on {cert.not_valid_after_utc:%Y-%m-%d}",
-            "not yet valid": f"not valid before {cert.not_valid_before_utc:%Y-%m-%d}",
-            "expires soon": f"ends in {plural(days_left, 'day')}, on {cert.not_valid_after_utc:%Y-%m-%d}",
-        }.get(state)
-        if why:
-            _warn(
-                f"{file}: {why} ({'a new CA: mqctl tls init' if is_ca else 'mqctl tls renew issues it again'})"
-            )
-        rows.append(
-            {
-                "file": str(file),
-                "subject": cert.subject.rfc4514_string(),
-                "issuer": cert.issuer.rfc4514_string(),
-                "sans": _sans(cert),
-                "member": _is_member(cert),
-                "ca": is_ca,
-                **time_fields("not_before", begins),
-                **time_fields("not_after", ends),
-                "days_left": days_left,
-                "state": state,
-            }
-        )
-    return rows
-
-
-def _ms(moment) -> int:  # type: ignore[no-untyped-def]
-    return int(moment.timestamp() * 1000)
+    rows = describe(paths, warn_days)
+    for row in rows:
+        if (why := trouble(row)) is not None:
+            _warn(why)
+    render(Rows(rows, columns=COLUMNS, narrow=NARROW), output)
 
 
 def _warn(text: str) -> None:
@@ -295,31 +220,3 @@ def _warn(text: str) -> None:
     from mqctl.output import printable
 
     sys.stderr.write(f"mqctl: warning: {printable(text, newlines=False)}\n")
-
-
-def _sans(cert) -> list[str]:  # type: ignore[no-untyped-def]
-    from cryptography import x509
-
-    try:
-        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return []
-    return [str(name.value) for name in names]
-
-
-def _is_member(cert) -> bool:  # type: ignore[no-untyped-def]
-    from cryptography.x509.oid import NameOID
-
-    from daemon.remoting.tls import MEMBER_UNIT
-
-    units = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
-    return any(unit.value == MEMBER_UNIT for unit in units)
-
-
-def _is_ca(cert) -> bool:  # type: ignore[no-untyped-def]
-    from cryptography import x509
-
-    try:
-        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
-    except x509.ExtensionNotFound:
-        return False

@@ -128,3 +128,16 @@ def test_a_daemon_warns_at_start_of_its_certificate_s_end(
     (record,) = caplog.records
     assert record.levelno == logging.WARNING and "ends in 4 days" in record.getMessage()
     assert "mqctl tls renew" in record.getMessage()
+
+
+def test_check_cert_is_a_plugin_of_the_days_left(cli: RunCli, pki: Path) -> None:
+    ok = cli("check", "cert", str(pki))
+    assert ok.code == 0 and ok.stdout.startswith("CERT OK - 5 certificates"), ok.stdout
+    assert cli("tls", "renew", str(pki), "member", "--days", "20", "--force").code == 0
+    warning = cli("check", "cert", str(pki))
+    assert warning.code == 1 and "member.pem: ends in 19 days" in warning.stdout, warning.stdout
+    assert "'member.pem days_left'=19" in warning.stdout.partition(" | ")[2]
+    critical = cli("check", "cert", str(pki / "member.pem"), "--warn", "60", "--crit", "20", "-o", "json")
+    assert critical.code == 2 and critical.json()["state"] == "CRITICAL", critical.stdout
+    assert cli("check", "cert", str(pki / "nothing.pem")).code == 3
+    assert cli("check", "cert", str(pki), "--warn", "5", "--crit", "10").code == 3
