@@ -205,13 +205,13 @@ def show(
     """Each certificate's names, issuer and validity; a warning line on stderr for each one that has
     ended, is not valid yet or ends within --warn-days (mqctl tls renew issues it again)."""
     from mqctl.output import Rows, render
-    from mqctl.services.certs import COLUMNS, NARROW, describe, trouble
+    from mqctl.services.certs import NARROW, CertRow, describe, trouble
 
     rows = describe(paths, warn_days)
     for row in rows:
         if (why := trouble(row)) is not None:
             _warn(why)
-    render(Rows(rows, columns=COLUMNS, narrow=NARROW), output)
+    render(Rows.of(CertRow, rows, narrow=NARROW), output)
 
 
 def _warn(text: str) -> None:

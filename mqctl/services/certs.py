@@ -5,27 +5,33 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from daemon.remoting.tls import CertificateError, load_certificate
 from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.checks import Perf, State, Verdict, worst
-from mqctl.units import plural, time_fields
+from mqctl.units import plural, when
 
-COLUMNS = [
-    "file",
-    "subject",
-    "issuer",
-    "sans",
-    "member",
-    "ca",
-    "not_before",
-    "not_before_ms",
-    "not_after",
-    "not_after_ms",
-    "days_left",
-    "state",
-]
+
+class CertRow(TypedDict):
+    """One certificate file, as ``tls show`` lists it."""
+
+    file: str
+    subject: str
+    issuer: str
+    sans: list[str]
+    #: Whether it carries the replication members' mark (OU=mqctl-member), and whether it is a CA's.
+    member: bool
+    ca: bool
+    not_before: str | None
+    not_before_ms: int
+    not_after: str | None
+    not_after_ms: int
+    days_left: int
+    #: valid, expires soon, expired, not yet valid
+    state: str
+
+
 #: What a table shows by default (``-o wide``: all).
 NARROW = ["file", "subject", "sans", "not_after", "not_after_ms", "days_left", "state"]
 
@@ -49,11 +55,11 @@ def files_of(paths: list[Path]) -> list[Path]:
     return files
 
 
-def describe(paths: list[Path], warn_days: int) -> list[dict[str, Any]]:
+def describe(paths: list[Path], warn_days: int) -> list[CertRow]:
     """One row per certificate file of ``paths``: its names, issuer, validity, days left and ``state``
     (valid, expires soon: under ``warn_days`` left, expired, not yet valid)."""
     now = int(time.time() * 1000)
-    rows: list[dict[str, Any]] = []
+    rows: list[CertRow] = []
     for file in files_of(paths):
         try:
             cert = load_certificate(file)
@@ -77,8 +83,10 @@ def describe(paths: list[Path], warn_days: int) -> list[dict[str, Any]]:
                 "sans": _sans(cert),
                 "member": _is_member(cert),
                 "ca": _is_ca(cert),
-                **time_fields("not_before", begins),
-                **time_fields("not_after", ends),
+                "not_before": when(begins),
+                "not_before_ms": begins,
+                "not_after": when(ends),
+                "not_after_ms": ends,
                 "days_left": days_left,
                 "state": state,
             }
@@ -86,7 +94,7 @@ def describe(paths: list[Path], warn_days: int) -> list[dict[str, Any]]:
     return rows
 
 
-def trouble(row: dict[str, Any]) -> str | None:
+def trouble(row: CertRow) -> str | None:
     """What is wrong with a :func:`describe` row's dates, and the way out; None when it is valid."""
     day = time.strftime("%Y-%m-%d", time.gmtime(row["not_after_ms"] / 1000))
     why = {
