@@ -270,6 +270,18 @@ def reported(text: str) -> MqctlError:
     return DaemonError(text)  # a BrokerError needs its response code: the daemon failed to start either way
 
 
+def _tls_hint() -> str:
+    """A failed handshake's way out, and where its TLS came from when a context chose it (``-n`` keeps
+    the context's TLS: against another cluster's plaintext or self-signed server it fails here)."""
+    from mqctl import tls
+
+    hint = "--ca names the CA that signed the server's certificate; --cert/--key when it asks for ours"
+    chosen = tls.current()
+    if chosen is not None and chosen[1].startswith("context "):
+        hint += f"; the TLS is {chosen[1]}'s (--no-tls: plaintext)"
+    return hint
+
+
 def _connect_hint(exc: BaseException) -> str:
     """Closed right after it opened: what a TLS-only server does to plaintext, and a mutual-TLS one to a
     client without a certificate it trusts (TLS 1.3 says so only after the handshake)."""
@@ -318,10 +330,7 @@ def translate(exc: BaseException) -> MqctlError:
             error.hint = f"{error.hint}; {scope}" if error.hint else scope
         return error
     if isinstance(exc, remoting.RemotingTlsError):
-        return TlsError(
-            str(exc),
-            hint="--ca names the CA that signed the server's certificate; --cert/--key when it asks for ours",
-        )
+        return TlsError(str(exc), hint=_tls_hint())
     if isinstance(exc, remoting.RemotingConnectError):
         return ConnectError(str(exc), hint=_connect_hint(exc))
     if isinstance(exc, remoting.RemotingTimeoutError):

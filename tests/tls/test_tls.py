@@ -555,7 +555,7 @@ def test_mqctl_over_tls_with_ca_flags_and_context(
 
 
 def test_namesrv_flag_replaces_only_the_context_s_namesrv(
-    cli: RunCli, tls_daemons: LocalCluster, certs: dict[str, Path]
+    cli: RunCli, tls_daemons: LocalCluster, certs: dict[str, Path], other_ca: dict[str, Path]
 ) -> None:
     """A context with TLS, then ``-n HOST:PORT`` (or ``$MQCTL_NAMESRV``): the command talked plaintext and
     a TLS-only cluster closed the connection; the flag replaces the NameServers only, and ``--no-tls``
@@ -573,6 +573,11 @@ def test_namesrv_flag_replaces_only_the_context_s_namesrv(
     assert plain.code == ConnectError.exit_code and "--tls" in plain.stderr, plain.stderr
     both = cli("--no-tls", "--ca", str(certs["ca"]), "-n", tls_daemons.namesrv_addr, "cluster", "list")
     assert both.code == 2 and "--no-tls" in both.stderr, both.stderr
+    # a handshake that fails on a context's TLS says whose it is
+    cli("context", "add", "elsewhere", "-n", "127.0.0.1:1", "--ca", str(other_ca["ca"]))
+    foreign = cli("--context", "elsewhere", "-n", tls_daemons.namesrv_addr, "cluster", "list")
+    assert foreign.code == TlsError.exit_code, foreign.stderr
+    assert "the TLS is context elsewhere's (--no-tls: plaintext)" in foreign.stderr, foreign.stderr
 
 
 def test_mqctl_bench_produce_over_tls(cli: RunCli, tls_daemons: LocalCluster, certs: dict[str, Path]) -> None:
