@@ -41,7 +41,7 @@ from daemon.remoting.errors import RemotingError, is_acl_refusal
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import TLS_HANDSHAKE_TIMEOUT, bind_listener
 from store import fastjson
-from store.checkpoint import IDENTITY_SIZE
+from store.checkpoint import IDENTITY_SIZE, Incarnation, parse_incarnations
 from store.commitlog import PutMessageStatus
 from store.config import SLAVE, SYNC_MASTER, StoreConfig
 from store.config_files import (
@@ -626,6 +626,15 @@ class MasterLog:
     replica_mark: int = 0
     #: Where it ends (``commitLogMaxOffset``); -1 when it does not say.
     end: int = -1
+    #: Its store's incarnations as a master, oldest first (``haIncarnations``; none: a master that keeps
+    #: none, 4.9.8's or an older mqctl's), and, a promoted slave, the incarnation its own mark was copied from.
+    incarnations: tuple[Incarnation, ...] = ()
+    replica_incarnation: str = ""
+
+    @property
+    def incarnation(self) -> str:
+        """The incarnation it runs in now (hex; "": it shows none)."""
+        return self.incarnations[-1].id.hex() if self.incarnations else ""
 
 
 def _is_identity(value: str) -> bool:
@@ -682,9 +691,18 @@ class MasterRecords:
         identity = table.get("haStoreIdentity", "")
         lineage = table.get("haReplicaMaster", "")
         mark = table.get("haReplicaMark", "")
+        incarnation = table.get("haReplicaIncarnation", "")
         if not (_is_identity(lineage) and mark.isascii() and mark.isdigit()):
-            lineage, mark = "", "0"
-        return MasterLog(first, identity if _is_identity(identity) else "", lineage, int(mark), end)
+            lineage, mark, incarnation = "", "0", ""
+        return MasterLog(
+            first,
+            identity if _is_identity(identity) else "",
+            lineage,
+            int(mark),
+            end,
+            tuple(parse_incarnations(table.get("haIncarnations", ""))) if _is_identity(identity) else (),
+            incarnation if _is_identity(incarnation) else "",
+        )
 
     async def at(self, offset: int) -> bytes | None:
         fields = ViewMessageRequestHeader(offset).to_ext_fields()
@@ -965,7 +983,8 @@ class HASlave:
             return True
         if end == 0:  # nothing to check: the master's store is named, if it says, for what follows
             with contextlib.suppress(TailUnknown, TailUncheckable):
-                store.name_replica_master((await self.master_records.log()).identity)
+                master = await self.master_records.log()
+                store.name_replica_master(master.identity, master.incarnation)
                 return True
             store.name_replica_master("")
             return True
@@ -995,7 +1014,7 @@ class HASlave:
                 await self._set_aside_unconfirmed(cut, master.first_offset)
             await self._restart_log(cut, master.first_offset)
             cut = master.first_offset
-        store.name_replica_master(master.identity)
+        store.name_replica_master(master.identity, master.incarnation)
         await self._checked(cut)
         return True
 
@@ -1005,14 +1024,48 @@ class HASlave:
         master that was a slave of that store (promoted in its place) holds its records up to its own mark."""
         store = self.store
         mine = store.replica_master
-        if not (master.identity and mine and mine != master.identity):
+        if not (master.identity and mine):
             return store.replica_mark
+        if mine == master.identity:
+            return min(store.replica_mark, self._incarnation_end(master))
         if master.replica_master == mine:
+            copied = store.replica_incarnation
+            if copied and master.replica_incarnation and copied != master.replica_incarnation:
+                log.warning(
+                    "HA: this slave's replica mark counts what it copied from incarnation %s of store %s, the "
+                    "master promoted in its place from incarnation %s: none is taken as this master's unless "
+                    "it holds the same",
+                    copied,
+                    mine,
+                    master.replica_incarnation,
+                )
+                return 0
             return min(store.replica_mark, master.replica_mark)
         log.warning(
             "HA: this slave's replica mark counts the records of another master's store (%s) than its "
             "master's now (%s): none is taken as this master's unless it holds the same",
             mine,
+            master.identity,
+        )
+        return 0
+
+    def _incarnation_end(self, master: MasterLog) -> int:
+        """Where the master's history says the incarnation the mark's records were copied from ended: the
+        next one's start, or nowhere (the one it runs in now). A mark from before incarnations, or naming
+        none, vouches as far as it reaches; one the master does not know (its store restored from an older
+        copy, a copy of it started as another master, a history that dropped it) vouches for nothing."""
+        copied = self.store.replica_incarnation
+        if not copied:
+            return self.store.replica_mark
+        history = master.incarnations
+        for i, incarnation in enumerate(history):
+            if incarnation.id.hex() == copied:
+                return history[i + 1].start if i + 1 < len(history) else self.store.replica_mark
+        log.warning(
+            "HA: this slave's replica mark counts what it copied from incarnation %s of its master's store %s, "
+            "which the master's history does not hold (a store restored from an older copy, or a copy of it "
+            "started as another master): none is taken as this master's unless it holds the same",
+            copied,
             master.identity,
         )
         return 0
@@ -1201,6 +1254,8 @@ HA_RUNTIME_KEYS = frozenset(
         "haReplicaMark",
         "haReplicaMaster",
         "haStoreIdentity",
+        "haIncarnations",
+        "haReplicaIncarnation",
         "haHeldBackBytes",
         "storeQuarantines",
         "storeQuarantinedRecords",
@@ -1230,9 +1285,13 @@ def ha_runtime_info(
     info = {"brokerRole": role}
     if store is not None and store.identity:
         info["haStoreIdentity"] = store.identity
+        if store.incarnations:
+            info["haIncarnations"] = ";".join(map(str, store.incarnations))
     if store is not None and store.replica_master:
         info["haReplicaMaster"] = store.replica_master
         info["haReplicaMark"] = str(store.replica_mark)
+        if store.replica_incarnation:
+            info["haReplicaIncarnation"] = store.replica_incarnation
     if quarantines:
         info["storeQuarantines"] = str(len(quarantines))
         info["storeQuarantinedRecords"] = str(sum(max(0, m.records) + max(0, m.damaged) for m in quarantines))
