@@ -52,6 +52,15 @@ def encode_report(offset: int) -> bytes:
     return REPORT.pack(offset)
 
 
+#: Ours: a first "report" asking the master to describe its log (where it starts and ends, its store's
+#: identity and incarnations) instead of streaming it. The master answers one frame at this offset whose
+#: data is that description (a KVTable's JSON, GET_BROKER_RUNTIME_INFO's keys) and closes. An older mqctl
+#: master closes at a negative report; a slave asks only under haTls, which 4.9.8 does not speak.
+DESCRIBE = -1
+#: The most bytes a description may take.
+DESCRIPTION_MAX = 64 * 1024
+
+
 def latest_report(buf: Buffer) -> tuple[int | None, int]:
     """The newest complete report in ``buf`` and the bytes consumed (a multiple of 8).
 

@@ -24,15 +24,17 @@ from tests.support.hostile import Answer, honest_with, hostile
 from tests.support.waiting import wait_until
 
 
-def impostor(firsts: list[int], end: int, identity: str = "", incarnations: str = "") -> dict[int, object]:
+def impostor(
+    firsts: list[int], end: int, identity: str = "", incarnations: str = "", ha_addr: str = "127.0.0.1:1"
+) -> dict[int, object]:
     """A NameServer and master in one that names itself the slave's master, holds no record the slave asks
     of, and says its log starts at each of ``firsts`` in turn (the last one from then on) and ends at
     ``end``, showing store ``identity`` and its ``incarnations`` (none: as 4.9.8's shows none; anyone may
-    read a master's)."""
+    read a master's), its HA port at ``ha_addr``."""
     asked = [0]
 
     def register(request: RemotingCommand, addr: str) -> Answer:
-        return RemotingCommand(0, ext_fields={"masterAddr": addr, "haServerAddr": "127.0.0.1:1"})
+        return RemotingCommand(0, ext_fields={"masterAddr": addr, "haServerAddr": ha_addr})
 
     def runtime_info(request: RemotingCommand, addr: str) -> Answer:
         first = firsts[min(asked[0], len(firsts) - 1)]

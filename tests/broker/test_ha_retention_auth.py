@@ -1,0 +1,140 @@
+"""Who may have a slave delete its log as its master's expired records (docs/replication.md §who-says-so):
+under haTls only a master whose HA port, after its mutual-TLS handshake proves it a member, describes the
+same log as its broker port; without haTls only a master on this machine's loopback. An impostor that an
+open NameServer lists as the master can show the real master's identity, history and a large first
+offset: the slave's records are then set aside, kept, never deleted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from daemon.broker.ha import HASlave, MasterLog
+from daemon.namesrv.controller import NamesrvController
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode
+from daemon.remoting.tls import write_local_ca
+from store.config import StoreConfig
+from tests.broker.test_ha import FILE, SMALL, Group, start_slave
+from tests.broker.test_ha_mark import fixed_ports, send_common
+from tests.broker.test_ha_retention import served, write_then_expire_all_but_the_newest_file
+from tests.broker.test_ha_retention_trust import impostor, set_aside
+from tests.support.broker import replicated, start_broker
+from tests.support.cli import RunCli
+from tests.support.hostile import honest_with, hostile
+from tests.support.namesrv import namesrv_config
+from tests.support.waiting import wait_until
+
+
+def ha_tls(certs: dict[str, Path]) -> dict[str, Any]:
+    """haTls on the test CA's member certificate (`write_local_ca` marks the server's)."""
+    return {
+        "ha_tls": True,
+        "tls_server_mode": "permissive",
+        "tls_server_cert_path": str(certs["server_cert"]),
+        "tls_server_key_path": str(certs["server_key"]),
+        "tls_server_trust_cert_path": str(certs["ca"]),
+        "tls_test_mode_enable": False,
+    }
+
+
+@contextlib.asynccontextmanager
+async def members(tmp_path: Path, **master: Any) -> AsyncIterator[tuple[Group, dict[str, Any]]]:
+    """A NameServer, a master and its slave replicating on mutual TLS (haTls); the config both share."""
+    keys = ha_tls(write_local_ca(tmp_path / "certs"))
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns = f"127.0.0.1:{namesrv.port}"
+    first = await start_broker(tmp_path / "master", **{**SMALL, "namesrv_addr": ns, **keys, **master})
+    g = Group(namesrv, first, await start_slave(tmp_path / "slave", ns, **keys), RemotingClient())
+    try:
+        yield g, keys
+    finally:
+        await g.client.close()
+        await g.slave.stop()
+        await g.master.stop()
+        await namesrv.stop()
+
+
+@contextlib.asynccontextmanager
+async def no_member() -> AsyncIterator[str]:
+    """An HA port that is no member's: it closes every connection at once (no TLS handshake completes)."""
+
+    async def close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(close, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.slow
+async def test_under_ha_tls_an_impostor_that_is_no_member_cannot_make_a_slave_delete_the_only_copy(
+    tmp_path: Path,
+) -> None:
+    """The master is lost; its slave (haTls) holds the only copy of 40 acknowledged records. What its
+    NameServer now lists as the master shows the lost master's identity and incarnations (anyone may read
+    them) and says its log starts far past the slave's; its HA port completes no member's handshake. The
+    40 are set aside, kept, not deleted: before, the broker port's word alone had them deleted."""
+    async with members(tmp_path) as (g, keys):
+        await send_common(g, 40, "only")
+        await replicated(g.master, g.slave)
+        lost = g.master.store
+        identity, history = lost.identity, ";".join(map(str, lost.incarnations))
+        await g.slave.stop()
+        await g.master.stop()
+        async with no_member() as ha_addr:
+            fake = impostor([64 * FILE], 65 * FILE, identity, history, ha_addr=ha_addr)
+            with hostile(honest_with(fake)) as peer:  # type: ignore[arg-type]
+                slave = await start_slave(tmp_path / "slave", peer.addr, **keys)
+                try:
+                    await wait_until(lambda: slave.store.min_phy_offset == 64 * FILE)
+                    assert peer.requests.count(RequestCode.GET_BROKER_RUNTIME_INFO) >= 1
+                finally:
+                    await slave.stop()
+    assert set_aside(tmp_path) == [40]
+
+
+@pytest.mark.slow
+async def test_under_ha_tls_a_slave_behind_its_masters_retention_deletes_what_the_member_confirmed(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """The real master, behind whose retention its slave fell, confirms over its HA port (mutual TLS) what
+    its broker port said: the slave's records go as the master's did, none set aside, and it catches up."""
+    fixed = fixed_ports()
+    async with members(tmp_path, **fixed) as (g, keys):
+        await send_common(g, 40, "old")
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
+        g.master = await start_broker(
+            tmp_path / "master", **{**SMALL, "namesrv_addr": g.ns_addr, **keys, **fixed}
+        )
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr, **keys)
+        await send_common(g, 8, "after")
+        await replicated(g.master, g.slave)
+        assert set_aside(tmp_path) == []
+        assert g.slave.store.min_phy_offset == g.master.store.min_phy_offset > 0
+        assert await served(g, g.slave) == await served(g, g.master)
+
+
+async def test_without_ha_tls_only_a_master_on_this_machines_loopback_is_taken_at_its_word() -> None:
+    """Nothing authenticates a master's broker port without haTls: one beyond this machine saying its log
+    starts past the slave's has the slave's records set aside rather than deleted; one on loopback (this
+    machine's own user separation) is taken at its word. (No traffic: the decision alone.)"""
+    store = SimpleNamespace(replica_master="ab" * 16)
+    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
+    beyond = MasterLog(64 * FILE, "ab" * 16, addr="192.0.2.7:10911")
+    assert "nothing authenticates" in await slave._why_not_delete(beyond)
+    assert await slave._why_not_delete(dataclasses.replace(beyond, addr="127.0.0.1:10911")) == ""
+    assert "does not name" in await slave._why_not_delete(dataclasses.replace(beyond, identity="cd" * 16))
