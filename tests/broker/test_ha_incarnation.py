@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from store.replica_tail import diverged_quarantines
-from tests.broker.test_ha import SMALL, master_and_slave, start_slave
-from tests.broker.test_ha_mark import fixed_ports, restart_master, runtime, send_common
+from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
+from tests.broker.test_ha_mark import TOPIC, fixed_ports, restart_master, runtime, send_common
 from tests.broker.test_ha_retention import served, write_then_expire_all_but_the_newest_file
 from tests.support.broker import replicated, start_broker
 from tests.support.cli import RunCli
@@ -114,3 +114,60 @@ async def test_a_store_copied_to_seed_another_master_vouches_for_none_of_the_ori
     verify = await asyncio.to_thread(cli, "store", "verify", "--store", str(tmp_path / "b"), "-o", "json")
     assert verify.code == 0, verify.stdout
     assert json.loads(verify.stdout)["incarnation"].split("@")[0] == current
+
+
+async def send_big(g: Group, n: int, what: bytes) -> None:
+    for i in range(n):
+        assert (await g.on(g.master).send(TOPIC, what * 4000, queue_id=i % 4)).code == 0
+
+
+@pytest.mark.slow
+async def test_a_slave_reaching_past_a_restored_masters_retention_serves_none_of_the_records_it_replaced(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """The master is restored from a backup taken after 20 records, while its slave holds 230 more (into a
+    fourth file). The restored master writes as many files of other records, and its retention deletes all
+    but its newest file, which the slave's log reaches. The slave's files below it were the lost records'
+    (different ones from what the master wrote at those offsets): the mark vouched for them as the master's,
+    so the slave kept and served them; now the restored master's history says the mark's incarnation ended
+    at the backup's end, and the slave holds and serves exactly what the master does."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 20, "early")
+        await replicated(g.master, g.slave)
+        await g.master.stop()
+        shutil.copytree(tmp_path / "master", tmp_path / "backup")
+        await restart_master(g, tmp_path, fixed)
+        await send_big(g, 230, b"o")
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        await g.master.stop()
+
+        shutil.rmtree(tmp_path / "master")
+        shutil.copytree(tmp_path / "backup", tmp_path / "master")
+        await restart_master(g, tmp_path, fixed)
+        await send_big(g, 200, b"n")
+        await g.master.stop()
+        done = await asyncio.to_thread(
+            cli,
+            "store",
+            "clean",
+            "--store",
+            str(tmp_path / "master"),
+            "--reserved-hours",
+            "0",
+            "--execute",
+            "--yes",
+        )
+        assert done.code == 0, done.stderr
+        await restart_master(g, tmp_path, fixed)
+        first = g.master.store.min_phy_offset
+        assert first == 3 * FILE
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await send_common(g, 8, "after")
+        await replicated(g.master, g.slave)
+        assert g.slave.store.min_phy_offset == first
+        assert await served(g, g.slave) == await served(g, g.master)
+        assert not any(b.startswith(b"ooo") for q in await served(g, g.slave) for b in q)
+        assert sum(set_aside(tmp_path / "slave")) == 250  # (the 20 too: the mark no longer vouches for them)
