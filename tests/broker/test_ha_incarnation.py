@@ -10,6 +10,7 @@ import asyncio
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,25 @@ def set_aside(root: Path) -> list[int]:
     return [q.records for q in diverged_quarantines(str(root))]
 
 
+async def copied_after(g: Group, tmp_path: Path, fixed: dict[str, Any], n: int, what: str, copy: str) -> None:
+    """``n`` records sent and copied by the slave, then the master's store copied to ``copy`` while it is
+    stopped (a backup, or a seed for another broker), and the master started again on its own."""
+    await send_common(g, n, what)
+    await replicated(g.master, g.slave)
+    await g.master.stop()
+    shutil.copytree(tmp_path / "master", tmp_path / copy)
+    await restart_master(g, tmp_path, fixed)
+
+
+async def restored(g: Group, tmp_path: Path, fixed: dict[str, Any]) -> None:
+    """The slave and the master stopped, the master's store replaced by its backup, the master started."""
+    await g.slave.stop()
+    await g.master.stop()
+    shutil.rmtree(tmp_path / "master")
+    shutil.copytree(tmp_path / "backup", tmp_path / "master")
+    await restart_master(g, tmp_path, fixed)
+
+
 @pytest.mark.slow
 async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave_delete_what_only_it_holds(
     tmp_path: Path, cli: RunCli
@@ -37,23 +57,14 @@ async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave
     slave then holds and serves what the master does."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await send_common(g, 20, "early")
-        await replicated(g.master, g.slave)
-        await g.master.stop()
-        shutil.copytree(tmp_path / "master", tmp_path / "backup")
-        await restart_master(g, tmp_path, fixed)
+        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
         identity = g.master.store.identity
         await send_common(g, 40, "only")
         await replicated(g.master, g.slave)
         before = (await runtime(g, g.master))["haIncarnations"].split(";")
         assert len(before) == 2
         assert (await runtime(g, g.slave))["haReplicaIncarnation"] == before[-1].split("@")[0]
-        await g.slave.stop()
-        await g.master.stop()
-
-        shutil.rmtree(tmp_path / "master")
-        shutil.copytree(tmp_path / "backup", tmp_path / "master")
-        await restart_master(g, tmp_path, fixed)
+        await restored(g, tmp_path, fixed)
         assert g.master.store.identity == identity
         after = (await runtime(g, g.master))["haIncarnations"].split(";")
         assert after[0] == before[0] and after[1] != before[1] and len(after) == 2
@@ -84,11 +95,7 @@ async def test_a_store_copied_to_seed_another_master_vouches_for_none_of_the_ori
     `broker ha status` and `store verify` show each store's incarnation."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await send_common(g, 20, "common")
-        await replicated(g.master, g.slave)
-        await g.master.stop()
-        shutil.copytree(tmp_path / "master", tmp_path / "b")
-        await restart_master(g, tmp_path, fixed)
+        await copied_after(g, tmp_path, fixed, 20, "common", "b")
         await send_common(g, 30, "a")
         await replicated(g.master, g.slave)
         await g.slave.stop()
@@ -133,19 +140,10 @@ async def test_a_slave_reaching_past_a_restored_masters_retention_serves_none_of
     at the backup's end, and the slave holds and serves exactly what the master does."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await send_common(g, 20, "early")
-        await replicated(g.master, g.slave)
-        await g.master.stop()
-        shutil.copytree(tmp_path / "master", tmp_path / "backup")
-        await restart_master(g, tmp_path, fixed)
+        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
         await send_big(g, 230, b"o")
         await replicated(g.master, g.slave)
-        await g.slave.stop()
-        await g.master.stop()
-
-        shutil.rmtree(tmp_path / "master")
-        shutil.copytree(tmp_path / "backup", tmp_path / "master")
-        await restart_master(g, tmp_path, fixed)
+        await restored(g, tmp_path, fixed)
         await send_big(g, 200, b"n")
         await g.master.stop()
         done = await asyncio.to_thread(

@@ -17,19 +17,16 @@ from typing import Any
 import pytest
 
 from daemon.broker.ha import HASlave, MasterLog
-from daemon.namesrv.controller import NamesrvController
-from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.tls import write_local_ca
 from store.config import StoreConfig
-from tests.broker.test_ha import FILE, SMALL, Group, start_slave
+from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
 from tests.broker.test_ha_mark import fixed_ports, send_common
 from tests.broker.test_ha_retention import served, write_then_expire_all_but_the_newest_file
 from tests.broker.test_ha_retention_trust import impostor, set_aside
 from tests.support.broker import replicated, start_broker
 from tests.support.cli import RunCli
 from tests.support.hostile import honest_with, hostile
-from tests.support.namesrv import namesrv_config
 from tests.support.waiting import wait_until
 
 
@@ -49,18 +46,8 @@ def ha_tls(certs: dict[str, Path]) -> dict[str, Any]:
 async def members(tmp_path: Path, **master: Any) -> AsyncIterator[tuple[Group, dict[str, Any]]]:
     """A NameServer, a master and its slave replicating on mutual TLS (haTls); the config both share."""
     keys = ha_tls(write_local_ca(tmp_path / "certs"))
-    namesrv = NamesrvController(namesrv_config(tmp_path))
-    await namesrv.start()
-    ns = f"127.0.0.1:{namesrv.port}"
-    first = await start_broker(tmp_path / "master", **{**SMALL, "namesrv_addr": ns, **keys, **master})
-    g = Group(namesrv, first, await start_slave(tmp_path / "slave", ns, **keys), RemotingClient())
-    try:
+    async with master_and_slave(tmp_path, slave=keys, **keys, **master) as g:
         yield g, keys
-    finally:
-        await g.client.close()
-        await g.slave.stop()
-        await g.master.stop()
-        await namesrv.stop()
 
 
 @contextlib.asynccontextmanager
