@@ -992,8 +992,8 @@ def verify(
 
 
 def _identities(lay: Layout) -> tuple[str, str, str]:
-    """The store's identity, its newest incarnation and the one its mark names (docs/replication.md
-    §incarnations), as the files beside it keep them."""
+    """The store's identity, its newest incarnation and the one its mark names, as the files beside it
+    keep them (docs/replication.md §incarnations)."""
     root = str(lay.root)
     history = read_incarnations(root)
     checkpoint = StoreCheckpoint(str(lay.root / "checkpoint"), read_only=True)

@@ -1042,8 +1042,8 @@ class Broker:
         self.store.open()
         try:
             if not is_slave(self.config) and not self.config.enable_dleger_commit_log:
-                # before any put: records past this point are this incarnation's (docs/replication.md
-                # §incarnations), and a store restored from an older copy does not know it
+                # before any put: records past this point are this incarnation's, and a store restored
+                # from an older copy does not know it (docs/replication.md §incarnations)
                 self.store.begin_incarnation()
             configs = self.store.configs
             self.topics = TopicConfigManager(self.config, configs.topics)
