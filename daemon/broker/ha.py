@@ -1109,8 +1109,8 @@ class HASlave:
         master something authenticates: under haTls its HA port, whose mutual-TLS handshake proves it a
         member, must describe the same log as its broker port did (an impostor an open NameServer lists
         shows the real master's identity and a large first offset as easily); without haTls only a master
-        on this machine's loopback is taken at its word. Raises TailUnknown when its HA port cannot be
-        reached now (asked again, nothing decided)."""
+        on this machine's loopback is taken at its word. Raises TailUnknown when no member answers at its
+        HA port, or describes another log (asked again, nothing decided)."""
         start = master.first_offset
         if not self._names_my_master(master):
             return (
@@ -1149,7 +1149,9 @@ class HASlave:
 
     async def _describe_master(self) -> MasterLog | None:
         """The master's log as its HA port describes it (:data:`store.ha.DESCRIBE`), under haTls a member's
-        word; None when it does not (the handshake failed: no member; an older mqctl, which closes)."""
+        word; None when a member does not (an older mqctl, which closes). Raises TailUnknown when no
+        member's handshake completes there (no member, or none now: its gate, its port): nothing is
+        decided on a peer that proved nothing, the slave asks again."""
         addr = self.master_addr
         if not addr:
             raise TailUnknown("the master's HA address is not known yet")
@@ -1160,11 +1162,10 @@ class HASlave:
                 reader, writer = await asyncio.open_connection(
                     host, port, ssl=self.ssl, local_addr=(source, 0) if source else None
                 )
-        except (ConnectionRefusedError, TimeoutError) as exc:
-            raise TailUnknown(f"its HA port {addr}: {describe_connect_failure(exc)}") from None
-        except (OSError, ValueError) as exc:
-            log.warning("HA: master %s did not describe its log: %s", addr, describe_connect_failure(exc))
-            return None
+        except (OSError, ValueError, TimeoutError) as exc:  # (ssl.SSLError too: no member's certificate)
+            raise TailUnknown(
+                f"no member's handshake completed at its HA port {addr} (haTls): {describe_connect_failure(exc)}"
+            ) from None
         try:
             async with asyncio.timeout(3.0):
                 writer.write(_DESCRIBE_REPORT)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,12 +21,13 @@ from daemon.remoting.codes import RequestCode
 from daemon.remoting.tls import write_local_ca
 from store.config import StoreConfig
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
-from tests.broker.test_ha_mark import fixed_ports, send_common
+from tests.broker.test_ha_mark import everything, fixed_ports, send_common
 from tests.broker.test_ha_retention import served, write_then_expire_all_but_the_newest_file
 from tests.broker.test_ha_retention_trust import impostor, set_aside
 from tests.support.broker import replicated, start_broker
 from tests.support.cli import RunCli
 from tests.support.hostile import honest_with, hostile
+from tests.support.namesrv import Namesrv
 from tests.support.waiting import wait_until
 
 
@@ -65,31 +66,76 @@ async def no_member() -> AsyncIterator[str]:
         await server.wait_closed()
 
 
+async def only_copy(g: Group) -> tuple[str, str]:
+    """40 acknowledged records sent and copied by the slave, then the slave stopped; the master's identity
+    and incarnations (which anyone may read from its runtime info)."""
+    await send_common(g, 40, "only")
+    await replicated(g.master, g.slave)
+    await g.slave.stop()
+    return g.master.store.identity, ";".join(map(str, g.master.store.incarnations))
+
+
+async def nothing_moves(
+    g: Group,
+    tmp_path: Path,
+    keys: dict[str, Any],
+    shown: tuple[str, str],
+    ha_addr: str,
+    logged: Callable[[], bool],
+) -> None:
+    """The slave restarted with an impostor as its NameServer and master, which shows ``shown`` (the real
+    identity and incarnations), a log starting far past the slave's, and the HA port ``ha_addr``: once
+    ``logged`` and asked again, it still holds and serves its 40, and has set none aside."""
+    fake = impostor([64 * FILE], 65 * FILE, *shown, ha_addr=ha_addr)
+    with hostile(honest_with(fake)) as peer:  # type: ignore[arg-type]
+        g.slave = await start_slave(tmp_path / "slave", peer.addr, **keys)
+        await wait_until(logged)
+        await wait_until(lambda: peer.requests.count(RequestCode.GET_BROKER_RUNTIME_INFO) >= 4)
+        assert g.slave.store.min_phy_offset == 0
+        assert sum(len(q) for q in await everything(g, g.slave)) == 40
+        await g.slave.stop()
+    assert set_aside(tmp_path) == []
+
+
 @pytest.mark.slow
 async def test_under_ha_tls_an_impostor_that_is_no_member_cannot_make_a_slave_delete_the_only_copy(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The master is lost; its slave (haTls) holds the only copy of 40 acknowledged records. What its
     NameServer now lists as the master shows the lost master's identity and incarnations (anyone may read
     them) and says its log starts far past the slave's; its HA port completes no member's handshake. The
-    40 are set aside, kept, not deleted: before, the broker port's word alone had them deleted."""
+    slave deletes nothing and sets nothing aside, asks again, and serves its 40 meanwhile: before, the
+    broker port's word alone had them deleted."""
     async with members(tmp_path) as (g, keys):
-        await send_common(g, 40, "only")
-        await replicated(g.master, g.slave)
-        lost = g.master.store
-        identity, history = lost.identity, ";".join(map(str, lost.incarnations))
-        await g.slave.stop()
+        shown = await only_copy(g)
         await g.master.stop()
         async with no_member() as ha_addr:
-            fake = impostor([64 * FILE], 65 * FILE, identity, history, ha_addr=ha_addr)
-            with hostile(honest_with(fake)) as peer:  # type: ignore[arg-type]
-                slave = await start_slave(tmp_path / "slave", peer.addr, **keys)
-                try:
-                    await wait_until(lambda: slave.store.min_phy_offset == 64 * FILE)
-                    assert peer.requests.count(RequestCode.GET_BROKER_RUNTIME_INFO) >= 1
-                finally:
-                    await slave.stop()
-    assert set_aside(tmp_path) == [40]
+            await nothing_moves(
+                g,
+                tmp_path,
+                keys,
+                shown,
+                ha_addr,
+                lambda: "no member's handshake completed at its HA" in caplog.text,
+            )
+
+
+@pytest.mark.slow
+async def test_under_ha_tls_an_impostors_broker_port_beside_the_real_members_ha_port_moves_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The impostor lists itself with the real master's HA port (a member's, whose handshake passes):
+    that port describes the real log, which starts at 0, not where the impostor's broker port says. The
+    slave deletes nothing and sets nothing aside, asks again, and serves its 40 meanwhile. (Its host stays
+    listed as a slave at the real NameServer, so the member's gate admits it.)"""
+    async with members(tmp_path) as (g, keys):
+        shown = await only_copy(g)
+        await Namesrv(g.namesrv, g.client).register({}, broker_addr="127.0.0.1:1", broker_id=2)
+        assert g.master.ha_master is not None
+        ha_addr = f"127.0.0.1:{g.master.ha_master.port}"
+        await nothing_moves(
+            g, tmp_path, keys, shown, ha_addr, lambda: "describe different logs" in caplog.text
+        )
 
 
 @pytest.mark.slow
