@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -136,6 +137,48 @@ async def test_under_ha_tls_an_impostors_broker_port_beside_the_real_members_ha_
         await nothing_moves(
             g, tmp_path, keys, shown, ha_addr, lambda: "describe different logs" in caplog.text
         )
+
+
+@contextlib.asynccontextmanager
+async def member_without_description(keys: dict[str, Any]) -> AsyncIterator[str]:
+    """An HA port with a member's certificate that closes at the description request, as an mqctl master
+    from before it does (a negative report)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(keys["tls_server_cert_path"], keys["tls_server_key_path"])
+    ctx.load_verify_locations(keys["tls_server_trust_cert_path"])
+    ctx.verify_mode = ssl.CERT_REQUIRED
+
+    async def close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            await reader.readexactly(8)
+        writer.close()
+
+    server = await asyncio.start_server(close, "127.0.0.1", 0, ssl=ctx)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.slow
+async def test_under_ha_tls_a_member_that_gives_no_description_has_the_records_set_aside_not_deleted(
+    tmp_path: Path,
+) -> None:
+    """A member's HA port completes the handshake and closes at the description request (an mqctl master
+    from before it, in a rolling upgrade): its broker port's word that its log starts past the slave's is
+    not confirmed, so the slave's 40 are set aside at ERROR, kept, not deleted, and its log begins again
+    there."""
+    async with members(tmp_path) as (g, keys):
+        shown = await only_copy(g)
+        await g.master.stop()
+        async with member_without_description(keys) as ha_addr:
+            fake = impostor([64 * FILE], 65 * FILE, *shown, ha_addr=ha_addr)
+            with hostile(honest_with(fake)) as peer:  # type: ignore[arg-type]
+                g.slave = await start_slave(tmp_path / "slave", peer.addr, **keys)
+                await wait_until(lambda: g.slave.store.min_phy_offset == 64 * FILE)
+                await g.slave.stop()
+    assert set_aside(tmp_path) == [40]
 
 
 @pytest.mark.slow
