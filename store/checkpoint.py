@@ -46,10 +46,24 @@ _OWNED = struct.Struct(">8sqI")
 _MASTERED_MAGIC = b"mqctlRM3"
 # the same with the identity of the master's store whose records the mark counts, after the name's CRC32
 _MASTERED = struct.Struct(">8sqI16s")
-_LAYOUTS = {_MARK_MAGIC: _MARK, _OWNED_MAGIC: _OWNED, _MASTERED_MAGIC: _MASTERED}
+_INCARNATED_MAGIC = b"mqctlRM4"
+# the same with the master's incarnation it copied from last (docs/replication.md §incarnations), after the
+# identity: the mark vouches for its records only up to where the master's history says it ended
+_INCARNATED = struct.Struct(">8sqI16s16s")
+_LAYOUTS = {
+    _MARK_MAGIC: _MARK,
+    _OWNED_MAGIC: _OWNED,
+    _MASTERED_MAGIC: _MASTERED,
+    _INCARNATED_MAGIC: _INCARNATED,
+}
 #: A store's identity (see :func:`store_identity`): the file in its root directory, and its size in bytes.
 IDENTITY_FILE = "identity"
 IDENTITY_SIZE = 16
+#: A store's incarnations as a master (see :func:`begin_incarnation`): the file beside the identity.
+INCARNATIONS_FILE = "incarnations"
+#: The most incarnations a store keeps (the newest): a slave whose mark names an older one vouches for
+#: nothing, and sets aside rather than deletes.
+INCARNATIONS_KEPT = 64
 #: What one write covers: the longs, RocketMQ 5.x's fields after them (kept as read), the recovery point and
 #: the replica mark, all in the first sector, which a disk writes whole.
 _PAGE = 256
@@ -107,9 +121,11 @@ def _decode_recovery(data: bytes, header: bytes) -> RecoveryPoint | None:
     return RecoveryPoint(offset, index)
 
 
-def _encode_mark(offset: int, owner: int | None, master: bytes, header: bytes) -> bytes:
+def _encode_mark(offset: int, owner: int | None, master: bytes, incarnation: bytes, header: bytes) -> bytes:
     if owner is None:
         fields = _MARK.pack(_MARK_MAGIC, offset)
+    elif master and incarnation:
+        fields = _INCARNATED.pack(_INCARNATED_MAGIC, offset, owner, master, incarnation)
     elif master:
         fields = _MASTERED.pack(_MASTERED_MAGIC, offset, owner, master)
     else:
@@ -123,6 +139,7 @@ class _Mark:
     owner: int | None
     master: bytes
     found: bool
+    incarnation: bytes = b""
 
 
 def _decode_mark(data: bytes, header: bytes) -> _Mark:
@@ -138,7 +155,8 @@ def _decode_mark(data: bytes, header: bytes) -> _Mark:
     if _CRC.unpack_from(data, layout.size)[0] != zlib.crc32(header + fields) or values[1] < 0:
         return _Mark(None, None, b"", True)
     owner = values[2] if len(values) > 2 else None
-    return _Mark(values[1], owner, values[3] if len(values) > 3 else b"", True)
+    master = values[3] if len(values) > 3 else b""
+    return _Mark(values[1], owner, master, True, values[4] if len(values) > 4 else b"")
 
 
 def store_identity(root: str, *, create: bool, renew: bool = False) -> bytes:
@@ -167,7 +185,72 @@ def store_identity(root: str, *, create: bool, renew: bool = False) -> bytes:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     sync_directory(root)
+    if renew:  # the old identity's incarnations vouch for nothing of the new one's
+        _write_incarnations(root, [])
     return identity
+
+
+@dataclass(frozen=True, slots=True)
+class Incarnation:
+    """One start of a store as a master: a random id, and the CommitLog offset its log ended at then (where
+    its own records begin). It ends where the next one in the store's history begins."""
+
+    id: bytes
+    start: int
+
+    def __str__(self) -> str:
+        return f"{self.id.hex()}@{self.start}"
+
+
+def read_incarnations(root: str) -> list[Incarnation]:
+    """The store's incarnations as a master, oldest first (none: a store that never started as one since it
+    was made, or one from before them). Lines of ``ID@START``; one that does not parse ends the list."""
+    try:
+        with open(os.path.join(root, INCARNATIONS_FILE), encoding="ascii") as f:
+            text = f.read()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return []
+    return parse_incarnations(text.replace("\n", ";"))
+
+
+def parse_incarnations(text: str) -> list[Incarnation]:
+    """``ID@START`` joined by ``;`` (as a master shows them, ``haIncarnations``), oldest first; what does
+    not parse, or goes back, ends the list."""
+    out: list[Incarnation] = []
+    for item in filter(None, text.split(";")):
+        ident, _, start = item.strip().partition("@")
+        try:
+            raw = bytes.fromhex(ident)
+        except ValueError:
+            break
+        if len(raw) != IDENTITY_SIZE or not (start.isascii() and start.isdigit()):
+            break
+        if out and int(start) < out[-1].start:
+            break
+        out.append(Incarnation(raw, int(start)))
+    return out
+
+
+def _write_incarnations(root: str, history: list[Incarnation]) -> None:
+    path = os.path.join(root, INCARNATIONS_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="ascii") as f:
+        f.write("".join(f"{i}\n" for i in history))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    sync_directory(root)
+
+
+def begin_incarnation(root: str, start: int) -> list[Incarnation]:
+    """A store starting as a master begins a new incarnation at ``start`` (its log's end): appended to its
+    history, on disk before it takes a put. A slave's mark names the incarnation it copied from; a store
+    restored from an older copy, or copied to seed another broker, keeps the identity but not the history
+    written since, so no slave takes records of an incarnation it lacks for its own. Returns the history."""
+    history = read_incarnations(root)
+    history = [*history, Incarnation(os.urandom(IDENTITY_SIZE), start)][-INCARNATIONS_KEPT:]
+    _write_incarnations(root, history)
+    return history
 
 
 class StoreCheckpoint:
@@ -194,6 +277,8 @@ class StoreCheckpoint:
         self.replica_owner: int | None = None
         #: The identity of the master's store whose records the mark counts (empty: not known).
         self.replica_master = b""
+        #: The master's incarnation the mark's records were last copied from (empty: not known).
+        self.replica_incarnation = b""
         self._fd: int | None = None
         self._page = bytearray(_PAGE)
         self._lock = threading.Lock()  # one composer of the page at a time: its fields agree with each other
@@ -207,6 +292,7 @@ class StoreCheckpoint:
         mark = _decode_mark(page[REPLICA_MARK_AT:], data)
         self.replica_mark, self.replica_owner, self.replica_master = mark.offset, mark.owner, mark.master
         self.replica_mark_found = mark.found
+        self.replica_incarnation = mark.incarnation if mark.master else b""
         if read_only:
             os.close(fd)
         else:
@@ -242,7 +328,13 @@ class StoreCheckpoint:
                 recovery = _encode_recovery(point, header)
                 page[RECOVERY_POINT_AT : RECOVERY_POINT_AT + len(recovery)] = recovery
             if self.replica_mark is not None:
-                mark = _encode_mark(self.replica_mark, self.replica_owner, self.replica_master, header)
+                mark = _encode_mark(
+                    self.replica_mark,
+                    self.replica_owner,
+                    self.replica_master,
+                    self.replica_incarnation,
+                    header,
+                )
                 page[REPLICA_MARK_AT : REPLICA_MARK_AT + len(mark)] = mark
             os.pwrite(fd, page, 0)
 

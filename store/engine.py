@@ -38,7 +38,14 @@ from store.api import (
     batch_is_legal,
     search_by_timestamp,
 )
-from store.checkpoint import RecoveryPoint, StoreCheckpoint, store_identity
+from store.checkpoint import (
+    Incarnation,
+    RecoveryPoint,
+    StoreCheckpoint,
+    begin_incarnation,
+    read_incarnations,
+    store_identity,
+)
 from store.cleanup import (
     Cleaner,
     CleanPlan,
@@ -364,6 +371,10 @@ class DefaultMessageStore:
         self.identity = ""
         #: The identity of the master's store whose records the mark counts ("": not known).
         self.replica_master = ""
+        #: That master's incarnation the mark's records were last copied from (hex; "": not known).
+        self.replica_incarnation = ""
+        #: This store's incarnations as a master, oldest first (docs/replication.md §incarnations).
+        self.incarnations: list[Incarnation] = []
 
     # ================================================================== lifecycle
 
@@ -391,6 +402,7 @@ class DefaultMessageStore:
             self._load_consume_queues()
             self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), read_only=self.read_only)
             self.identity = store_identity(root, create=not self.read_only).hex()
+            self.incarnations = read_incarnations(root)
             point = None if self.last_exit_ok or self.read_only else self._usable_recovery_point()
             if self.config.message_index_enable:
                 self.index.load(
@@ -559,6 +571,7 @@ class DefaultMessageStore:
             if mark is not None and cp.replica_owner is not None and cp.replica_owner != owner:
                 mark = 0
                 cp.replica_master = b""
+                cp.replica_incarnation = b""
                 if end > cl.min_offset:
                     log.warning(
                         "the checkpoint's replica mark was written while this store was another broker name's: "
@@ -576,6 +589,7 @@ class DefaultMessageStore:
                 )
         self.replica_mark = max(min(mark, end), cl.min_offset)
         self.replica_master = cp.replica_master.hex() if mark else ""
+        self.replica_incarnation = cp.replica_incarnation.hex() if mark and cp.replica_master else ""
         if not self.keep_replica_mark:
             cp.replica_mark = self.replica_mark
         if slave and not self.read_only and self.replica_mark < end:
@@ -1574,13 +1588,24 @@ class DefaultMessageStore:
 
         return restart_replica_log(self, start)
 
-    def name_replica_master(self, identity: str) -> None:
-        """The mark counts the records of the master's store ``identity`` (hex; "": not known) from now on,
-        written with the mark's next write."""
+    def name_replica_master(self, identity: str, incarnation: str = "") -> None:
+        """The mark counts the records of the master's store ``identity`` (hex; "": not known), copied from
+        its ``incarnation`` (hex; "": not known), from now on, written with the mark's next write."""
+        incarnation = incarnation if identity else ""
         with self._put_lock:
             self.replica_master = identity
+            self.replica_incarnation = incarnation
             if self.checkpoint is not None:
                 self.checkpoint.replica_master = bytes.fromhex(identity)
+                self.checkpoint.replica_incarnation = bytes.fromhex(incarnation)
+
+    def begin_incarnation(self) -> None:
+        """This store starts as a master: a new incarnation at its log's end, on disk before any put
+        (docs/replication.md §incarnations)."""
+        if self.read_only:
+            return
+        with self._put_lock:
+            self.incarnations = begin_incarnation(self.config.store_path_root_dir, self.commit_log.max_offset)
 
     def replica_checked(self, end: int) -> None:
         """The divergence check found this log its master's up to ``end`` (its end then, or where it cut):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from typing import Protocol, runtime_checkable
 
+from store.checkpoint import Incarnation
 from store.config import StoreConfig
 from store.errors import CorruptRecordError
 from store.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
@@ -49,6 +50,15 @@ class ReplicaRecordError(HAProtocolError):
 def encode_report(offset: int) -> bytes:
     """A slave's offset report: its CommitLog max offset as an i64."""
     return REPORT.pack(offset)
+
+
+#: Ours: a first "report" asking the master to describe its log (where it starts and ends, its store's
+#: identity and incarnations) instead of streaming it. The master answers one frame at this offset whose
+#: data is that description (a KVTable's JSON, GET_BROKER_RUNTIME_INFO's keys) and closes. An older mqctl
+#: master closes at a negative report; a slave asks only under haTls, which 4.9.8 does not speak.
+DESCRIBE = -1
+#: The most bytes a description may take.
+DESCRIPTION_MAX = 64 * 1024
 
 
 def latest_report(buf: Buffer) -> tuple[int | None, int]:
@@ -412,9 +422,24 @@ class ReplicaStore(Protocol):
         too) and nothing is held back any longer."""
         ...
 
-    def name_replica_master(self, identity: str) -> None:
+    def name_replica_master(self, identity: str, incarnation: str = "") -> None:
         """The mark counts the records of the master's store ``identity`` (hex; "": not known: a master
-        that says none, or one the slave replicates from unchecked) from now on."""
+        that says none, or one the slave replicates from unchecked), copied from its ``incarnation`` (hex;
+        "": not known: a master that shows no history), from now on."""
+        ...
+
+    @property
+    def replica_incarnation(self) -> str:
+        """The master's incarnation the mark's records were last copied from ("": not known)."""
+        ...
+
+    @property
+    def incarnations(self) -> list[Incarnation]:
+        """This store's incarnations as a master, oldest first (none: it keeps none)."""
+        ...
+
+    def begin_incarnation(self) -> None:
+        """The store starts as a master: a new incarnation at its log's end, kept before any put."""
         ...
 
     @property

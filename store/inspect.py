@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.checkpoint import StoreCheckpoint
+from store.checkpoint import StoreCheckpoint, read_incarnations, store_identity
 from store.commitlog import CommitLog, RecordWalk
 from store.config import StoreConfig
 from store.consumequeue import ConsumeQueue, unit_tags_code
@@ -675,6 +675,11 @@ class VerifyReport:
     notes: list[str]  # findings that are not problems (stale index entries and where they point)
     damaged_set_aside: int  # damaged records recovery set aside but left in the CommitLog (never served)
     interrupted: str | None = None  # where Ctrl-C stopped the walk (with ``partial``); later phases are 0
+    identity: str = ""  # the store's identity (hex; "": none kept)
+    #: The incarnation it last started in as a master, ``ID@START`` ("": it never did since it was made),
+    #: and the master's incarnation its replica mark's records were last copied from ("": not known).
+    incarnation: str = ""
+    replica_incarnation: str = ""
 
 
 @dataclass(slots=True)
@@ -982,4 +987,18 @@ def verify(
         ],
         len(phase.set_aside_found),
         f"during the {stage} check" if stage else None,
+        *_identities(lay),
+    )
+
+
+def _identities(lay: Layout) -> tuple[str, str, str]:
+    """The store's identity, its newest incarnation and the one its mark names, as the files beside it
+    keep them (docs/replication.md §incarnations)."""
+    root = str(lay.root)
+    history = read_incarnations(root)
+    checkpoint = StoreCheckpoint(str(lay.root / "checkpoint"), read_only=True)
+    return (
+        store_identity(root, create=False).hex(),
+        str(history[-1]) if history else "",
+        checkpoint.replica_incarnation.hex(),
     )

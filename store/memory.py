@@ -18,6 +18,7 @@ import threading
 from collections.abc import Container
 
 from store.api import ArrivalListener, batch_is_legal, search_by_timestamp
+from store.checkpoint import Incarnation
 from store.cleanup import (
     CleanPlan,
     LogFile,
@@ -232,12 +233,20 @@ class InMemoryMessageStore:
     def replica_checked(self, end: int) -> None:
         pass
 
-    def name_replica_master(self, identity: str) -> None:
+    def name_replica_master(self, identity: str, incarnation: str = "") -> None:
+        pass
+
+    def begin_incarnation(self) -> None:
         pass
 
     #: Nothing outlives the process: no identity to keep, no master's to remember.
     identity = ""
     replica_master = ""
+    replica_incarnation = ""
+
+    @property
+    def incarnations(self) -> list[Incarnation]:
+        return []
 
     def serve_unchecked(self) -> None:
         pass

@@ -83,6 +83,7 @@ def restart_replica_log(store: DefaultMessageStore, start: int) -> int:
         # again, would take this log's start for its retention's and delete what it holds below it (made
         # before anything is deleted: a crash then leaves the old log under a new name, never the reverse)
         store.identity = store_identity(store.config.store_path_root_dir, create=True, renew=True).hex()
+        store.incarnations = []  # (the old identity's: renewed with it)
         cl.files.files = cl.files.files[-1:]
         cl.set_aside.clear()
         cqs = list(store._cqs.values())

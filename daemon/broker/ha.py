@@ -41,7 +41,7 @@ from daemon.remoting.errors import RemotingError, is_acl_refusal
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import TLS_HANDSHAKE_TIMEOUT, bind_listener
 from store import fastjson
-from store.checkpoint import IDENTITY_SIZE
+from store.checkpoint import IDENTITY_SIZE, Incarnation, parse_incarnations
 from store.commitlog import PutMessageStatus
 from store.config import SLAVE, SYNC_MASTER, StoreConfig
 from store.config_files import (
@@ -51,6 +51,9 @@ from store.config_files import (
     JsonConfigFile,
 )
 from store.ha import (
+    DESCRIBE,
+    DESCRIPTION_MAX,
+    FRAME_HEADER,
     HAProtocolError,
     ReplicaRecordError,
     ReplicaRecords,
@@ -219,6 +222,9 @@ class SlaveConnection:
                 return
             begun = bool(buf)
             buf += data
+            if self.acked < 0 and buf[:8] == _DESCRIBE_REPORT:
+                await self._describe()
+                return
             offset, used = latest_report(buf)
             del buf[:used]
             if used or not begun:
@@ -283,6 +289,18 @@ class SlaveConnection:
     @property
     def lag_seconds(self) -> float:
         return _now() - self._sent[0][1] if self._sent else 0.0
+
+    async def _describe(self) -> None:
+        """The slave asks what its check relies on before it deletes (docs/replication.md §who-says-so)
+        over this channel, which under haTls proves this master a member: one frame, then closed."""
+        store = self.master.store
+        table = ha_runtime_info(self.master.config.broker_role, None, None, None, store)
+        table["commitLogMinOffset"] = str(store.min_phy_offset)
+        table["commitLogMaxOffset"] = str(store.max_phy_offset)
+        body = KVTable(table).dumps()
+        self.writer.write(encode_frame_header(DESCRIBE, len(body)) + body)
+        await self.writer.drain()
+        log.info("HA: described this master's log to %s", self.addr)
 
     async def _write_loop(self) -> None:
         await self._started.wait()
@@ -603,6 +621,9 @@ class HAMaster:
         ]
 
 
+_DESCRIBE_REPORT = encode_report(DESCRIBE)
+
+
 class TailUnknown(Exception):
     """The master cannot be asked now (no broker address yet, unreachable): decide nothing, ask again."""
 
@@ -626,6 +647,17 @@ class MasterLog:
     replica_mark: int = 0
     #: Where it ends (``commitLogMaxOffset``); -1 when it does not say.
     end: int = -1
+    #: Its store's incarnations as a master, oldest first (``haIncarnations``; none: a master that keeps
+    #: none, 4.9.8's or an older mqctl's), and, a promoted slave, the incarnation its own mark was copied from.
+    incarnations: tuple[Incarnation, ...] = ()
+    replica_incarnation: str = ""
+    #: The broker address that answered (its remoting port; "": its HA port under haTls).
+    addr: str = ""
+
+    @property
+    def incarnation(self) -> str:
+        """The incarnation it runs in now (hex; "": it shows none)."""
+        return self.incarnations[-1].id.hex() if self.incarnations else ""
 
 
 def _is_identity(value: str) -> bool:
@@ -634,6 +666,29 @@ def _is_identity(value: str) -> bool:
         return len(bytes.fromhex(value)) == IDENTITY_SIZE
     except ValueError:
         return False
+
+
+def master_log(table: dict[str, str], addr: str) -> MasterLog:
+    """What a master's runtime info (or its description over the HA channel) says of its log; raises
+    ValueError when its offsets are no numbers."""
+    first = max(0, int(table.get("commitLogMinOffset", "0")))
+    end = int(table.get("commitLogMaxOffset", "-1"))
+    identity = table.get("haStoreIdentity", "")
+    lineage = table.get("haReplicaMaster", "")
+    mark = table.get("haReplicaMark", "")
+    incarnation = table.get("haReplicaIncarnation", "")
+    if not (_is_identity(lineage) and mark.isascii() and mark.isdigit()):
+        lineage, mark, incarnation = "", "0", ""
+    return MasterLog(
+        first,
+        identity if _is_identity(identity) else "",
+        lineage,
+        int(mark),
+        end,
+        tuple(parse_incarnations(table.get("haIncarnations", ""))) if _is_identity(identity) else (),
+        incarnation if _is_identity(incarnation) else "",
+        addr,
+    )
 
 
 class MasterRecords:
@@ -670,21 +725,13 @@ class MasterRecords:
         (``commitLogMinOffset``, 4.9.8's key too; ``haStoreIdentity``, ours). A master that does not answer
         it (an ACL that admits the slave's records check but not this) says nothing: the check is made by
         the records alone, as before."""
-        _addr, response = await self._ask(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        addr, response = await self._ask(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
         if response.code != ResponseCode.SUCCESS:
-            return MasterLog(0)
+            return MasterLog(0, addr=addr)
         try:
-            table = KVTable.loads(response.body or b"").table
-            first = max(0, int(table.get("commitLogMinOffset", "0")))
-            end = int(table.get("commitLogMaxOffset", "-1"))
+            return master_log(KVTable.loads(response.body or b"").table, addr)
         except ValueError:
-            return MasterLog(0)
-        identity = table.get("haStoreIdentity", "")
-        lineage = table.get("haReplicaMaster", "")
-        mark = table.get("haReplicaMark", "")
-        if not (_is_identity(lineage) and mark.isascii() and mark.isdigit()):
-            lineage, mark = "", "0"
-        return MasterLog(first, identity if _is_identity(identity) else "", lineage, int(mark), end)
+            return MasterLog(0, addr=addr)
 
     async def at(self, offset: int) -> bytes | None:
         fields = ViewMessageRequestHeader(offset).to_ext_fields()
@@ -965,7 +1012,8 @@ class HASlave:
             return True
         if end == 0:  # nothing to check: the master's store is named, if it says, for what follows
             with contextlib.suppress(TailUnknown, TailUncheckable):
-                store.name_replica_master((await self.master_records.log()).identity)
+                master = await self.master_records.log()
+                store.name_replica_master(master.identity, master.incarnation)
                 return True
             store.name_replica_master("")
             return True
@@ -981,6 +1029,10 @@ class HASlave:
                 # its retention deleted files while the check asked of them: "no record" there was no
                 # divergence; asked again, from where its log starts now
                 raise TailUnknown("the master's first offset moved while its records were compared")
+            # records left below the master's first offset go as its expired ones only on its word
+            refusal = (
+                await self._why_not_delete(master) if store.min_phy_offset < cut < master.first_offset else ""
+            )
         except TailUnknown as exc:
             log.warning("HA: this slave's last record is not checked against its master yet: %s", exc)
             return False
@@ -991,11 +1043,11 @@ class HASlave:
         if cut < end:
             await self._set_aside_tail(cut, end, master.first_offset)
         if cut < master.first_offset:
-            if store.min_phy_offset < cut and not self._names_my_master(master):
-                await self._set_aside_unconfirmed(cut, master.first_offset)
+            if store.min_phy_offset < cut and refusal:
+                await self._set_aside_unconfirmed(cut, master.first_offset, refusal)
             await self._restart_log(cut, master.first_offset)
             cut = master.first_offset
-        store.name_replica_master(master.identity)
+        store.name_replica_master(master.identity, master.incarnation)
         await self._checked(cut)
         return True
 
@@ -1005,9 +1057,22 @@ class HASlave:
         master that was a slave of that store (promoted in its place) holds its records up to its own mark."""
         store = self.store
         mine = store.replica_master
-        if not (master.identity and mine and mine != master.identity):
+        if not (master.identity and mine):
             return store.replica_mark
+        if mine == master.identity:
+            return min(store.replica_mark, self._incarnation_end(master))
         if master.replica_master == mine:
+            copied = store.replica_incarnation
+            if copied and master.replica_incarnation and copied != master.replica_incarnation:
+                log.warning(
+                    "HA: this slave's replica mark counts what it copied from incarnation %s of store %s, the "
+                    "master promoted in its place from incarnation %s: none is taken as this master's unless "
+                    "it holds the same",
+                    copied,
+                    mine,
+                    master.replica_incarnation,
+                )
+                return 0
             return min(store.replica_mark, master.replica_mark)
         log.warning(
             "HA: this slave's replica mark counts the records of another master's store (%s) than its "
@@ -1016,6 +1081,106 @@ class HASlave:
             master.identity,
         )
         return 0
+
+    def _incarnation_end(self, master: MasterLog) -> int:
+        """Where the master's history says the incarnation the mark's records were copied from ended: the
+        next one's start, or nowhere (the one it runs in now). A mark from before incarnations, or naming
+        none, vouches as far as it reaches; one the master does not know (its store restored from an older
+        copy, a copy of it started as another master, a history that dropped it) vouches for nothing."""
+        copied = self.store.replica_incarnation
+        if not copied:
+            return self.store.replica_mark
+        history = master.incarnations
+        for i, incarnation in enumerate(history):
+            if incarnation.id.hex() == copied:
+                return history[i + 1].start if i + 1 < len(history) else self.store.replica_mark
+        log.warning(
+            "HA: this slave's replica mark counts what it copied from incarnation %s of its master's store %s, "
+            "which the master's history does not hold (a store restored from an older copy, or a copy of it "
+            "started as another master): none is taken as this master's unless it holds the same",
+            copied,
+            master.identity,
+        )
+        return 0
+
+    async def _why_not_delete(self, master: MasterLog) -> str:
+        """Why the slave's records below ``master``'s first offset may not be deleted as its expired ones
+        ("": they may). Only the store the mark names may say so (:meth:`_names_my_master`), and only a
+        master something authenticates: under haTls its HA port, whose mutual-TLS handshake proves it a
+        member, must describe the same log as its broker port did (an impostor an open NameServer lists
+        shows the real master's identity and a large first offset as easily); without haTls only a master
+        on this machine's loopback is taken at its word. Raises TailUnknown when no member answers at its
+        HA port, or describes another log (asked again, nothing decided)."""
+        start = master.first_offset
+        if not self._names_my_master(master):
+            return (
+                f"below the first offset {start} of a master its replica mark does not name (no store "
+                "identity shown, or another store's)"
+            )
+        if self.ssl is None:
+            host, _ = split_addr(master.addr) if master.addr else ("", 0)
+            if is_loopback(host):
+                return ""
+            log.warning(
+                "HA: nothing authenticates master %s (haTls is off): its word that its log starts past this "
+                "slave's whole log sets those records aside, it does not delete them",
+                master.addr,
+            )
+            return (
+                f"below the first offset {start} that master {master.addr} gave, which nothing authenticates "
+                "(haTls is off, and it is not on this machine)"
+            )
+        described = await self._describe_master()
+        if described is None:
+            return (
+                f"below the first offset {start} that the master's broker port gave and its HA port (mutual "
+                "TLS) did not confirm"
+            )
+        if (described.first_offset, described.identity, described.incarnations) != (
+            master.first_offset,
+            master.identity,
+            master.incarnations,
+        ):
+            raise TailUnknown(
+                f"master {master.addr} and its HA port {self.master_addr} (mutual TLS) describe different logs "
+                f"(first offsets {master.first_offset} and {described.first_offset})"
+            )
+        return ""
+
+    async def _describe_master(self) -> MasterLog | None:
+        """The master's log as its HA port describes it (:data:`store.ha.DESCRIBE`), under haTls a member's
+        word; None when a member does not (an older mqctl, which closes). Raises TailUnknown when no
+        member's handshake completes there (no member, or none now: its gate, its port): nothing is
+        decided on a peer that proved nothing, the slave asks again."""
+        addr = self.master_addr
+        if not addr:
+            raise TailUnknown("the master's HA address is not known yet")
+        host, port = split_addr(addr)
+        source = connect_source(self.source_host, host)
+        try:
+            async with asyncio.timeout(3.0):
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=self.ssl, local_addr=(source, 0) if source else None
+                )
+        except (OSError, ValueError, TimeoutError) as exc:  # (ssl.SSLError too: no member's certificate)
+            raise TailUnknown(
+                f"no member's handshake completed at its HA port {addr} (haTls): {describe_connect_failure(exc)}"
+            ) from None
+        try:
+            async with asyncio.timeout(3.0):
+                writer.write(_DESCRIBE_REPORT)
+                await writer.drain()
+                offset, size = FRAME_HEADER.unpack(await reader.readexactly(FRAME_HEADER.size))
+                if offset != DESCRIBE or not 0 < size <= DESCRIPTION_MAX:
+                    raise ValueError(f"a frame at offset {offset} of {size} bytes")
+                return master_log(KVTable.loads(await reader.readexactly(size)).table, "")
+        except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.warning("HA: master %s did not describe its log: %s", addr, exc or type(exc).__name__)
+            return None
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
 
     def _names_my_master(self, master: MasterLog) -> bool:
         """Whether ``master`` is the store the replica mark names: only then is its first offset its
@@ -1026,24 +1191,24 @@ class HASlave:
         mine = self.store.replica_master
         return bool(mine and master.identity == mine)
 
-    async def _set_aside_unconfirmed(self, end: int, start: int) -> None:
+    async def _set_aside_unconfirmed(self, end: int, start: int, refusal: str) -> None:
         """The log ends at ``end``, below the first offset ``start`` of a master not known to be the one
-        whose records it holds: set aside (a quarantine keeps them), not deleted as expired."""
+        whose records it holds, or whose word nothing authenticates (``refusal``): set aside (a quarantine
+        keeps them), not deleted as expired."""
         first = self.store.min_phy_offset
         why = (
-            f"the slave's CommitLog from offset {first} to {end} is below the first offset {start} of a master "
-            "its replica mark does not name (no store identity shown, or another store's): not known to "
-            "be that master's expired records, so kept here rather than deleted"
+            f"the slave's CommitLog from offset {first} to {end} is {refusal}: not known "
+            "to be that master's expired records, so kept here rather than deleted"
         )
         async with self._dispatching:
             records, where = self.store.set_aside_replica_tail(first, why)
         log.error(
-            "HA: %d record(s) of this slave, offsets %d to %d, are below the first offset %d of a master its "
-            "replica mark does not name: set aside%s, not deleted; replicating from offset %d",
+            "HA: %d record(s) of this slave, offsets %d to %d, are %s: set aside%s, not deleted; replicating "
+            "from offset %d",
             records,
             first,
             end,
-            start,
+            refusal,
             f" in {where}" if where else "",
             start,
         )
@@ -1201,6 +1366,8 @@ HA_RUNTIME_KEYS = frozenset(
         "haReplicaMark",
         "haReplicaMaster",
         "haStoreIdentity",
+        "haIncarnations",
+        "haReplicaIncarnation",
         "haHeldBackBytes",
         "storeQuarantines",
         "storeQuarantinedRecords",
@@ -1230,9 +1397,13 @@ def ha_runtime_info(
     info = {"brokerRole": role}
     if store is not None and store.identity:
         info["haStoreIdentity"] = store.identity
+        if store.incarnations:
+            info["haIncarnations"] = ";".join(map(str, store.incarnations))
     if store is not None and store.replica_master:
         info["haReplicaMaster"] = store.replica_master
         info["haReplicaMark"] = str(store.replica_mark)
+        if store.replica_incarnation:
+            info["haReplicaIncarnation"] = store.replica_incarnation
     if quarantines:
         info["storeQuarantines"] = str(len(quarantines))
         info["storeQuarantinedRecords"] = str(sum(max(0, m.records) + max(0, m.damaged) for m in quarantines))

@@ -46,8 +46,13 @@ class HAStatus:
     replica_mark: int | None = None
     #: A slave's: the identity of the master's store whose records its mark counts (None: not known).
     replica_master: str | None = None
+    #: A slave's: that master's incarnation its mark's records were last copied from (None: not known).
+    replica_incarnation: str | None = None
     #: The broker's store's identity (ours: a slave's mark names its master's by it).
     store_identity: str | None = None
+    #: A master's: the incarnation its store runs in (``ID@START``'s id: a new one at each start as a
+    #: master, kept in its history; docs/replication.md §incarnations).
+    incarnation: str | None = None
     #: The bytes past the mark a slave holds and does not serve until its master answers the divergence
     #: check (it restarted while its master was down); None when it holds none back.
     held_back_bytes: int | None = None
@@ -117,6 +122,8 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
     out.diverged_records = _int(table.get("haDivergedRecords"))
     out.quarantine = table.get("haDivergedQuarantine")
     out.store_identity = table.get("haStoreIdentity") or None
+    if table.get("haIncarnations") and table.get("brokerRole") != "SLAVE":
+        out.incarnation = table["haIncarnations"].rsplit(";", 1)[-1].split("@", 1)[0] or None
     if "dledgerRole" in table:  # DLedger mode: peers, their match index and lag in entries (leader)
         out.member = table.get("dledgerSelfId") or None
         out.raft_role = table["dledgerRole"]
@@ -144,6 +151,7 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         out._ha_client = table.get("haClientAddress") or None
         out.replica_mark = _int(table.get("haReplicaMark"))
         out.replica_master = table.get("haReplicaMaster") or None
+        out.replica_incarnation = table.get("haReplicaIncarnation") or None
         out.held_back_bytes = _int(table.get("haHeldBackBytes")) or None
     elif "haSlaveCount" in table:
         slaves = [s.split("/") for s in table.get("haSlaves", "").split(";") if s]

@@ -74,15 +74,21 @@ async def start_slave(root: Path, ns_addr: str, **overrides: Any) -> Broker:
 
 @contextlib.asynccontextmanager
 async def master_and_slave(
-    tmp_path: Path, *, signer: Signer | None = None, **master: Any
+    tmp_path: Path, *, signer: Signer | None = None, slave: dict[str, Any] | None = None, **master: Any
 ) -> AsyncIterator[Group]:
-    """A NameServer, a master (``master`` overrides its config) and its slave, in ``tmp_path``'s
-    ``master`` and ``slave``; the ones the test left running in the group are stopped at the end."""
+    """A NameServer, a master (``master`` overrides its config) and its slave (``slave`` its), in
+    ``tmp_path``'s ``master`` and ``slave``; the ones the test left running in the group are stopped at the
+    end."""
     namesrv = NamesrvController(namesrv_config(tmp_path))
     await namesrv.start()
     ns = f"127.0.0.1:{namesrv.port}"
     first = await start_broker(tmp_path / "master", **{**SMALL, "namesrv_addr": ns, **master})
-    g = Group(namesrv, first, await start_slave(tmp_path / "slave", ns), RemotingClient(signer=signer))
+    g = Group(
+        namesrv,
+        first,
+        await start_slave(tmp_path / "slave", ns, **(slave or {})),
+        RemotingClient(signer=signer),
+    )
     try:
         yield g
     finally:

@@ -24,14 +24,17 @@ from tests.support.hostile import Answer, honest_with, hostile
 from tests.support.waiting import wait_until
 
 
-def impostor(firsts: list[int], end: int, identity: str = "") -> dict[int, object]:
+def impostor(
+    firsts: list[int], end: int, identity: str = "", incarnations: str = "", ha_addr: str = "127.0.0.1:1"
+) -> dict[int, object]:
     """A NameServer and master in one that names itself the slave's master, holds no record the slave asks
     of, and says its log starts at each of ``firsts`` in turn (the last one from then on) and ends at
-    ``end``, showing store ``identity`` (none: as 4.9.8's shows none; anyone may read a master's)."""
+    ``end``, showing store ``identity`` and its ``incarnations`` (none: as 4.9.8's shows none; anyone may
+    read a master's), its HA port at ``ha_addr``."""
     asked = [0]
 
     def register(request: RemotingCommand, addr: str) -> Answer:
-        return RemotingCommand(0, ext_fields={"masterAddr": addr, "haServerAddr": "127.0.0.1:1"})
+        return RemotingCommand(0, ext_fields={"masterAddr": addr, "haServerAddr": ha_addr})
 
     def runtime_info(request: RemotingCommand, addr: str) -> Answer:
         first = firsts[min(asked[0], len(firsts) - 1)]
@@ -39,6 +42,8 @@ def impostor(firsts: list[int], end: int, identity: str = "") -> dict[int, objec
         table = {"commitLogMinOffset": str(first), "commitLogMaxOffset": str(end)}
         if identity:
             table["haStoreIdentity"] = identity
+        if incarnations:
+            table["haIncarnations"] = incarnations
         return RemotingCommand(0, body=KVTable(table).dumps())
 
     def no_record(request: RemotingCommand, addr: str) -> Answer:
@@ -64,9 +69,10 @@ async def slave_of_impostor(
         assert sum(len(q) for q in await everything(g, g.slave)) == 40
         lost = g.master.store.identity
         assert g.slave.store.replica_master == lost
+        history = ";".join(map(str, g.master.store.incarnations))
         await g.slave.stop()
         await g.master.stop()
-        fake = impostor(firsts, end, lost if identity else "")
+        fake = impostor(firsts, end, lost if identity else "", history if identity else "")
         with hostile(honest_with(fake)) as peer:  # type: ignore[arg-type]
             g.slave = await start_slave(tmp_path / "slave", peer.addr)
             yield g

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from store.checkpoint import REPLICA_MARK_AT, StoreCheckpoint
+from store.checkpoint import REPLICA_MARK_AT, StoreCheckpoint, read_incarnations
 from store.config import SLAVE
 from store.engine import DefaultMessageStore
 from store.inspect import layout, verify
@@ -285,3 +285,41 @@ def test_a_store_makes_its_identity_once_and_the_mark_keeps_its_masters(tmp_path
         slave.name_replica_master("ab" * 16)
     with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="b") as slave:
         assert (slave.replica_mark, slave.replica_master) == (0, "")
+
+
+def test_each_start_as_a_master_begins_an_incarnation_and_the_mark_keeps_the_one_it_copied_from(
+    tmp_path: Path,
+) -> None:
+    """A store keeps its incarnations beside its identity, a new one at its log's end each time it starts
+    as a master (the broker begins it; an offline open does not); a slave's mark keeps the master's
+    incarnation it was checked against with the master's identity, and a mark written before incarnations
+    (naming the identity alone) is still read."""
+    root = tmp_path / "s"
+    with DefaultMessageStore(small_config(root), broker_name="a") as master:
+        master.begin_incarnation()
+        put(master, 3)
+        end = master.max_phy_offset
+    with DefaultMessageStore(small_config(root), broker_name="a") as master:
+        master.begin_incarnation()
+        history = master.incarnations
+    assert [i.start for i in history] == [0, end] and history[0].id != history[1].id
+    assert read_incarnations(str(root)) == history
+    with DefaultMessageStore(small_config(root), read_only=True) as viewed:
+        assert viewed.incarnations == history
+    report = verify(layout(root))
+    assert (report.identity, report.incarnation) == (master.identity, str(history[-1]))
+
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+        slave.name_replica_master("ab" * 16, "cd" * 16)
+        slave.replica_checked(end)
+    assert StoreCheckpoint(str(root / "checkpoint"), read_only=True).replica_incarnation == bytes.fromhex(
+        "cd" * 16
+    )
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+        assert (slave.replica_master, slave.replica_incarnation) == ("ab" * 16, "cd" * 16)
+        slave.name_replica_master("ab" * 16)  # a master that shows no history: the identity's layout
+    with open(root / "checkpoint", "rb") as f:
+        f.seek(REPLICA_MARK_AT)
+        assert f.read(8) == b"mqctlRM3"
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+        assert (slave.replica_mark, slave.replica_master, slave.replica_incarnation) == (end, "ab" * 16, "")

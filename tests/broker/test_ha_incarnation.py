@@ -1,0 +1,171 @@
+"""A master's incarnations (docs/replication.md §incarnations): a store with the same identity as the one a
+slave's replica mark names is not therefore the store the slave copied. A master back on an older copy of its
+own store (a backup, a disk snapshot), or a copy of it seeding another broker, shares its identity and holds
+other records past the copy's end: a slave's mark vouches for its records only up to where the master's
+incarnation history says the incarnation it copied from ended."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store.replica_tail import diverged_quarantines
+from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
+from tests.broker.test_ha_mark import TOPIC, fixed_ports, restart_master, runtime, send_common
+from tests.broker.test_ha_retention import served, write_then_expire_all_but_the_newest_file
+from tests.support.broker import replicated, start_broker
+from tests.support.cli import RunCli
+
+
+def set_aside(root: Path) -> list[int]:
+    return [q.records for q in diverged_quarantines(str(root))]
+
+
+async def copied_after(g: Group, tmp_path: Path, fixed: dict[str, Any], n: int, what: str, copy: str) -> None:
+    """``n`` records sent and copied by the slave, then the master's store copied to ``copy`` while it is
+    stopped (a backup, or a seed for another broker), and the master started again on its own."""
+    await send_common(g, n, what)
+    await replicated(g.master, g.slave)
+    await g.master.stop()
+    shutil.copytree(tmp_path / "master", tmp_path / copy)
+    await restart_master(g, tmp_path, fixed)
+
+
+async def restored(g: Group, tmp_path: Path, fixed: dict[str, Any]) -> None:
+    """The slave and the master stopped, the master's store replaced by its backup, the master started."""
+    await g.slave.stop()
+    await g.master.stop()
+    shutil.rmtree(tmp_path / "master")
+    shutil.copytree(tmp_path / "backup", tmp_path / "master")
+    await restart_master(g, tmp_path, fixed)
+
+
+@pytest.mark.slow
+async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave_delete_what_only_it_holds(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """The master's store is copied (a backup) after 20 records; 40 more are acknowledged and copied by its
+    slave, then the master is restored from the backup: its identity, a shorter log. It takes sends and
+    its retention deletes all but its newest file, past the slave's whole log. The slave's mark names the
+    master's store, but not an incarnation the restored master knows: the 40 it alone holds are set aside
+    (with the 20 the mark can no longer vouch for), never deleted as the master's expired records, and the
+    slave then holds and serves what the master does."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
+        identity = g.master.store.identity
+        await send_common(g, 40, "only")
+        await replicated(g.master, g.slave)
+        before = (await runtime(g, g.master))["haIncarnations"].split(";")
+        assert len(before) == 2
+        assert (await runtime(g, g.slave))["haReplicaIncarnation"] == before[-1].split("@")[0]
+        await restored(g, tmp_path, fixed)
+        assert g.master.store.identity == identity
+        after = (await runtime(g, g.master))["haIncarnations"].split(";")
+        assert after[0] == before[0] and after[1] != before[1] and len(after) == 2
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
+        await restart_master(g, tmp_path, fixed)
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await send_common(g, 8, "after")
+        await replicated(g.master, g.slave)
+        assert set_aside(tmp_path / "slave") == [60]
+        assert await served(g, g.slave) == await served(g, g.master)
+    salvaged = await asyncio.to_thread(
+        cli, "store", "salvage", "--store", str(tmp_path / "slave"), "--out", str(tmp_path / "salvaged.json")
+    )
+    assert salvaged.code == 0, salvaged.stderr
+    bodies = [json.loads(line)["body"] for line in (tmp_path / "salvaged.json").read_text().splitlines()]
+    assert sorted(b for b in bodies if b.startswith("only-")) == sorted(f"only-{i}" * 20 for i in range(40))
+
+
+@pytest.mark.slow
+async def test_a_store_copied_to_seed_another_master_vouches_for_none_of_the_originals_later_records(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """Master A's store is copied to seed B, so both show A's identity. A goes on (30 more records, copied
+    by the slave); B is then made broker-a's master, takes sends and its retention deletes all but its
+    newest file. The slave's mark names A's incarnation, which B's history does not hold (B began its own
+    at its first start): none of the slave's records is taken for B's expired ones, they are set aside;
+    `broker ha status` and `store verify` show each store's incarnation."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await copied_after(g, tmp_path, fixed, 20, "common", "b")
+        await send_common(g, 30, "a")
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        await g.master.stop()
+
+        conf = {**SMALL, "namesrv_addr": g.ns_addr, **fixed}
+        g.master = await start_broker(tmp_path / "b", **conf)
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "b", cli)
+        g.master = await start_broker(tmp_path / "b", **conf)
+        b_table = await runtime(g, g.master)
+        current = b_table["haIncarnations"].split(";")[-1].split("@")[0]
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await send_common(g, 8, "after")
+        await replicated(g.master, g.slave)
+        assert set_aside(tmp_path / "slave") == [50]
+        assert await served(g, g.slave) == await served(g, g.master)
+        assert (await runtime(g, g.slave))["haReplicaIncarnation"] == current
+        status = await asyncio.to_thread(cli, "broker", "ha", "status", "-n", g.ns_addr, "-o", "json")
+        assert status.code == 0, status.stderr
+        rows = {r["broker_id"]: r for r in json.loads(status.stdout)}
+        assert rows[0]["incarnation"] == rows[1]["replica_incarnation"] == current
+    verify = await asyncio.to_thread(cli, "store", "verify", "--store", str(tmp_path / "b"), "-o", "json")
+    assert verify.code == 0, verify.stdout
+    assert json.loads(verify.stdout)["incarnation"].split("@")[0] == current
+
+
+async def send_big(g: Group, n: int, what: bytes) -> None:
+    for i in range(n):
+        assert (await g.on(g.master).send(TOPIC, what * 4000, queue_id=i % 4)).code == 0
+
+
+@pytest.mark.slow
+async def test_a_slave_reaching_past_a_restored_masters_retention_serves_none_of_the_records_it_replaced(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """The master is restored from a backup taken after 20 records, while its slave holds 230 more (into a
+    fourth file). The restored master writes as many files of other records, and its retention deletes all
+    but its newest file, which the slave's log reaches. The slave's files below it were the lost records'
+    (different ones from what the master wrote at those offsets): the mark vouched for them as the master's,
+    so the slave kept and served them; now the restored master's history says the mark's incarnation ended
+    at the backup's end, and the slave holds and serves exactly what the master does."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
+        await send_big(g, 230, b"o")
+        await replicated(g.master, g.slave)
+        await restored(g, tmp_path, fixed)
+        await send_big(g, 200, b"n")
+        await g.master.stop()
+        done = await asyncio.to_thread(
+            cli,
+            "store",
+            "clean",
+            "--store",
+            str(tmp_path / "master"),
+            "--reserved-hours",
+            "0",
+            "--execute",
+            "--yes",
+        )
+        assert done.code == 0, done.stderr
+        await restart_master(g, tmp_path, fixed)
+        first = g.master.store.min_phy_offset
+        assert first == 3 * FILE
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await send_common(g, 8, "after")
+        await replicated(g.master, g.slave)
+        assert g.slave.store.min_phy_offset == first
+        assert await served(g, g.slave) == await served(g, g.master)
+        assert not any(b.startswith(b"ooo") for q in await served(g, g.slave) for b in q)
+        assert sum(set_aside(tmp_path / "slave")) == 250  # (the 20 too: the mark no longer vouches for them)
