@@ -23,7 +23,7 @@ import shutil
 import threading
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
@@ -255,6 +255,9 @@ class Broker:
         #: DLedger mode: this broker's member of its Raft group; its role decides this broker's.
         self.dledger: DLedgerServer | None = None
         self._role_task: asyncio.Task[None] | None = None
+        #: (DLedger mode) the codes a slave refuses: (the master's processor, the slave's refusal) of each,
+        #: the one for the role registered at each change of it (`_register_role`)
+        self._role_processors: dict[int, tuple[Processor, Processor]] = {}
         #: The master services' stop after a lost leadership: a new election waits for it to finish.
         self._stopping: asyncio.Task[None] | None = None
         #: Offsets clients committed to this slave (group, topic, queue id): the master gets them at the
@@ -664,6 +667,7 @@ class Broker:
         c.broker_role = role
         self._dledger_store.config.broker_role = role
         c.broker_id = 0 if master else int(c.dleger_self_id[1:] or 0) + 1
+        self._register_role()  # (nothing yet while the processors are not registered)
 
     def _dledger_role(self, term: int, role: Role) -> None:
         """``DLedgerRoleChangeHandler#handle``: called on the loop as the member's role changes. Losing the
@@ -1146,12 +1150,22 @@ class Broker:
         for module in (send, pull, heartbeat, offset, query, admin, lock, transaction, acl, pop):
             table.update(module.processors(self))
         if self.dledger is not None:  # the role changes with the elections: refused while a slave
-            for code, refusal in slave_refusals().items():
-                table[code] = _while_slave(self.config, refusal, table[code])
+            self._role_processors = {
+                code: (table[code], refusal) for code, refusal in slave_refusals().items()
+            }
         elif is_slave(self.config):
             table.update(slave_refusals())
         for code, processor in table.items():
             self.server.register(code, processor)
+        self._register_role()
+
+    def _register_role(self) -> None:
+        """(DLedger mode) The processors of the codes a slave refuses, for the role the broker has now:
+        registered again at each change of role (:meth:`_set_role`), so that a master's sends reach their
+        processor directly, not through an interpreted wrapper asking the role at every send."""
+        slave = self.config.broker_role == SLAVE
+        for code, (processor, refusal) in self._role_processors.items():
+            self.server.register(code, refusal if slave else processor)
 
     async def _persist_offsets(self) -> None:
         """consumerOffset.json and delayOffset.json, each when an offset in it changed."""
@@ -1537,17 +1551,6 @@ def check_dledger(config: BrokerConfig) -> dict[str, str]:
             "reach a member of the other family; give every member an address of one family"
         )
     return peers
-
-
-def _while_slave(config: BrokerConfig, refusal: Processor, processor: Processor) -> Processor:
-    """`refusal` while the broker is a slave (DLedger mode: until elected), `processor` while the master."""
-
-    def either(
-        conn: Connection, request: RemotingCommand
-    ) -> Awaitable[RemotingCommand | None] | RemotingCommand | None:
-        return (refusal if config.broker_role == SLAVE else processor)(conn, request)
-
-    return either
 
 
 def _crc32(body: bytes) -> int:

@@ -1310,31 +1310,47 @@ class Node:
         push of this leadership. Raft's rules are untouched: any quorum's answers commit, whoever gave them."""
         pushes = self.pushes
         need = len(self.m.peers) // 2
-        appending = [peer for peer, p in pushes.items() if p.state is _APPEND]
-        if len(appending) <= need or self.m.transferee is not None:
+        if self.m.transferee is not None:
             return []
-        chosen = [peer for peer in self._quorum_peers if peer in appending]
-        while len(chosen) < need:
-            best = ""
-            for peer in appending:
-                if peer not in chosen and (not best or pushes[peer].water_mark > pushes[best].water_mark):
-                    best = peer
-            chosen.append(best)
-        self._quorum_peers = chosen
+        # (once or twice a pass: counted and checked in place, no list of the appending made)
+        appending = 0
+        for p in pushes.values():
+            if p.state is _APPEND:
+                appending += 1
+        if appending <= need:
+            return []
+        chosen = self._quorum_peers
+        kept = len(chosen) == need
+        for peer in chosen:
+            held = pushes.get(peer)
+            kept = kept and held is not None and held.state is _APPEND
+        if not kept:
+            chosen = [peer for peer in chosen if peer in pushes and pushes[peer].state is _APPEND]
+            while len(chosen) < need:
+                best = ""
+                for peer, p in pushes.items():
+                    if (
+                        p.state is _APPEND
+                        and peer not in chosen
+                        and (not best or p.water_mark > pushes[best].water_mark)
+                    ):
+                        best = peer
+                chosen.append(best)
+            self._quorum_peers = chosen
         for peer in chosen:
             inflight = pushes[peer].inflight
             if inflight and now - min(inflight.values()) >= QUORUM_STALL_MS:
                 self._quorum_peers = []
                 return []
         last = self.log.last_index
-        spare = []
-        for peer in appending:
-            p = pushes[peer]
+        spare: list[str] = []
+        for peer, p in pushes.items():
             if (
-                peer not in chosen
+                p.state is _APPEND
                 and p.last_push >= 0
                 and now - p.last_push < SPARE_PUSH_MS
                 and last - p.write_index + 1 < SPARE_PUSH_ENTRIES
+                and peer not in chosen
             ):
                 spare.append(peer)
         return spare
