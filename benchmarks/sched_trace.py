@@ -43,6 +43,10 @@ class Trace:
     runs: dict[int, list[tuple[float, float, int, str]]] = field(default_factory=lambda: defaultdict(list))
     woken: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     preempted: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    #: Each wake-up's core, beside ``woken``.
+    woken_on: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    #: Each preemption's core, beside ``preempted``.
+    preempted_on: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
 
 
 class Recorder:
@@ -95,8 +99,10 @@ def parse(text: str) -> Trace:
             current[cpu] = (t, nxt, m[6])
             if state.startswith("R"):
                 trace.preempted[prev].append(t)
+                trace.preempted_on[prev].append(cpu)
         elif m := _WAKING.search(line):
             trace.woken[int(m[4])].append(float(m[2]))
+            trace.woken_on[int(m[4])].append(int(m[5]))
     return trace
 
 
@@ -146,6 +152,127 @@ def waits(
 
 def _top(held: dict[str, float], n: int = 4) -> str:
     return ", ".join(f"{k} {v:.1f}" for k, v in sorted(held.items(), key=lambda kv: -kv[1])[:n])
+
+
+def _windows(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of ``spans`` as disjoint windows, in order."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def ran(trace: Trace, tid: int, start: float, end: float) -> float:
+    """ms ``tid`` held a core between ``start`` and ``end``."""
+    return sum(
+        (min(b, end) - max(a, start)) * 1000
+        for runs in trace.runs.values()
+        for a, b, t, _ in runs
+        if t == tid and b > start and a < end
+    )
+
+
+def blame(
+    trace: Trace,
+    messages: list[tuple[str, float, float]],
+    roles: dict[int, str],
+    loops: dict[str, int],
+    share: float = 0.001,
+) -> list[str]:
+    """Where the slowest ``share`` of each kind of round's messages spent their flights, summed: the union
+    of those flights (so a stall that several of them met counts once) split, for each loop, into its time
+    on a core and its time runnable without one, and behind whom it waited (ms). One line per kind of
+    round (its tag less the round's number: ``busy``, ``s100:100quiet``), every round of that kind summed."""
+    kinds: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for name, sent, ms in messages:
+        kinds[name.lstrip("0123456789")][name].append((sent, ms))
+    lines = []
+    for kind, rounds in sorted(kinds.items()):
+        spans = []
+        for flights in rounds.values():
+            n = max(1, int(len(flights) * share))
+            spans += [(sent, sent + ms / 1000) for sent, ms in sorted(flights, key=lambda f: -f[1])[:n]]
+        windows = _windows(spans)
+        span_ms = sum(b - a for a, b in windows) * 1000
+        parts = []
+        for loop, tid in loops.items():
+            total, on = 0.0, 0.0
+            behind: dict[str, float] = defaultdict(float)
+            for a, b in windows:
+                w, who = waits(trace, tid, a, b, roles)
+                total += w
+                on += ran(trace, tid, a, b)
+                for k, v in who.items():
+                    behind[k] += v
+            parts.append(f"{loop} ran {on:.1f}, waited {total:.1f} behind {_top(behind, 5) or '-'}")
+        lines.append(
+            f"  {kind}: the slowest {share:.1%} of {len(rounds)} round(s), {len(spans)} flights over "
+            f"{span_ms:.1f} ms: " + "; ".join(parts)
+        )
+    return lines
+
+
+def _holder(trace: Trace, cpu: int, t: float, starts: dict[int, list[float]]) -> tuple[int, str]:
+    """The thread on ``cpu`` at ``t`` and its command (0: idle or not known)."""
+    runs = trace.runs.get(cpu, [])
+    if cpu not in starts:
+        starts[cpu] = [a for a, _, _, _ in runs]
+    i = bisect.bisect_right(starts[cpu], t) - 1
+    return runs[i][2:] if i >= 0 and runs[i][1] > t else (0, "")
+
+
+def wake_waits(
+    trace: Trace,
+    messages: list[tuple[str, float, float]],
+    roles: dict[int, str],
+    loops: dict[str, int],
+    over_ms: float = 1.0,
+) -> list[str]:
+    """Every wait for a core of each loop over each kind of round (as `blame` groups them, the whole round,
+    not only its slow messages), by how it began: woken onto a core someone held, or preempted by someone
+    (named); the waits of ``over_ms`` or more counted and summed, with the longest. Says where a loop's long
+    waits come from: the core the scheduler put it on at its wake-up, or who took its core."""
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for name, sent, ms in messages:
+        spans[name].append((sent, sent + ms / 1000))
+    kinds: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for name, flights in spans.items():
+        kinds[name.lstrip("0123456789")].append((min(a for a, _ in flights), max(b for _, b in flights)))
+    starts: dict[int, list[float]] = {}
+    lines = []
+    for kind, windows in sorted(kinds.items()):
+        for loop, tid in loops.items():
+            on = sorted(a for runs in trace.runs.values() for a, _, t, _ in runs if t == tid)
+            events = [
+                *(
+                    (t, f"woken onto {_who(*_holder(trace, c, t, starts), roles)}")
+                    for t, c in zip(trace.woken[tid], trace.woken_on[tid], strict=True)
+                ),
+                *(
+                    (t, f"preempted by {_who(*_holder(trace, c, t, starts), roles)}")
+                    for t, c in zip(trace.preempted[tid], trace.preempted_on[tid], strict=True)
+                ),
+            ]
+            found: dict[str, list[float]] = defaultdict(list)
+            for t, how in events:
+                if not any(a <= t < b for a, b in windows):
+                    continue
+                i = bisect.bisect_left(on, t)
+                if i < len(on):
+                    found[how].append((on[i] - t) * 1000)
+            parts = []
+            for how, each in sorted(found.items(), key=lambda kv: -sum(v for v in kv[1] if v >= over_ms)):
+                long = [v for v in each if v >= over_ms]
+                parts.append(
+                    f"{how} {len(each)} ({len(long)} of {over_ms:g} ms or more, {sum(long):.1f} ms"
+                    + (f", longest {max(long):.1f}" if long else "")
+                    + ")"
+                )
+            lines.append(f"  {kind} {loop}: " + "; ".join(parts))
+    return lines
 
 
 def report(
