@@ -120,7 +120,7 @@ from bench_broker_latency import QUEUES, WARM_UP_S, Run, _routed_queues, bench, 
 from bench_broker_produce import ROOT, broker_process
 from bench_broker_topics import create
 from benchlib import summary
-from sched_trace import Recorder, blame, read, report, wake_waits
+from sched_trace import Recorder, Who, read, report, summaries
 from timeline import Timeline, children, loop_costs, per_message, process_costs, slow_report, thread_times
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
@@ -593,10 +593,7 @@ def main(argv: list[str] | None = None) -> None:
             loops = {"broker loop": broker_pid, "client loop": os.getpid()}
             trace = read(args.sched_trace)
             print("\n".join(report(trace, flights, roles, loops)), flush=True)
-            print("where the slowest messages' flights went, summed (ms):")
-            print("\n".join(blame(trace, flights, roles, loops)), flush=True)
-            print("each loop's waits for a core over each kind of round, by how they began:")
-            print("\n".join(wake_waits(trace, flights, roles, loops)), flush=True)
+            print("\n".join(summaries(trace, flights, Who(roles, loops))), flush=True)
     if timeline is not None:
         timeline.close()
         print("slowest messages and the threads that ran in their flight (CPU, wait for a core; ms):")

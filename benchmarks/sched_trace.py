@@ -175,41 +175,64 @@ def ran(trace: Trace, tid: int, start: float, end: float) -> float:
     )
 
 
-def blame(
-    trace: Trace,
-    messages: list[tuple[str, float, float]],
-    roles: dict[int, str],
-    loops: dict[str, int],
-    share: float = 0.001,
-) -> list[str]:
-    """Where the slowest ``share`` of each kind of round's messages spent their flights, summed: the union
-    of those flights (so a stall that several of them met counts once) split, for each loop, into its time
-    on a core and its time runnable without one, and behind whom it waited (ms). One line per kind of
-    round (its tag less the round's number: ``busy``, ``s100:100quiet``), every round of that kind summed."""
-    kinds: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+#: Kind of round (its tag less the round's number: ``busy``, ``s100:100quiet``) -> round -> its flights
+#: (sent, received; monotonic seconds).
+Kinds = dict[str, dict[str, list[tuple[float, float]]]]
+
+
+@dataclass
+class Who:
+    """Who is who in a recording: our threads' roles by id, and the loops to follow (name -> thread id)."""
+
+    roles: dict[int, str]
+    loops: dict[str, int]
+
+
+#: The share of a round's messages `summaries` takes as its slowest (its p99.9's), and the waits it counts.
+SLOWEST = 0.001
+LONG_WAIT_MS = 1.0
+
+
+def summaries(trace: Trace, messages: list[tuple[str, float, float]], who: Who) -> list[str]:
+    """Two summaries per kind of round (every round of that kind together), for what a round's tail is made
+    of rather than one stall at a time: where the slowest `SLOWEST` of its messages spent their flights
+    (`_slowest`), and every wait of each loop for a core by how it began (`_wait_split`)."""
+    kinds: Kinds = defaultdict(lambda: defaultdict(list))
     for name, sent, ms in messages:
-        kinds[name.lstrip("0123456789")][name].append((sent, ms))
+        kinds[name.lstrip("0123456789")][name].append((sent, sent + ms / 1000))
+    return [
+        "where the slowest messages' flights went, summed (ms):",
+        *_slowest(trace, kinds, who),
+        f"each loop's waits for a core by how they began (count; those of {LONG_WAIT_MS:g} ms or more, ms):",
+        *_wait_split(trace, kinds, who),
+    ]
+
+
+def _slowest(trace: Trace, kinds: Kinds, who: Who) -> list[str]:
+    """The union of the slowest `SLOWEST` of each round's flights (a stall that several of them met counts
+    once), split for each loop into its time on a core and its time runnable without one, and behind whom it
+    waited (ms)."""
     lines = []
     for kind, rounds in sorted(kinds.items()):
         spans = []
         for flights in rounds.values():
-            n = max(1, int(len(flights) * share))
-            spans += [(sent, sent + ms / 1000) for sent, ms in sorted(flights, key=lambda f: -f[1])[:n]]
+            n = max(1, int(len(flights) * SLOWEST))
+            spans += sorted(flights, key=lambda f: f[0] - f[1])[:n]
         windows = _windows(spans)
         span_ms = sum(b - a for a, b in windows) * 1000
         parts = []
-        for loop, tid in loops.items():
+        for loop, tid in who.loops.items():
             total, on = 0.0, 0.0
             behind: dict[str, float] = defaultdict(float)
             for a, b in windows:
-                w, who = waits(trace, tid, a, b, roles)
+                w, held = waits(trace, tid, a, b, who.roles)
                 total += w
                 on += ran(trace, tid, a, b)
-                for k, v in who.items():
+                for k, v in held.items():
                     behind[k] += v
             parts.append(f"{loop} ran {on:.1f}, waited {total:.1f} behind {_top(behind, 5) or '-'}")
         lines.append(
-            f"  {kind}: the slowest {share:.1%} of {len(rounds)} round(s), {len(spans)} flights over "
+            f"  {kind}: the slowest {SLOWEST:.1%} of {len(rounds)} round(s), {len(spans)} flights over "
             f"{span_ms:.1f} ms: " + "; ".join(parts)
         )
     return lines
@@ -224,27 +247,17 @@ def _holder(trace: Trace, cpu: int, t: float, starts: dict[int, list[float]]) ->
     return runs[i][2:] if i >= 0 and runs[i][1] > t else (0, "")
 
 
-def wake_waits(
-    trace: Trace,
-    messages: list[tuple[str, float, float]],
-    roles: dict[int, str],
-    loops: dict[str, int],
-    over_ms: float = 1.0,
-) -> list[str]:
-    """Every wait for a core of each loop over each kind of round (as `blame` groups them, the whole round,
-    not only its slow messages), by how it began: woken onto a core someone held, or preempted by someone
-    (named); the waits of ``over_ms`` or more counted and summed, with the longest. Says where a loop's long
-    waits come from: the core the scheduler put it on at its wake-up, or who took its core."""
-    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for name, sent, ms in messages:
-        spans[name].append((sent, sent + ms / 1000))
-    kinds: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for name, flights in spans.items():
-        kinds[name.lstrip("0123456789")].append((min(a for a, _ in flights), max(b for _, b in flights)))
+def _wait_split(trace: Trace, kinds: Kinds, who: Who) -> list[str]:
+    """Every wait for a core of each loop over each kind of round (the whole round, not only its slow
+    messages), by how it began: woken onto a core someone held, or preempted by someone (named); the waits of
+    `LONG_WAIT_MS` or more counted and summed, with the longest. Says where a loop's long waits come from: the
+    core the scheduler put it on at its wake-up, or who took its core."""
+    roles = who.roles
     starts: dict[int, list[float]] = {}
     lines = []
-    for kind, windows in sorted(kinds.items()):
-        for loop, tid in loops.items():
+    for kind, rounds in sorted(kinds.items()):
+        windows = [(min(a for a, _ in f), max(b for _, b in f)) for f in rounds.values()]
+        for loop, tid in who.loops.items():
             on = sorted(a for runs in trace.runs.values() for a, _, t, _ in runs if t == tid)
             events = [
                 *(
@@ -264,10 +277,12 @@ def wake_waits(
                 if i < len(on):
                     found[how].append((on[i] - t) * 1000)
             parts = []
-            for how, each in sorted(found.items(), key=lambda kv: -sum(v for v in kv[1] if v >= over_ms)):
-                long = [v for v in each if v >= over_ms]
+            for how, each in sorted(
+                found.items(), key=lambda kv: -sum(v for v in kv[1] if v >= LONG_WAIT_MS)
+            ):
+                long = [v for v in each if v >= LONG_WAIT_MS]
                 parts.append(
-                    f"{how} {len(each)} ({len(long)} of {over_ms:g} ms or more, {sum(long):.1f} ms"
+                    f"{how} {len(each)} ({len(long)}, {sum(long):.1f}"
                     + (f", longest {max(long):.1f}" if long else "")
                     + ")"
                 )

@@ -83,25 +83,21 @@ def test_the_report_names_one_stall_once() -> None:
     assert "broker loop waited 4.5 ms for a core, behind other:kworkerH 4.0, client loop 0.5" in lines[1]
 
 
-def test_the_slowest_flights_are_summed_per_kind_of_round() -> None:
+def test_a_kind_of_rounds_tail_is_summed_and_each_loops_waits_told_apart() -> None:
     st = _module()
-    # of two flights only the slowest (0.1 % of two rounds up to one) is summed
+    # of two flights only the slowest (0.1 % of two, rounded up to one) is summed
     messages = [("1busy", START, 6.0), ("1busy", START + 0.001, 5.0)]
-    lines = st.blame(st.parse(SCRIPT), messages, ROLES, {"broker loop": LOOP, "client loop": CLIENT})
+    lines = st.summaries(
+        st.parse(SCRIPT), messages, st.Who(ROLES, {"broker loop": LOOP, "client loop": CLIENT})
+    )
     assert lines == [
+        "where the slowest messages' flights went, summed (ms):",
         "  busy: the slowest 0.1% of 1 round(s), 1 flights over 6.0 ms: "
         "broker loop ran 0.5, waited 4.5 behind other:kworkerH 4.0, client loop 0.5; "
-        "client loop ran 1.5, waited 4.5 behind other:kworkerH 4.0, broker loop 0.5"
-    ]
-
-
-def test_a_loops_waits_are_told_apart_by_how_they_began() -> None:
-    st = _module()
-    messages = [("1busy", START, 6.0)]
-    lines = st.wake_waits(st.parse(SCRIPT), messages, ROLES, {"broker loop": LOOP, "client loop": CLIENT})
-    # the loop was woken onto the client's core and waited; the client was preempted by the kernel thread;
-    # the loop's wake-up before the round is not counted
-    assert lines == [
-        "  busy broker loop: woken onto client loop 1 (1 of 1 ms or more, 4.5 ms, longest 4.5)",
-        "  busy client loop: preempted by other:kworkerH 1 (1 of 1 ms or more, 4.5 ms, longest 4.5)",
+        "client loop ran 1.5, waited 4.5 behind other:kworkerH 4.0, broker loop 0.5",
+        "each loop's waits for a core by how they began (count; those of 1 ms or more, ms):",
+        # the loop was woken onto the client's core and waited; the client was preempted by the kernel
+        # thread; the loop's wake-up before the round is not counted
+        "  busy broker loop: woken onto client loop 1 (1, 4.5, longest 4.5)",
+        "  busy client loop: preempted by other:kworkerH 1 (1, 4.5, longest 4.5)",
     ]
