@@ -87,22 +87,36 @@ def read(path: Path) -> Trace:
 
 
 def parse(text: str) -> Trace:
-    """``perf script -F cpu,time,event,trace`` lines into runs per core, wake-ups and preemptions per thread."""
+    """``perf script -F cpu,time,event,trace`` lines into runs per core, wake-ups and preemptions per thread.
+
+    A switch that leaves a thread other than the one the core's last recorded switch put there means a switch
+    went unrecorded (on a KVM guest of this project's, no switch out of the second CPU's idle task ever was):
+    the thread switched out is taken to have run from its last wake-up onto that core (the idle task or the
+    recorded holder before it), not counted as idle with its wait running on to its next recorded run."""
     trace = Trace()
     current: dict[int, tuple[float, int, str]] = {}
+    last_woken: dict[int, tuple[float, int]] = {}  # thread -> its last wake-up's time and core
     for line in text.splitlines():
         if m := _SWITCH.search(line):
             cpu, t, prev, state, nxt = int(m[1]), float(m[2]), int(m[4]), m[5], int(m[7])
             if cpu in current:
                 start, tid, comm = current[cpu]
+                if tid != prev:
+                    when, where = last_woken.get(prev, (start, cpu))
+                    began = when if where == cpu and start < when < t else start
+                    if began > start:
+                        trace.runs[cpu].append((start, began, tid, comm))
+                    start, tid, comm = began, prev, m[3]
                 trace.runs[cpu].append((start, t, tid, comm))
             current[cpu] = (t, nxt, m[6])
             if state.startswith("R"):
                 trace.preempted[prev].append(t)
                 trace.preempted_on[prev].append(cpu)
         elif m := _WAKING.search(line):
-            trace.woken[int(m[4])].append(float(m[2]))
-            trace.woken_on[int(m[4])].append(int(m[5]))
+            tid, t, cpu = int(m[4]), float(m[2]), int(m[5])
+            trace.woken[tid].append(t)
+            trace.woken_on[tid].append(cpu)
+            last_woken[tid] = (t, cpu)
     return trace
 
 

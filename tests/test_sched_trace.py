@@ -101,3 +101,20 @@ def test_a_kind_of_rounds_tail_is_summed_and_each_loops_waits_told_apart() -> No
         "  busy broker loop: woken onto client loop 1 (1, 4.5, longest 4.5)",
         "  busy client loop: preempted by other:kworkerH 1 (1, 4.5, longest 4.5)",
     ]
+
+
+def test_a_switch_that_went_unrecorded_is_taken_from_the_wake_up() -> None:
+    st = _module()
+    # cpu1 goes idle; the loop is woken onto it; the switch out of the idle task is missing (as on the
+    # project's KVM guest); the loop's switch out is recorded
+    script = "\n".join(
+        [
+            _switch(1, 1.000, COMPETITOR_T, "S", ("swapper/1", 0)),
+            _waking(1, 1.010, LOOP),
+            _switch(1, 1.012, LOOP_T, "S", ("swapper/1", 0)),
+        ]
+    )
+    trace = st.parse(script)
+    assert trace.runs[1] == [(1.000, 1.010, 0, "swapper/1"), (1.010, 1.012, LOOP, "python")]
+    total, _ = st.waits(trace, LOOP, 1.0, 1.02, ROLES)
+    assert total == pytest.approx(0.0)
