@@ -93,7 +93,9 @@ the threads that ran while the slowest messages were in flight.
 
 ``--sched-trace FILE`` records every context switch on the machine over the rounds (``perf record -a``
 into FILE, see sched_trace.py) and names, for the slowest messages, who held each core during the flight,
-outside the benchmark too, and how long each loop waited for a core behind whom.
+outside the benchmark too, and how long each loop waited for a core behind whom; then, for each kind of
+round (quiet or busy, and the arm), the slowest 0.1 % of its messages summed: each loop's time on a core
+and its waits over their flights, by who held the core.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ from bench_broker_latency import QUEUES, WARM_UP_S, Run, _routed_queues, bench, 
 from bench_broker_produce import ROOT, broker_process
 from bench_broker_topics import create
 from benchlib import summary
-from sched_trace import Recorder, read, report
+from sched_trace import Recorder, Who, read, report, summaries
 from timeline import Timeline, children, loop_costs, per_message, process_costs, slow_report, thread_times
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
@@ -589,7 +591,9 @@ def main(argv: list[str] | None = None) -> None:
             recorder.stop()
             print("slowest messages: each core's holders over the flight, each loop's wait for a core (ms):")
             loops = {"broker loop": broker_pid, "client loop": os.getpid()}
-            print("\n".join(report(read(args.sched_trace), flights, roles, loops)), flush=True)
+            trace = read(args.sched_trace)
+            print("\n".join(report(trace, flights, roles, loops)), flush=True)
+            print("\n".join(summaries(trace, flights, Who(roles, loops))), flush=True)
     if timeline is not None:
         timeline.close()
         print("slowest messages and the threads that ran in their flight (CPU, wait for a core; ms):")

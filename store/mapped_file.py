@@ -186,10 +186,24 @@ class FileMapping:
 
     def sync(self) -> None:
         """``fdatasync``: writes back the mapping's dirty pages like ``msync``, but releases the GIL
-        for the disk wait (``mmap.flush`` does not), so appenders keep running and group commit works."""
-        with self._descriptor() as fd:
-            if fd is not None:
+        for the disk wait (``mmap.flush`` does not), so appenders keep running and group commit works.
+
+        The disk wait is on a duplicate of the descriptor, outside the descriptor's lock: the writer's
+        ``fallocate``/``pwrite`` of its next chunk (`prepare`, on the broker's event loop) takes that lock,
+        and held through a flush's sync it stalled the loop for the whole disk wait (tens of milliseconds on
+        a busy disk). A close meanwhile leaves the duplicate open until the sync ends."""
+        with self._fd_lock:
+            if self._fd is not None:
+                fd: int | None = os.dup(self._fd)
+            elif self._writable:
+                fd = os.open(self.path, os.O_RDWR)
+            else:
+                fd = None
+        if fd is not None:
+            try:
                 os.fdatasync(fd)
+            finally:
+                os.close(fd)
         self.sync_new_entries()
 
     def sync_new_entries(self) -> None:

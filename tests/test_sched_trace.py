@@ -81,3 +81,40 @@ def test_the_report_names_one_stall_once() -> None:
     assert len(lines) == 2
     assert lines[0].startswith("  1busy t=10.001 6.00 ms: cpu0: other:kworkerH 4.0")
     assert "broker loop waited 4.5 ms for a core, behind other:kworkerH 4.0, client loop 0.5" in lines[1]
+
+
+def test_a_kind_of_rounds_tail_is_summed_and_each_loops_waits_told_apart() -> None:
+    st = _module()
+    # of two flights only the slowest (0.1 % of two, rounded up to one) is summed
+    messages = [("1busy", START, 6.0), ("1busy", START + 0.001, 5.0)]
+    lines = st.summaries(
+        st.parse(SCRIPT), messages, st.Who(ROLES, {"broker loop": LOOP, "client loop": CLIENT})
+    )
+    assert lines == [
+        "where the slowest messages' flights went, summed (ms):",
+        "  busy: the slowest 0.1% of 1 round(s), 1 flights over 6.0 ms: "
+        "broker loop ran 0.5, waited 4.5 behind other:kworkerH 4.0, client loop 0.5; "
+        "client loop ran 1.5, waited 4.5 behind other:kworkerH 4.0, broker loop 0.5",
+        "each loop's waits for a core by how they began (count; those of 1 ms or more, ms):",
+        # the loop was woken onto the client's core and waited; the client was preempted by the kernel
+        # thread; the loop's wake-up before the round is not counted
+        "  busy broker loop: woken onto client loop 1 (1, 4.5, longest 4.5)",
+        "  busy client loop: preempted by other:kworkerH 1 (1, 4.5, longest 4.5)",
+    ]
+
+
+def test_a_switch_that_went_unrecorded_is_taken_from_the_wake_up() -> None:
+    st = _module()
+    # cpu1 goes idle; the loop is woken onto it; the switch out of the idle task is missing (as on the
+    # project's KVM guest); the loop's switch out is recorded
+    script = "\n".join(
+        [
+            _switch(1, 1.000, COMPETITOR_T, "S", ("swapper/1", 0)),
+            _waking(1, 1.010, LOOP),
+            _switch(1, 1.012, LOOP_T, "S", ("swapper/1", 0)),
+        ]
+    )
+    trace = st.parse(script)
+    assert trace.runs[1] == [(1.000, 1.010, 0, "swapper/1"), (1.010, 1.012, LOOP, "python")]
+    total, _ = st.waits(trace, LOOP, 1.0, 1.02, ROLES)
+    assert total == pytest.approx(0.0)

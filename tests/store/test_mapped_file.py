@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,41 @@ def test_truncation_zeroes_written_bytes_past_the_cut_and_skips_holes(tmp_path: 
     assert mf.mm[100:SIZE] == bytes(SIZE - 100)
     queue.flush()
     assert _allocated(Path(mf.path)) <= 2 * 4096  # the holes in between were left alone
+    queue.close()
+
+
+@pytest.mark.parametrize("keep_fd", [True, False])
+def test_a_flush_waiting_on_the_disk_does_not_hold_back_the_writers_next_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_fd: bool
+) -> None:
+    """The flush thread's fdatasync waits for the disk; the writer reserving its next blocks (on the broker's
+    event loop) must not wait for it too."""
+    queue = MappedFileQueue(str(tmp_path / "q"), SIZE, keep_fd=keep_fd, prepare_chunk=4096)
+    mf = queue.last_file_for_append()
+    mf.mm[0:100] = b"\x01" * 100
+    mf.wrote_position = 100
+    syncing, release = threading.Event(), threading.Event()
+    fdatasync = os.fdatasync
+
+    def slow_disk(fd: int) -> None:
+        syncing.set()
+        assert release.wait(60)
+        fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_disk)
+    flusher = threading.Thread(target=mf.flush)
+    flusher.start()
+    try:
+        assert syncing.wait(60)
+        writer = threading.Thread(target=mf.prepare, args=(SIZE,), kwargs={"populate": False})
+        writer.start()
+        writer.join(60)
+        assert not writer.is_alive(), "the writer waited for the flush's disk wait"
+        assert mf.prepared_position == SIZE
+    finally:
+        release.set()
+        flusher.join(60)
+    assert mf.flushed_position == 100
     queue.close()
 
 
