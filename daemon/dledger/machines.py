@@ -410,6 +410,9 @@ class Node:
         self._next_probe = 0
         #: (probing) when it started, -1 before its first probe
         self._probing_since = -1
+        #: (probing, catching up) whether more peers answered its probe than a majority could leave out: it
+        #: follows no leader before (`_hear`)
+        self._heard = False
         #: keeps the abstention across a restart (its owner's file): the state, VOTING once it ends; a
         #: member that restarts half caught up holds a log but still lacks what it acknowledged
         self.keep_abstention: Callable[[str], None] = lambda state: None
@@ -535,7 +538,8 @@ class Node:
 
     def tick(self, now: int) -> list[Out]:
         """What DLedger's state maintainer and entry dispatchers do at `now`: the requests to send."""
-        if (self.abstaining == PROBING or self.abstaining == CHECKING) and now >= self._next_probe:
+        probing = self.abstaining == PROBING or self.abstaining == CHECKING or self._unheard()
+        if probing and now >= self._next_probe:
             return self._probe(now) + self._tick(now)
         return self._tick(now)
 
@@ -788,6 +792,10 @@ class Node:
         self._saw(req.leader_id, req.term, -1)
         if req.term > m.term and self.abstaining == CHECKING:
             return answer(Code.TERM_NOT_READY)  # (its term stays its store's until the check ends)
+        if req.term == m.term and self._unheard():
+            # (a code a leader counts neither as an acknowledgement nor as a term not ready: DLedger's and
+            # ours step down without a quorum, rather than beat again at once)
+            return answer(Code.ILLEGAL_MEMBER_STATE)
         if req.term == m.term:
             if m.leader_id is None:
                 self.to_follower(req.term, req.leader_id)
@@ -823,6 +831,7 @@ class Node:
         self._asked.clear()
         self._unanswered.clear()
         self._probing_since = self._catch_up_term = -1
+        self._heard = False
         # (INFO: a new member's first start probes too; a loss found is a WARNING)
         log.info("[%s] abstains from elections (%s): %s", self.m.self_id, state, why)
 
@@ -830,6 +839,11 @@ class Node:
         """Why it abstains, in words ("" when it votes): ``broker ha status`` shows it."""
         if self.abstaining == PROBING:
             return f"{self.abstain_why}: asking its peers whether the group has a history"
+        if self.abstaining == CATCHING_UP and not self._heard:
+            return (
+                f"{self.abstain_why}: until {self._needed()} of its peers answered ({len(self._probed)} so "
+                "far) and it holds, committed, an entry of its leader's term"
+            )
         if self.abstaining == CATCHING_UP:
             return f"{self.abstain_why}: until it holds, committed, an entry of its leader's term"
         if self.abstaining == CHECKING:
@@ -842,10 +856,10 @@ class Node:
         self._next_probe = now + self.t.max_vote_interval_ms
         if self.abstaining == CHECKING:
             return self._check(now)
-        if self._probed:
+        if self._probed and self.abstaining == PROBING:
             self._probe_settles(now)  # (its own log kept, it waits out an election timeout for a leader)
-            if self.abstaining != PROBING:
-                return []
+        if not self._unheard():
+            return []
         return [self._probe_request(peer) for peer in self.others() if peer not in self._probed]
 
     def _probe_request(self, peer: str) -> Out:
@@ -922,43 +936,75 @@ class Node:
         """Its store is older than its peers saw it (restored from an older copy, or its writes lost): it may
         have voted in any term up to `term`, and acknowledged entries it no longer holds. It grants no vote
         in that term (its vote there is its own) and abstains as an emptied member does."""
-        m = self.m
-        if term > m.term or m.voted_for is None:
-            floor = max(term, m.term)
-            try:
-                m.persist(floor, m.self_id)
-            except OSError as exc:  # (a full disk) it abstains all the same
-                log.error("[%s] cannot save term %d: %s", m.self_id, floor, exc)
-            else:
-                if floor > m.term:
-                    m.known_max_term = max(m.known_max_term, floor)
-                    m.term = floor
-                    self.to_candidate(floor)
-                m.voted_for = m.self_id
+        if term > self.m.term or self.m.voted_for is None:
+            self._take_term(term)
         self.abstain_why = f"its store is older than its peers saw it ({why})"
+        if self.m.role is _FOLLOWER:
+            self.to_candidate(self.m.term)  # (it follows no leader before it heard: `_hear`)
         self._to_catch_up("restored from an older copy, or its writes were lost")
+
+    def _take_term(self, term: int) -> None:
+        """Moves to `term` (if later) with its own vote, kept before it counts: it may have voted there before
+        its store lost it, so it grants that term to nobody."""
+        m = self.m
+        floor = max(term, m.term)
+        try:
+            m.persist(floor, m.self_id)
+        except OSError as exc:  # (a full disk) it abstains all the same
+            log.error("[%s] cannot save term %d: %s", m.self_id, floor, exc)
+            return
+        if floor > m.term:
+            m.known_max_term = max(m.known_max_term, floor)
+            m.term = floor
+            self.to_candidate(floor)
+        m.voted_for = m.self_id
 
     def _probe_answered(self, peer: str, resp: VoteResponse) -> None:
         """A peer's answer to a probe: a peer that saw this member later than its store says, or (an empty
         member) a peer holding a log, tells it it lost what the group holds (it catches up with a leader)."""
+        holds = resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM
+        if self.abstaining == CHECKING or holds or resp.vote_result is VoteResult.REJECT_EXPIRED_VOTE_TERM:
+            self._probed[peer] = (holds, resp.term)
         lost = self._behind_seen(peer, resp)
         if lost:
             self._restored(lost, resp.mqctl_seen_term or 0)
-            return
-        if self.abstaining == CHECKING:
-            self._probed[peer] = (resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM, resp.term)
+        elif self.abstaining == CHECKING:
             self._check_settles()
             return
-        if resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM:
-            self._probed[peer] = (True, resp.term)
-            if self.log.last_index < 0:
-                self._to_catch_up(f"{peer} holds a log (its term {resp.term})")
-                return
-        elif resp.vote_result is VoteResult.REJECT_EXPIRED_VOTE_TERM:
-            self._probed[peer] = (False, resp.term)
-        else:
+        elif self.abstaining == PROBING and holds and self.log.last_index < 0:
+            self._to_catch_up(f"{peer} holds a log (its term {resp.term})")
+        self._hear()
+        if self.abstaining == PROBING:
+            self._probe_settles(self._now)
+
+    def _needed(self) -> int:
+        """How many peers answer its probe before it knows every term a leader was elected in: more than any
+        majority could leave out (with this member: both of three, three of five's four)."""
+        return len(self.m.peers) - len(self.m.peers) // 2
+
+    def _unheard(self) -> bool:
+        """(its store lost, or behind what its peers saw) It has not heard from enough peers yet (`_hear`)."""
+        return (self.abstaining == PROBING or self.abstaining == CATCHING_UP) and not self._heard
+
+    def _hear(self) -> None:
+        """Once more peers answered its probe than a majority could leave out, every leader elected so far
+        was voted for by one of them, which kept that term before it voted: it takes the highest term they
+        answered, so that a leader deposed meanwhile (its later term forgotten with the store) is refused
+        with it and steps down. Before, it follows no leader: its acknowledgements, with a deposed leader's,
+        would be a majority, and that leader would commit its own entries where a later one committed
+        others."""
+        if self._heard or len(self._probed) < self._needed():
             return
-        self._probe_settles(self._now)
+        self._heard = True
+        top = max(term for _, term in self._probed.values())
+        if top > self.m.term:
+            self._take_term(top)
+        log.info(
+            "[%s] %d peers answered: term %d, it follows a leader of it or later",
+            self.m.self_id,
+            len(self._probed),
+            self.m.term,
+        )
 
     def _probe_settles(self, now: int) -> None:
         """Whether the answers so far let it vote: more peers than any majority could leave out (with this
@@ -966,8 +1012,7 @@ class Node:
         this member forgot, by its candidate, whose term is then among theirs. None holding a log (or, its
         own log kept, no leader heard for an election timeout: it would catch up with one): it goes past
         every term it may have voted in."""
-        needed = len(self.m.peers) - (len(self.m.peers) // 2 + 1) + 1
-        if len(self._probed) < needed:
+        if len(self._probed) < self._needed():
             return
         if self.log.last_index >= 0:
             timeout = self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms
@@ -1883,7 +1928,7 @@ class Node:
         if out.code is DLedgerRequestCode.VOTE:
             assert resp is None or isinstance(resp, VoteResponse)
             if out.epoch == PROBE_EPOCH:
-                if self.abstaining == PROBING or self.abstaining == CHECKING:
+                if self.abstaining == CHECKING or self._unheard():
                     if resp is not None:
                         self._probe_answered(out.peer, resp)
                     elif self.abstaining == CHECKING:

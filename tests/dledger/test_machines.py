@@ -1333,11 +1333,6 @@ def test_an_emptied_member_of_an_idle_group_is_pushed_the_log_and_votes_again() 
     assert leader.pushes[c_].water_mark >= last
 
 
-@pytest.mark.xfail(
-    reason="open: an emptied member follows the first leader to reach it, a deposed one included "
-    "(docs/dledger.md, 'Not covered')",
-    strict=True,
-)
 @pytest.mark.parametrize("seed", [6, 8, 9, 11])
 def test_an_emptied_member_helps_no_deposed_leader_commit(seed: int) -> None:
     """B leads and is frozen and cut off; A and C elect A in a later term and commit; C is emptied and A

@@ -269,12 +269,6 @@ async def test_a_transfer_to_an_abstaining_member_is_refused_and_sends_resume(
         await assert_terms(g)
 
 
-@pytest.mark.xfail(
-    reason="open: an emptied member follows whichever leader reaches it first, a deposed one that has not "
-    "stepped down included (docs/dledger.md, 'Not covered'); when the woken leader's first round of "
-    "heartbeats finds the emptied member, it commits through it",
-    strict=False,
-)
 async def test_an_emptied_member_helps_no_deposed_leader_commit(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
