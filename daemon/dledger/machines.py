@@ -413,6 +413,8 @@ class Node:
         #: (probing, catching up) whether more peers answered its probe than a majority could leave out: it
         #: follows no leader before (`_hear`)
         self._heard = False
+        #: (probing, not heard yet) the latest term whose leader's heartbeat it refused, -1 when none
+        self._beaten = -1
         #: keeps the abstention across a restart (its owner's file): the state, VOTING once it ends; a
         #: member that restarts half caught up holds a log but still lacks what it acknowledged
         self.keep_abstention: Callable[[str], None] = lambda state: None
@@ -792,6 +794,8 @@ class Node:
         self._saw(req.leader_id, req.term, -1)
         if req.term > m.term and self.abstaining == CHECKING:
             return answer(Code.TERM_NOT_READY)  # (its term stays its store's until the check ends)
+        if self._unheard() and self.abstaining == PROBING:
+            self._beaten = max(self._beaten, req.term)
         if req.term == m.term and self._unheard():
             # (a code a leader counts neither as an acknowledgement nor as a term not ready: DLedger's and
             # ours step down without a quorum, rather than beat again at once)
@@ -832,6 +836,7 @@ class Node:
         self._unanswered.clear()
         self._probing_since = self._catch_up_term = -1
         self._heard = False
+        self._beaten = -1
         # (INFO: a new member's first start probes too; a loss found is a WARNING)
         log.info("[%s] abstains from elections (%s): %s", self.m.self_id, state, why)
 
@@ -958,6 +963,11 @@ class Node:
             m.term = floor
             self.to_candidate(floor)
         m.voted_for = m.self_id
+        if floor >= m.known_max_term:
+            # (a later term's heartbeat, refused before it heard, asked for this term: it is taken, and a
+            # maintainer moving past it would depose that term's leader)
+            self.need_increase_term = False
+            self.last_parse = ParseResult.WAIT_TO_REVOTE
 
     def _probe_answered(self, peer: str, resp: VoteResponse) -> None:
         """A peer's answer to a probe: a peer that saw this member later than its store says, or (an empty
@@ -1013,6 +1023,11 @@ class Node:
         own log kept, no leader heard for an election timeout: it would catch up with one): it goes past
         every term it may have voted in."""
         if len(self._probed) < self._needed():
+            return
+        if self._beaten >= 0:
+            # a leader beat meanwhile (elected before its log reached this member's probe): going past its
+            # term would depose it; this member catches up with it as with a group that holds a log
+            self._to_catch_up(f"a leader of term {self._beaten} beats")
             return
         if self.log.last_index >= 0:
             timeout = self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms
