@@ -415,6 +415,13 @@ class Node:
         self._heard = False
         #: (probing, not heard yet) the latest term whose leader's heartbeat it refused, -1 when none
         self._beaten = -1
+        #: (heard) the highest term its peers answered: it votes in no term up to it (`_may_vote`)
+        self._top = -1
+        #: (probing, catching up) the most up-to-date log end its peers answered, (-1, -1) when none held a
+        #: log; `_floor_known` False once a peer holding a log did not say where it ends (a 4.9.8 member)
+        self._floor_term = -1
+        self._floor_index = -1
+        self._floor_known = True
         #: keeps the abstention across a restart (its owner's file): the state, VOTING once it ends; a
         #: member that restarts half caught up holds a log but still lacks what it acknowledged
         self.keep_abstention: Callable[[str], None] = lambda state: None
@@ -762,7 +769,7 @@ class Node:
             and self.log.last_index >= req.ledger_end_index
         ):
             return answer(VoteResult.REJECT_TAKING_LEADERSHIP)
-        if self.abstaining and not self_vote:
+        if self.abstaining and not self_vote and not self._may_vote(req):
             # answered as a member whose log is ahead: a candidate (4.9.8's or ours) asks again in the same
             # term a while later. (ALREADY_VOTED has it stand in a later term every round, outrunning the
             # member that could win: a group whose emptied member waits for the old leader livelocked.)
@@ -836,7 +843,8 @@ class Node:
         self._unanswered.clear()
         self._probing_since = self._catch_up_term = -1
         self._heard = False
-        self._beaten = -1
+        self._beaten = self._top = self._floor_term = self._floor_index = -1
+        self._floor_known = True
         # (INFO: a new member's first start probes too; a loss found is a WARNING)
         log.info("[%s] abstains from elections (%s): %s", self.m.self_id, state, why)
 
@@ -848,6 +856,14 @@ class Node:
             return (
                 f"{self.abstain_why}: until {self._needed()} of its peers answered ({len(self._probed)} so "
                 "far) and it holds, committed, an entry of its leader's term"
+            )
+        if self.abstaining == CATCHING_UP and self._floor_known:
+            floor = f"a log at least as up to date as entry {self._floor_index} of term {self._floor_term}"
+            if self._floor_index < 0:
+                floor = "any log"
+            return (
+                f"{self.abstain_why}: until it holds, committed, an entry of its leader's term (meanwhile it "
+                f"votes, in a term past {self._top}, for {floor})"
             )
         if self.abstaining == CATCHING_UP:
             return f"{self.abstain_why}: until it holds, committed, an entry of its leader's term"
@@ -886,6 +902,8 @@ class Node:
         seen_term, seen_index = self.seen_of(req.leader_id or "")
         if seen_term >= 0:
             resp.mqctl_seen_term, resp.mqctl_seen_index = seen_term, seen_index
+        if log_.last_index >= 0:
+            resp.mqctl_ledger_end_term, resp.mqctl_ledger_end_index = log_.last_term, log_.last_index
         return resp
 
     def _saw(self, peer: str, term: int, index: int) -> None:
@@ -975,6 +993,12 @@ class Node:
         holds = resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM
         if self.abstaining == CHECKING or holds or resp.vote_result is VoteResult.REJECT_EXPIRED_VOTE_TERM:
             self._probed[peer] = (holds, resp.term)
+        if holds:
+            end_term, end_index = resp.mqctl_ledger_end_term, resp.mqctl_ledger_end_index
+            if end_term is None or end_index is None:
+                self._floor_known = False
+            elif (end_term, end_index) > (self._floor_term, self._floor_index):
+                self._floor_term, self._floor_index = end_term, end_index
         lost = self._behind_seen(peer, resp)
         if lost:
             self._restored(lost, resp.mqctl_seen_term or 0)
@@ -1006,14 +1030,31 @@ class Node:
         if self._heard or len(self._probed) < self._needed():
             return
         self._heard = True
-        top = max(term for _, term in self._probed.values())
-        if top > self.m.term:
+        top = self._top = max(term for _, term in self._probed.values())
+        if top > self.m.term or (top == self.m.term and self.m.voted_for is None):
+            # (its vote there kept as its own: a candidate of that term is refused ALREADY_VOTED and stands
+            # again in the next, where it may have this member's vote)
             self._take_term(top)
         log.info(
             "[%s] %d peers answered: term %d, it follows a leader of it or later",
             self.m.self_id,
             len(self._probed),
             self.m.term,
+        )
+
+    def _may_vote(self, req: VoteRequest) -> bool:
+        """(abstaining) Whether it may still vote for this candidate: once it heard, in a term past every
+        term its peers answered (it may have voted in those before its loss), for a log no less up to date
+        than any they answered. An entry committed with its lost acknowledgement was on a majority, so on
+        one of those peers when it answered; a log at least as up to date as one holding a committed entry
+        holds it too (Raft's election rule). So a new group whose late member found its leader's log, or
+        an emptied member whose leader died before it caught up, elects again without that leader."""
+        return (
+            self.abstaining == CATCHING_UP
+            and self._heard
+            and self._floor_known
+            and req.term > self._top
+            and (req.ledger_end_term, req.ledger_end_index) >= (self._floor_term, self._floor_index)
         )
 
     def _probe_settles(self, now: int) -> None:

@@ -1199,6 +1199,42 @@ def test_an_emptied_member_helps_elect_no_leader_that_lacks_committed_entries(ca
         c.check_acked_in(node)
 
 
+def test_an_emptied_member_that_heard_its_leader_votes_for_no_member_behind_that_leader() -> None:
+    """As above, but C's probes reach A and B (A's requests to C are lost, B is still cut off A): C hears
+    both peers before A crashes and may vote again without catching up, but only for a log no less up to date than the most up to date
+    they answered (A's): B lacks what A and C committed and is refused, so none is elected until A is back."""
+    c = Cluster(seed=11, loss=0.0, careful=True)
+    c.run(5000)
+    leader = c.leader()
+    assert leader is not None
+    a = leader.m.self_id
+    b, c_ = [p for p in PEERS if p != a]
+    c.run(1000, append_every=50)
+    c.cut |= {frozenset((b, a)), frozenset((b, c_))}
+    c.run(2000, append_every=50)
+    c.run(500)
+    assert c.acked and c.acked[-1][0] > c.disks[b].log.last_index, "B lags nothing"
+    c.cut = {frozenset((b, a))}
+    c.one_way.add((a, c_))
+    c.wipe(c_)
+    emptied = c.nodes[c_]
+    assert emptied is not None
+    while not emptied._heard:
+        assert c.now < 60_000, emptied.abstention()
+        c.run(STEP)
+    c.crash(a)
+    c.cut.clear()
+    c.one_way.clear()
+    c.run(20_000, append_every=100)  # (the checker raises should a committed entry change)
+    elected = c.leader()
+    assert elected is None, f"{elected.m.self_id} elected while A is down"
+    assert emptied.abstaining == CATCHING_UP
+    c.start(a)
+    c.run(10_000, append_every=100)
+    assert emptied.abstaining == VOTING
+    c.check_acked_everywhere()
+
+
 def _careful_group_with_a_log() -> tuple[Cluster, Node, str]:
     """A careful group whose leader appended for a while: the group, its leader and a follower."""
     c = Cluster(seed=5, loss=0.0, careful=True)
@@ -1238,6 +1274,41 @@ def test_a_new_group_elects_once_more_members_answer_than_a_majority_could_leave
     assert all(n is not None and n.abstaining == VOTING for n in c.nodes.values())
     c.run(3000, append_every=50)
     c.check_acked_everywhere()
+
+
+def test_a_new_groups_late_member_that_found_a_log_votes_once_its_leader_is_gone() -> None:
+    """Two members of a new group elect with the third's answers to their probes while its own probes are
+    lost; once answered, it finds the leader's log and catches up, but the leader dies before it could (its
+    heartbeats never reached it). It votes for the member holding the log the leader answered with: the
+    group elects again without the dead leader (a real group's failover stalled so)."""
+    c = Cluster(seed=7, loss=0.0, careful=True)
+    late = "n2"
+    c.one_way |= {(late, "n0"), (late, "n1")}
+    while (leader := c.leader()) is None:
+        assert c.now < 30_000, "the first two elected nobody"
+        c.run(100)
+    a = leader.m.self_id
+    b = next(p for p in PEERS if p not in (a, late))
+    c.run(1000, append_every=50)
+    c.run(1000)
+    c.one_way = {
+        (a, late)
+    }  # (its probes reach the leader now; the leader's heartbeats still do not reach it)
+    node = c.nodes[late]
+    assert node is not None
+    while not node._heard:
+        assert c.now < 60_000, node.abstention()
+        c.run(STEP)
+    assert node.abstaining == CATCHING_UP and node.log.last_index < 0
+    c.crash(a)
+    c.one_way.clear()
+    while (elected := c.leader()) is None:
+        assert c.now < 60_000, f"no leader without {a}: {node.abstention()}"
+        c.run(100, append_every=50)
+    assert elected.m.self_id == b
+    c.run(5000, append_every=50)
+    assert node.abstaining == VOTING
+    c.check_acked_in(node)
 
 
 def test_a_member_without_its_vote_file_follows_the_leader_and_votes_again() -> None:
