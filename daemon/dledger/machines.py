@@ -417,11 +417,9 @@ class Node:
         self._beaten = -1
         #: (heard) the highest term its peers answered: it votes in no term up to it (`_may_vote`)
         self._top = -1
-        #: (probing, catching up) the most up-to-date log end its peers answered, (-1, -1) when none held a
-        #: log; `_floor_known` False once a peer holding a log did not say where it ends (a 4.9.8 member)
-        self._floor_term = -1
-        self._floor_index = -1
-        self._floor_known = True
+        #: (probing, catching up) per peer that answered its probe while voting (a member of ours: abstaining,
+        #: or a 4.9.8 member, it does not say), where its log ended, (-1, -1) for none (`_may_vote`)
+        self._ends: dict[str, tuple[int, int]] = {}
         #: keeps the abstention across a restart (its owner's file): the state, VOTING once it ends; a
         #: member that restarts half caught up holds a log but still lacks what it acknowledged
         self.keep_abstention: Callable[[str], None] = lambda state: None
@@ -547,7 +545,12 @@ class Node:
 
     def tick(self, now: int) -> list[Out]:
         """What DLedger's state maintainer and entry dispatchers do at `now`: the requests to send."""
-        probing = self.abstaining == PROBING or self.abstaining == CHECKING or self._unheard()
+        probing = (
+            self.abstaining == PROBING
+            or self.abstaining == CHECKING
+            or self._unheard()
+            or self._ends_pending()
+        )
         if probing and now >= self._next_probe:
             return self._probe(now) + self._tick(now)
         return self._tick(now)
@@ -843,8 +846,8 @@ class Node:
         self._unanswered.clear()
         self._probing_since = self._catch_up_term = -1
         self._heard = False
-        self._beaten = self._top = self._floor_term = self._floor_index = -1
-        self._floor_known = True
+        self._beaten = self._top = -1
+        self._ends.clear()
         # (INFO: a new member's first start probes too; a loss found is a WARNING)
         log.info("[%s] abstains from elections (%s): %s", self.m.self_id, state, why)
 
@@ -857,9 +860,10 @@ class Node:
                 f"{self.abstain_why}: until {self._needed()} of its peers answered ({len(self._probed)} so "
                 "far) and it holds, committed, an entry of its leader's term"
             )
-        if self.abstaining == CATCHING_UP and self._floor_known:
-            floor = f"a log at least as up to date as entry {self._floor_index} of term {self._floor_term}"
-            if self._floor_index < 0:
+        if self.abstaining == CATCHING_UP and self._floor() is not None:
+            floor_term, floor_index = self._floor() or (-1, -1)
+            floor = f"a log at least as up to date as entry {floor_index} of term {floor_term}"
+            if floor_index < 0:
                 floor = "any log"
             return (
                 f"{self.abstain_why}: until it holds, committed, an entry of its leader's term (meanwhile it "
@@ -879,9 +883,11 @@ class Node:
             return self._check(now)
         if self._probed and self.abstaining == PROBING:
             self._probe_settles(now)  # (its own log kept, it waits out an election timeout for a leader)
-        if not self._unheard():
-            return []
-        return [self._probe_request(peer) for peer in self.others() if peer not in self._probed]
+        if self._unheard():
+            return [self._probe_request(peer) for peer in self.others() if peer not in self._probed]
+        if self._ends_pending():  # (asked again until they vote: `_may_vote`)
+            return [self._probe_request(peer) for peer in self.others() if peer not in self._ends]
+        return []
 
     def _probe_request(self, peer: str) -> Out:
         req = self._base(VoteRequest(), peer)
@@ -902,7 +908,7 @@ class Node:
         seen_term, seen_index = self.seen_of(req.leader_id or "")
         if seen_term >= 0:
             resp.mqctl_seen_term, resp.mqctl_seen_index = seen_term, seen_index
-        if log_.last_index >= 0:
+        if self.abstaining == VOTING:
             resp.mqctl_ledger_end_term, resp.mqctl_ledger_end_index = log_.last_term, log_.last_index
         return resp
 
@@ -993,12 +999,9 @@ class Node:
         holds = resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM
         if self.abstaining == CHECKING or holds or resp.vote_result is VoteResult.REJECT_EXPIRED_VOTE_TERM:
             self._probed[peer] = (holds, resp.term)
-        if holds:
-            end_term, end_index = resp.mqctl_ledger_end_term, resp.mqctl_ledger_end_index
-            if end_term is None or end_index is None:
-                self._floor_known = False
-            elif (end_term, end_index) > (self._floor_term, self._floor_index):
-                self._floor_term, self._floor_index = end_term, end_index
+        end_term, end_index = resp.mqctl_ledger_end_term, resp.mqctl_ledger_end_index
+        if end_term is not None and end_index is not None:
+            self._ends[peer] = max((end_term, end_index), self._ends.get(peer, (-1, -1)))
         lost = self._behind_seen(peer, resp)
         if lost:
             self._restored(lost, resp.mqctl_seen_term or 0)
@@ -1042,19 +1045,35 @@ class Node:
             self.m.term,
         )
 
+    def _floor(self) -> tuple[int, int] | None:
+        """The most up-to-date log end that more peers than a majority could leave out answered while they
+        voted, None before that many did; none but empty logs answered (a new group's), any log."""
+        if len(self._ends) >= self._needed():
+            return max(self._ends.values())
+        if len(self._probed) >= self._needed() and not any(holds for holds, _ in self._probed.values()):
+            return (-1, -1)
+        return None
+
+    def _ends_pending(self) -> bool:
+        """(catching up, heard) Fewer peers than it needs answered while they voted (`_may_vote`)."""
+        return self.abstaining == CATCHING_UP and self._heard and self._floor() is None
+
     def _may_vote(self, req: VoteRequest) -> bool:
         """(abstaining) Whether it may still vote for this candidate: once it heard, in a term past every
         term its peers answered (it may have voted in those before its loss), for a log no less up to date
-        than any they answered. An entry committed with its lost acknowledgement was on a majority, so on
-        one of those peers when it answered; a log at least as up to date as one holding a committed entry
-        holds it too (Raft's election rule). So a new group whose late member found its leader's log, or
-        an emptied member whose leader died before it caught up, elects again without that leader."""
+        than any that more peers than a majority could leave out answered while they voted. An entry
+        committed with its lost acknowledgement was on a majority, so on one of those peers when it
+        answered (a peer abstaining then may have lost it too: it is asked again until it votes); a log at
+        least as up to date as one holding a committed entry holds it (Raft's election rule). So a new
+        group whose late member found its leader's log, or an emptied member whose leader died before it
+        caught up, elects again without that leader."""
+        floor = self._floor()
         return (
             self.abstaining == CATCHING_UP
             and self._heard
-            and self._floor_known
+            and floor is not None
             and req.term > self._top
-            and (req.ledger_end_term, req.ledger_end_index) >= (self._floor_term, self._floor_index)
+            and (req.ledger_end_term, req.ledger_end_index) >= floor
         )
 
     def _probe_settles(self, now: int) -> None:
@@ -1984,7 +2003,7 @@ class Node:
         if out.code is DLedgerRequestCode.VOTE:
             assert resp is None or isinstance(resp, VoteResponse)
             if out.epoch == PROBE_EPOCH:
-                if self.abstaining == CHECKING or self._unheard():
+                if self.abstaining == CHECKING or self._unheard() or self._ends_pending():
                     if resp is not None:
                         self._probe_answered(out.peer, resp)
                     elif self.abstaining == CHECKING:

@@ -1235,6 +1235,32 @@ def test_an_emptied_member_that_heard_its_leader_votes_for_no_member_behind_that
     c.check_acked_everywhere()
 
 
+def test_a_group_that_lost_a_majority_of_its_stores_elects_nobody_on_its_own() -> None:
+    """X lags (cut off) while the leader and Y commit; then the stores of both are lost at once. Each
+    emptied member hears X, which holds a log, and the other, abstaining (it may have lost the same
+    entries): it waits for that one to vote before it votes itself, so X, which lacks what they committed,
+    is not elected; the operator's word is needed (docs/dledger.md)."""
+    c = Cluster(seed=11, loss=0.0, careful=True)
+    c.run(5000)
+    leader = c.leader()
+    assert leader is not None
+    a = leader.m.self_id
+    x, y = [p for p in PEERS if p != a]
+    c.run(1000, append_every=50)
+    c.cut |= {frozenset((x, a)), frozenset((x, y))}
+    c.run(2000, append_every=50)
+    c.run(500)
+    assert c.acked and c.acked[-1][0] > c.disks[x].log.last_index, "X lags nothing"
+    c.cut.clear()
+    c.wipe(a)
+    c.wipe(y)
+    c.run(30_000, append_every=100)  # (the checker raises should a committed entry change)
+    assert c.leader() is None
+    for p in (a, y):
+        node = c.nodes[p]
+        assert node is not None and node.abstaining == CATCHING_UP and node._heard
+
+
 def _careful_group_with_a_log() -> tuple[Cluster, Node, str]:
     """A careful group whose leader appended for a while: the group, its leader and a follower."""
     c = Cluster(seed=5, loss=0.0, careful=True)
@@ -1512,7 +1538,7 @@ def test_a_member_restored_to_an_earlier_term_votes_in_no_term_it_may_have_voted
 def test_a_probe_is_answered_what_the_asker_took_part_in_after_the_leadership_too() -> None:
     """A leader answers a restarted follower's probe with the last entry it acknowledged in its term, and
     still does once it stepped down (cut off the others, it does before the follower is back); a member
-    answers a candidate's probe with the term it stood in."""
+    answers a candidate's probe with the term it stood in. A member that votes says where its log ends."""
     node = a_loaded_leader(5, busy=())
     probe = VoteRequest(group="g", local_id="n1", remote_id="n0", leader_id="n1", term=-1)
     answer = node.on_vote(probe)
@@ -1521,13 +1547,14 @@ def test_a_probe_is_answered_what_the_asker_took_part_in_after_the_leadership_to
         1,
         4,
     )
+    assert (answer.mqctl_ledger_end_term, answer.mqctl_ledger_end_index) == (1, node.log.last_index)
     node.to_candidate(1)
     assert (node.on_vote(probe).mqctl_seen_term, node.on_vote(probe).mqctl_seen_index) == (1, 4)
     node.on_vote(VoteRequest(group="g", local_id="n2", remote_id="n0", leader_id="n2", term=3))
     to_n2 = VoteRequest(group="g", local_id="n2", remote_id="n0", leader_id="n2", term=-1)
     assert (node.on_vote(to_n2).mqctl_seen_term, node.on_vote(to_n2).mqctl_seen_index) == (3, -1)
     fresh = Node(MemberState("g", "n0", dict(PEERS), term=1), MemoryRaftLog(), Timings())
-    assert fresh.on_vote(probe).to_json() == {
+    dledgers = {
         "code": 200,
         "group": "g",
         "leaderId": "n1",
@@ -1535,4 +1562,7 @@ def test_a_probe_is_answered_what_the_asker_took_part_in_after_the_leadership_to
         "remoteId": "n0",
         "term": 1,
         "voteResult": "REJECT_EXPIRED_VOTE_TERM",
-    }  # (what DLedger answers: nothing of ours when it saw nothing)
+    }
+    assert fresh.on_vote(probe).to_json() == {**dledgers, "mqctlLedgerEndIndex": -1, "mqctlLedgerEndTerm": -1}
+    fresh.abstain(PROBING, "started with an empty log")
+    assert fresh.on_vote(probe).to_json() == dledgers  # (what DLedger answers: nothing of ours)
