@@ -886,6 +886,7 @@ class Node:
         if self._unheard():
             return [self._probe_request(peer) for peer in self.others() if peer not in self._probed]
         if self._ends_pending():  # (asked again until they vote: `_may_vote`)
+            self._next_probe = now + self.t.min_vote_interval_ms
             return [self._probe_request(peer) for peer in self.others() if peer not in self._ends]
         return []
 
@@ -1033,6 +1034,9 @@ class Node:
         if self._heard or len(self._probed) < self._needed():
             return
         self._heard = True
+        # (a peer that answered while it still probed, a new group's member, votes by now: asked again at
+        # once, before a leader it may be is gone)
+        self._next_probe = self._now
         top = self._top = max(term for _, term in self._probed.values())
         if top > self.m.term or (top == self.m.term and self.m.voted_for is None):
             # (its vote there kept as its own: a candidate of that term is refused ALREADY_VOTED and stands
