@@ -1145,9 +1145,8 @@ def test_every_follower_is_pushed_while_leadership_is_handed_over() -> None:
 # ------------------------------------------------------------------ members that lost their store
 
 
-def _lose_a_store_while_the_lagging_member_is_cut_off(c: Cluster) -> tuple[str, str, str]:
-    """A leads, B is cut off while A and C commit appends, C's store is lost and C restarts cut off A,
-    A crashes before C caught up, and B's links heal: B (behind) and C (empty) are a majority."""
+def _a_member_lags_while_two_commit(c: Cluster) -> tuple[str, str, str]:
+    """A leads, B is cut off while A and C commit appends: A, B (behind, still cut off) and C."""
     c.run(5000)
     leader = c.leader()
     assert leader is not None
@@ -1158,6 +1157,23 @@ def _lose_a_store_while_the_lagging_member_is_cut_off(c: Cluster) -> tuple[str, 
     c.run(2000, append_every=50)
     c.run(500)
     assert c.acked and c.acked[-1][0] > c.disks[b].log.last_index, "B lags nothing"
+    return a, b, c_
+
+
+def _elect_none_while_down(c: Cluster, a: str) -> None:
+    """A crashes and every link heals: none is elected for a while (nor a committed entry changed)."""
+    c.crash(a)
+    c.cut.clear()
+    c.one_way.clear()
+    c.run(20_000, append_every=100)  # (the checker raises should a committed entry change)
+    elected = c.leader()
+    assert elected is None, f"{elected.m.self_id} elected while A is down"
+
+
+def _lose_a_store_while_the_lagging_member_is_cut_off(c: Cluster) -> tuple[str, str, str]:
+    """A leads, B is cut off while A and C commit appends, C's store is lost and C restarts cut off A,
+    A crashes before C caught up, and B's links heal: B (behind) and C (empty) are a majority."""
+    a, b, c_ = _a_member_lags_while_two_commit(c)
     c.cut.add(frozenset((a, c_)))
     c.wipe(c_)
     c.run(500)
@@ -1201,19 +1217,11 @@ def test_an_emptied_member_helps_elect_no_leader_that_lacks_committed_entries(ca
 
 def test_an_emptied_member_that_heard_its_leader_votes_for_no_member_behind_that_leader() -> None:
     """As above, but C's probes reach A and B (A's requests to C are lost, B is still cut off A): C hears
-    both peers before A crashes and may vote again without catching up, but only for a log no less up to date than the most up to date
-    they answered (A's): B lacks what A and C committed and is refused, so none is elected until A is back."""
+    both peers before A crashes and may vote again without catching up, but only for a log no less up to
+    date than the most up to date they answered (A's): B lacks what A and C committed and is refused, so
+    none is elected until A is back."""
     c = Cluster(seed=11, loss=0.0, careful=True)
-    c.run(5000)
-    leader = c.leader()
-    assert leader is not None
-    a = leader.m.self_id
-    b, c_ = [p for p in PEERS if p != a]
-    c.run(1000, append_every=50)
-    c.cut |= {frozenset((b, a)), frozenset((b, c_))}
-    c.run(2000, append_every=50)
-    c.run(500)
-    assert c.acked and c.acked[-1][0] > c.disks[b].log.last_index, "B lags nothing"
+    a, b, c_ = _a_member_lags_while_two_commit(c)
     c.cut = {frozenset((b, a))}
     c.one_way.add((a, c_))
     c.wipe(c_)
@@ -1222,12 +1230,7 @@ def test_an_emptied_member_that_heard_its_leader_votes_for_no_member_behind_that
     while not emptied._heard:
         assert c.now < 60_000, emptied.abstention()
         c.run(STEP)
-    c.crash(a)
-    c.cut.clear()
-    c.one_way.clear()
-    c.run(20_000, append_every=100)  # (the checker raises should a committed entry change)
-    elected = c.leader()
-    assert elected is None, f"{elected.m.self_id} elected while A is down"
+    _elect_none_while_down(c, a)
     assert emptied.abstaining == CATCHING_UP
     c.start(a)
     c.run(10_000, append_every=100)
@@ -1241,16 +1244,7 @@ def test_a_group_that_lost_a_majority_of_its_stores_elects_nobody_on_its_own() -
     entries): it waits for that one to vote before it votes itself, so X, which lacks what they committed,
     is not elected; the operator's word is needed (docs/dledger.md)."""
     c = Cluster(seed=11, loss=0.0, careful=True)
-    c.run(5000)
-    leader = c.leader()
-    assert leader is not None
-    a = leader.m.self_id
-    x, y = [p for p in PEERS if p != a]
-    c.run(1000, append_every=50)
-    c.cut |= {frozenset((x, a)), frozenset((x, y))}
-    c.run(2000, append_every=50)
-    c.run(500)
-    assert c.acked and c.acked[-1][0] > c.disks[x].log.last_index, "X lags nothing"
+    a, _x, y = _a_member_lags_while_two_commit(c)
     c.cut.clear()
     c.wipe(a)
     c.wipe(y)
@@ -1489,12 +1483,7 @@ def test_a_member_restored_from_an_older_copy_helps_elect_no_leader_that_lacks_c
     c.one_way.add((a, r))
     c.restore(r, backup)
     c.run(1000)
-    c.crash(a)
-    c.cut.clear()
-    c.one_way.clear()
-    c.run(20_000, append_every=100)  # (the checker raises should a committed entry change)
-    elected = c.leader()
-    assert elected is None, f"{elected.m.self_id} elected while A is down"
+    _elect_none_while_down(c, a)
     restored = c.nodes[r]
     assert restored is not None and restored.abstaining == CATCHING_UP
     assert f"{a}, leader of term" in restored.abstention()
