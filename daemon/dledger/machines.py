@@ -808,7 +808,9 @@ class Node:
             self._beaten = max(self._beaten, req.term)
         if req.term == m.term and self._unheard():
             # (a code a leader counts neither as an acknowledgement nor as a term not ready: DLedger's and
-            # ours step down without a quorum, rather than beat again at once)
+            # ours step down without a quorum, rather than beat again at once; the leader is up, so asked
+            # again at once: a new group's leader may be gone before the next round of probes)
+            self._next_probe = min(self._next_probe, now)
             return answer(Code.ILLEGAL_MEMBER_STATE)
         if req.term == m.term:
             if m.leader_id is None:
