@@ -748,9 +748,8 @@ def reissue(cert, key, issuer: tuple[object, object], days: int):  # type: ignor
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
     )
-    for (
-        extension
-    ) in cert.extensions:  # the key identifiers name the old keys: left out, as make_certificate does
+    # the key identifiers name the old keys: left out, as make_certificate does
+    for extension in cert.extensions:
         if not isinstance(extension.value, x509.SubjectKeyIdentifier | x509.AuthorityKeyIdentifier):
             builder = builder.add_extension(extension.value, critical=extension.critical)
     return builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
