@@ -215,7 +215,7 @@ def read_incarnations(root: str) -> list[Incarnation]:
 
 def parse_incarnations(text: str) -> list[Incarnation]:
     """``ID@START`` joined by ``;`` (as a master shows them, ``haIncarnations``), oldest first; what does
-    not parse, or goes back, ends the list."""
+    not parse ends the list."""
     out: list[Incarnation] = []
     for item in filter(None, text.split(";")):
         ident, _, start = item.strip().partition("@")
@@ -223,12 +223,19 @@ def parse_incarnations(text: str) -> list[Incarnation]:
             raw = bytes.fromhex(ident)
         except ValueError:
             break
-        if len(raw) != IDENTITY_SIZE or not (start.isascii() and start.isdigit()):
+        if len(raw) != IDENTITY_SIZE or not (start.isascii() and start.isdigit()) or len(start) > 19:
             break
-        if out and int(start) < out[-1].start:
-            break
+        # a start below an earlier one is kept: a log cut, or recovered shorter than it was (a power loss
+        # after a restart), ends every earlier incarnation there (see the slave's `_incarnation_end`)
         out.append(Incarnation(raw, int(start)))
     return out
+
+
+def incarnation_end(history: list[Incarnation], index: int) -> int | None:
+    """Where ``history[index]`` ended: the earliest start of those after it (a later one that begins lower,
+    a log cut or recovered shorter, ends it there too), None for the newest, which has not ended."""
+    later = history[index + 1 :]
+    return min(h.start for h in later) if later else None
 
 
 def _write_incarnations(root: str, history: list[Incarnation]) -> None:

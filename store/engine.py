@@ -1600,8 +1600,8 @@ class DefaultMessageStore:
                 self.checkpoint.replica_incarnation = bytes.fromhex(incarnation)
 
     def begin_incarnation(self) -> None:
-        """This store starts as a master: a new incarnation at its log's end, on disk before any put
-        (docs/replication.md §incarnations)."""
+        """This store starts (or, a slave, has cut its log): a new incarnation at its log's end, on disk
+        before any put (docs/replication.md §incarnations)."""
         if self.read_only:
             return
         with self._put_lock:

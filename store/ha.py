@@ -439,7 +439,7 @@ class ReplicaStore(Protocol):
         ...
 
     def begin_incarnation(self) -> None:
-        """The store starts as a master: a new incarnation at its log's end, kept before any put."""
+        """The store starts, or a slave cut its log: a new incarnation at its log's end, kept before any put."""
         ...
 
     @property

@@ -1045,9 +1045,10 @@ class Broker:
             commit_log.auto_commit = False  # not every entry its log kept (an old leader's tail is not)
         self.store.open()
         try:
-            if not is_slave(self.config) and not self.config.enable_dleger_commit_log:
+            if not self.config.enable_dleger_commit_log:
                 # before any put: records past this point are this incarnation's, and a store restored
-                # from an older copy does not know it (docs/replication.md §incarnations)
+                # from an older copy does not know it; in every role, as a log recovered shorter than it
+                # was (a power loss) ends the earlier ones there (docs/replication.md §incarnations)
                 self.store.begin_incarnation()
             configs = self.store.configs
             self.topics = TopicConfigManager(self.config, configs.topics)

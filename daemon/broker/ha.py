@@ -41,7 +41,7 @@ from daemon.remoting.errors import RemotingError, is_acl_refusal
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import TLS_HANDSHAKE_TIMEOUT, bind_listener
 from store import fastjson
-from store.checkpoint import IDENTITY_SIZE, Incarnation, parse_incarnations
+from store.checkpoint import IDENTITY_SIZE, Incarnation, incarnation_end, parse_incarnations
 from store.commitlog import PutMessageStatus
 from store.config import SLAVE, SYNC_MASTER, StoreConfig
 from store.config_files import (
@@ -1042,6 +1042,9 @@ class HASlave:
             return True
         if cut < end:
             await self._set_aside_tail(cut, end, master.first_offset)
+            # this store's own earlier incarnations end at the cut: promoted later, its history must not
+            # vouch for what another slave copied of them past it (docs/replication.md §incarnations)
+            store.begin_incarnation()
         if cut < master.first_offset:
             if store.min_phy_offset < cut and refusal:
                 await self._set_aside_unconfirmed(cut, master.first_offset, refusal)
@@ -1084,7 +1087,7 @@ class HASlave:
 
     def _incarnation_end(self, master: MasterLog) -> int:
         """Where the master's history says the incarnation the mark's records were copied from ended: the
-        next one's start, or nowhere (the one it runs in now). A mark from before incarnations, or naming
+        earliest start of those after it, or nowhere (the one it runs in now). A mark from before incarnations, or naming
         none, vouches as far as it reaches; one the master does not know (its store restored from an older
         copy, a copy of it started as another master, a history that dropped it) vouches for nothing."""
         copied = self.store.replica_incarnation
@@ -1093,7 +1096,8 @@ class HASlave:
         history = master.incarnations
         for i, incarnation in enumerate(history):
             if incarnation.id.hex() == copied:
-                return history[i + 1].start if i + 1 < len(history) else self.store.replica_mark
+                ended = incarnation_end(list(history), i)
+                return self.store.replica_mark if ended is None else ended
         log.warning(
             "HA: this slave's replica mark counts what it copied from incarnation %s of its master's store %s, "
             "which the master's history does not hold (a store restored from an older copy, or a copy of it "

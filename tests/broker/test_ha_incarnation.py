@@ -169,3 +169,74 @@ async def test_a_slave_reaching_past_a_restored_masters_retention_serves_none_of
         assert await served(g, g.slave) == await served(g, g.master)
         assert not any(b.startswith(b"ooo") for q in await served(g, g.slave) for b in q)
         assert sum(set_aside(tmp_path / "slave")) == 250  # (the 20 too: the mark no longer vouches for them)
+
+
+@pytest.mark.slow
+async def test_a_master_whose_log_came_back_shorter_after_a_restart_vouches_for_none_of_what_it_lost(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """After 20 records and 40 more copied by its slave, the master restarts (an incarnation begun at its
+    log's end, on disk at once), then loses power within the writeback window: its log comes back as it was
+    after 20 records, its incarnations file as written, and it begins one more below the last one's start.
+    Its retention then deletes past the slave's whole log. A history read only up to where it goes back
+    ended the slave's incarnation at the lost restart's start and the slave deleted the 40 it alone held as
+    the master's expired records; now the later, lower start ends it: they are set aside, never deleted."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
+        await send_common(g, 40, "only")
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        await g.master.stop()
+        await restart_master(g, tmp_path, fixed)
+        await g.master.stop()
+        history = (tmp_path / "master" / "incarnations").read_bytes()
+        shutil.rmtree(tmp_path / "master")
+        shutil.copytree(tmp_path / "backup", tmp_path / "master")
+        (tmp_path / "master" / "incarnations").write_bytes(history)
+        await restart_master(g, tmp_path, fixed)
+        assert len((await runtime(g, g.master))["haIncarnations"].split(";")) == 4
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
+        await restart_master(g, tmp_path, fixed)
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await send_common(g, 8, "after")
+        await replicated(g.master, g.slave)
+        assert set_aside(tmp_path / "slave") == [40]
+        assert await served(g, g.slave) == await served(g, g.master)
+
+
+@pytest.mark.slow
+async def test_a_master_that_was_a_slave_in_between_vouches_for_none_of_what_its_cut_took(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """Master P's store seeds R after 20 records; 40 more are copied by slave Q. With P and Q down, R takes
+    broker-a's sends; P comes back as R's slave and sets its 40 aside where R wrote others, copies R's,
+    and is made the master again, its retention then deleting past Q's whole log. P's history ended the
+    incarnation Q copied from only at P's next start as a master, far past the cut, and Q deleted the 40 it
+    alone held as P's expired records; now a start in any role, and the cut, end it there: they are set
+    aside, never deleted."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await copied_after(g, tmp_path, fixed, 20, "early", "r")
+        await send_common(g, 40, "only")
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        await g.master.stop()
+
+        g.master = await start_broker(tmp_path / "r", **{**SMALL, "namesrv_addr": g.ns_addr, **fixed})
+        await send_common(g, 30, "r")
+        p = await start_slave(tmp_path / "master", g.ns_addr)
+        await replicated(g.master, p)
+        assert set_aside(tmp_path / "master") == [40]
+        await p.stop()
+        await g.master.stop()
+        await restart_master(g, tmp_path, fixed)
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
+        await restart_master(g, tmp_path, fixed)
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await send_common(g, 8, "after")
+        await replicated(g.master, g.slave)
+        assert set_aside(tmp_path / "slave") == [40]
+        assert await served(g, g.slave) == await served(g, g.master)

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from store.checkpoint import REPLICA_MARK_AT, StoreCheckpoint, read_incarnations
+from store.checkpoint import (
+    REPLICA_MARK_AT,
+    StoreCheckpoint,
+    incarnation_end,
+    parse_incarnations,
+    read_incarnations,
+)
 from store.config import SLAVE
 from store.engine import DefaultMessageStore
 from store.inspect import layout, verify
@@ -323,3 +329,18 @@ def test_each_start_as_a_master_begins_an_incarnation_and_the_mark_keeps_the_one
         assert f.read(8) == b"mqctlRM3"
     with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
         assert (slave.replica_mark, slave.replica_master, slave.replica_incarnation) == (end, "ab" * 16, "")
+
+
+def test_an_incarnation_ends_at_the_earliest_later_start_and_a_history_going_back_is_kept() -> None:
+    """A log recovered shorter than it was after a restart (a power loss within the writeback window), or
+    cut as a slave, begins an incarnation below an earlier one's start: it is kept, and it ends every
+    earlier incarnation there; read as the end of the history, a slave's mark naming an earlier one was
+    credited past records the master replaced."""
+    a, b, c = (bytes([n]) * 16 for n in (1, 2, 3))
+    history = parse_incarnations(f"{a.hex()}@0;{b.hex()}@5000;{c.hex()}@3000")
+    assert [(h.id, h.start) for h in history] == [(a, 0), (b, 5000), (c, 3000)]
+    assert incarnation_end(history, 0) == 3000
+    assert incarnation_end(history, 1) == 3000
+    assert incarnation_end(history, 2) is None
+    # a start no long can hold ends the list (int() of thousands of digits raises)
+    assert parse_incarnations(f"{a.hex()}@0;{b.hex()}@{'9' * 5000}") == history[:1]
