@@ -319,9 +319,15 @@ async def test_an_idle_loop_is_probed_once_a_sample_period_until_it_works() -> N
                 break
             await asyncio.sleep(0.1)
         assert watch.spaced, "an idle loop kept its probes a probe period apart"
-        before = watch.probes
-        await asyncio.sleep(1.0)
+        # a busy host's lag can bring the probe period back for a while (a probe finds the loop late): a
+        # second of it is measured again, up to a few times; never spaced, each second has ~50
+        for _ in range(5):
+            before = watch.probes
+            await asyncio.sleep(1.0)
+            if watch.probes - before <= 1.0 / watch.period + 2:
+                break
         assert watch.probes - before <= 1.0 / watch.period + 2  # 50 a second before
+        await _spaced(watch)
         _spun_on_the_loop(2 * IDLE_SHARE * watch.period)
         await _probes(watch, 1)
         assert not watch.spaced
@@ -331,6 +337,14 @@ async def test_an_idle_loop_is_probed_once_a_sample_period_until_it_works() -> N
         assert sum(split) > 0
     finally:
         watch.stop()
+
+
+async def _spaced(watch: LoopWatch) -> None:
+    for _ in range(300):
+        if watch.spaced:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the idle loop's probes did not stay spaced")
 
 
 async def _probes(watch: LoopWatch, n: int) -> None:
