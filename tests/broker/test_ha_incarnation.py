@@ -17,7 +17,7 @@ import pytest
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
 from tests.broker.test_ha_mark import TOPIC, fixed_ports, restart_master, runtime, send_common
-from tests.broker.test_ha_retention import served, write_then_expire_all_but_the_newest_file
+from tests.broker.test_ha_retention import served, slave_back, write_then_expire_all_but_the_newest_file
 from tests.support.broker import replicated, start_broker
 from tests.support.cli import RunCli
 
@@ -199,11 +199,7 @@ async def test_a_master_whose_log_came_back_shorter_after_a_restart_vouches_for_
         await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
         await restart_master(g, tmp_path, fixed)
 
-        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
-        await send_common(g, 8, "after")
-        await replicated(g.master, g.slave)
-        assert set_aside(tmp_path / "slave") == [40]
-        assert await served(g, g.slave) == await served(g, g.master)
+        await slave_back(g, tmp_path / "slave", 40)
 
 
 @pytest.mark.slow
@@ -235,8 +231,4 @@ async def test_a_master_that_was_a_slave_in_between_vouches_for_none_of_what_its
         await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
         await restart_master(g, tmp_path, fixed)
 
-        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
-        await send_common(g, 8, "after")
-        await replicated(g.master, g.slave)
-        assert set_aside(tmp_path / "slave") == [40]
-        assert await served(g, g.slave) == await served(g, g.master)
+        await slave_back(g, tmp_path / "slave", 40)
