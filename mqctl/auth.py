@@ -4,7 +4,14 @@ Precedence, highest first, each source a whole pair (an access key and its secre
 
 1. the global flags ``--access-key`` with ``--secret-key`` or ``--secret-key-file`` (not both);
 2. the variables ``MQCTL_ACCESS_KEY`` with ``MQCTL_SECRET_KEY`` or ``MQCTL_SECRET_KEY_FILE`` (not both);
-3. the context that chose the NameServers (its secret lives in a file only its owner may read).
+3. the context in force (its secret lives in a file only its owner may read), but only where it is safe
+   to send: to its own NameServers (and the brokers they route to), or over its TLS with its own CA.
+
+RocketMQ 4.x signatures carry no nonce and no time a 4.9.8 server checks: a host that collects one can
+replay it against the real cluster. So a context's key is not sent to NameServers ``-n`` or
+``$MQCTL_NAMESRV`` named beyond the context's own list unless the context's CA vouches for them (a
+certificate of that CA, host name checked); there requests go unsigned and one warning says so.
+``--sign`` (or a pair given by flag or variable, the operator's own choice) signs anyway.
 
 A secret key file is read as a context's is: its first line, refused when others may read it. The file
 forms keep the secret out of ``ps``, the shell's history and the environment of every child process. No
@@ -43,6 +50,10 @@ class Credentials:
 
 
 _state: dict[str, Credentials | None] = {"flags": None, "context": None}
+#: ``--sign`` given (the context's key goes wherever ``-n`` points), and why the context's pair was
+#: withheld from this invocation's NameServers (None: it was not), and the warning that said so last.
+_withheld: dict[str, str | None] = {"why": None, "warned": None}
+_sign = {"anywhere": False}
 
 
 def pair(access_key: str | None, secret_key: str | None, source: str) -> Credentials | None:
@@ -61,23 +72,59 @@ def _secret(secret_key: str | None, secret_key_file: str | None, names: tuple[st
     return read_secret(Path(secret_key_file)) if secret_key_file else secret_key
 
 
-def set_flags(access_key: str | None, secret_key: str | None, secret_key_file: str | None = None) -> None:
+def set_flags(
+    access_key: str | None, secret_key: str | None, secret_key_file: str | None = None, *, sign: bool = False
+) -> None:
     """Record the global flags (the root command calls this once)."""
     secret = _secret(secret_key, secret_key_file, ("--secret-key", "--secret-key-file"))
     _state["flags"] = pair(access_key, secret, "--access-key/--secret-key")
     _state["context"] = None  # a context chosen by an earlier invocation in this process is not this one's
+    _withheld.update(why=None, warned=None)
+    _sign["anywhere"] = sign
+
+
+def sign_anywhere(on: bool) -> None:
+    """``--sign`` (the Spark source's ``sign`` option): the context's key goes wherever ``-n`` points."""
+    _sign["anywhere"] = on
+
+
+def signs_anywhere() -> bool:
+    """Whether ``--sign`` (or :func:`sign_anywhere`) is in force."""
+    return _sign["anywhere"]
 
 
 def use_context(name: str, access_key: str | None, secret_key_file: str | None) -> None:
     """Record the credentials of the context that chose the NameServers (read lazily: only a command
     that connects needs the secret)."""
     _state["context"] = None
+    _withheld["why"] = None
     if access_key and secret_key_file:
         _state["context"] = Credentials(access_key, read_secret(Path(secret_key_file)), f"context {name}")
     elif access_key or secret_key_file:
         raise UsageError(
             f"context {name} has an incomplete credential; re-add it with --access-key and a secret"
         )
+
+
+def withhold_context(why: str, warning: str) -> None:
+    """Send the context's pair nowhere in this invocation (``why``: for ``--print-config`` and a refusal's
+    hint); ``warning`` goes to stderr once when nothing else signs. ``--sign`` keeps the pair."""
+    if _sign["anywhere"] or _state["context"] is None:
+        return
+    _state["context"] = None
+    _withheld["why"] = why
+    if _withheld["warned"] != warning and current() is None:
+        _withheld["warned"] = warning
+        import sys
+
+        from mqctl.output import printable
+
+        sys.stderr.write(f"mqctl: warning: {printable(warning, newlines=False)}\n")
+
+
+def withheld() -> str | None:
+    """Why the context's pair was not sent (see :func:`withhold_context`), or None."""
+    return _withheld["why"]
 
 
 def current() -> Credentials | None:

@@ -270,10 +270,13 @@ def _seconds(text: str, where: str, *, least: float = 0.1) -> float:
 
 def resolve_target(*, namesrv_flag: str | None, context_flag: str | None) -> Target:
     """Resolve the NameServer list once, by the documented precedence; ``-v`` says which on stderr."""
+    from mqctl import auth
     from mqctl.output import note
 
     target = _resolve(namesrv_flag, context_flag)
     kept = f"; TLS, credentials and timeout of context {target.context}" if target.context else ""
+    if target.context and auth.withheld():
+        kept = f"; TLS and timeout of context {target.context}, its credentials withheld"
     note(f"NameServer {';'.join(target.namesrv)} (from {target.source}{kept})")
     return target
 
@@ -308,7 +311,11 @@ def effective_settings(
         "tls": chosen[0].as_json() or True if chosen else False,
         "tls_source": decided[1] if decided else "default",
         "access_key": signer.access_key if signer else None,
-        "access_key_source": signer.source if signer else "none",
+        "access_key_source": signer.source
+        if signer
+        else f"none: {auth.withheld()}"
+        if auth.withheld()
+        else "none",
     }
 
 
@@ -316,9 +323,9 @@ def _resolve(namesrv_flag: str | None, context_flag: str | None) -> Target:
     """--namesrv, --context, $MQCTL_NAMESRV, the current context, $NAMESRV_ADDR, then the default.
 
     ``-n`` and ``$MQCTL_NAMESRV`` replace the NameServers only: the context in force (``--context``, else
-    the current one) still gives its TLS, credentials and timeout, which their own flags replace
-    (``--no-tls``, ``--access-key``, ``--timeout``). A context with TLS, reached by ``-n``, was talked to
-    in plaintext.
+    the current one) still gives its TLS, timeout and, where it vouches for them, credentials, which their
+    own flags replace (``--no-tls``, ``--access-key``, ``--timeout``). A context with TLS, reached by
+    ``-n``, was talked to in plaintext.
 
     RocketMQ's $NAMESRV_ADDR is often set for other tools: a context chosen in mqctl outranks it,
     with a notice so that the choice is never silent.
@@ -356,13 +363,39 @@ def _from_context(context: Context) -> Target:
 
 def _namesrv_only(namesrv: list[str], source: str, context_flag: str | None) -> Target:
     """NameServers ``source`` named, with the rest of the context in force (``--context``, else the
-    current one), if any."""
+    current one), if any; its credentials only where :func:`_unvouched` finds nothing (mqctl.auth)."""
     contexts = ContextFile.load()
     context = contexts.get(context_flag) if context_flag is not None else contexts.current_context()
     if context is None:
         return Target(namesrv, source)
     _use(context)
+    strangers = _unvouched(namesrv, context)
+    if strangers and context.access_key:
+        from mqctl import auth
+
+        hosts = ";".join(strangers)
+        auth.withhold_context(
+            f"context {context.name}'s access key was withheld from {hosts}",
+            f"not signing with context {context.name}'s access key {context.access_key}: {hosts} ({source}) "
+            f"is not one of its NameServers and not reached over its TLS with its own --ca; --sign signs "
+            "anyway, --access-key signs with the key it names",
+        )
     return Target(namesrv, source, context.timeout, context.name)
+
+
+def _unvouched(namesrv: list[str], context: Context) -> list[str]:
+    """The NameServers of ``namesrv`` the context does not vouch for: none when the TLS in force checks
+    servers against the context's own CA file (chain and host name), else those not in its list.
+
+    The system's CAs vouch for nothing here: any host holds a public certificate for its own name."""
+    from mqctl import tls
+
+    in_force = tls.current()
+    own_ca = context.tls.ca if context.tls is not None else None
+    if in_force is not None and own_ca and in_force[0].ca == own_ca and not in_force[0].insecure:
+        return []
+    own = {addr.lower() for addr in parse_namesrv(context.namesrv)}
+    return [addr for addr in namesrv if addr.lower() not in own]
 
 
 def _use(context: Context) -> None:

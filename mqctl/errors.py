@@ -246,6 +246,9 @@ def _unsigned_hint(remark: str) -> str | None:
         signed = True
     if signed:
         return None
+    withheld = auth.withheld()
+    if withheld:
+        return f"mqctl signed nothing: {withheld} (--sign sends it there)"
     return "mqctl signed nothing: give --access-key AK --secret-key-file FILE, or a context that has them"
 
 

@@ -182,6 +182,14 @@ def _root(
             "(env MQCTL_SECRET_KEY_FILE).",
         ),
     ] = None,
+    sign: Annotated[
+        bool,
+        typer.Option(
+            "--sign",
+            help="Sign with the context's access key even for a -n/$MQCTL_NAMESRV it does not list and its "
+            "own --ca does not vouch for (else such requests go unsigned, with a warning).",
+        ),
+    ] = False,
     tls: Annotated[
         bool | None,
         typer.Option(
@@ -275,7 +283,7 @@ def _root(
     from mqctl import auth, tls as session_tls
     from mqctl.output import PrintableFormatter, configure
 
-    auth.set_flags(access_key, secret_key, secret_key_file)
+    auth.set_flags(access_key, secret_key, secret_key_file, sign=sign)
     session_tls.set_flags(tls, ca, cert, key, insecure)
     _debug["on"] = debug
     configure(no_color=no_color, verbose=verbose, utc=utc)
