@@ -122,7 +122,11 @@ def _source(store: Path | None, cluster: bool) -> Source:
         if namesrv or context:
             raise UsageError("-n/--context go with --cluster; --store reads a directory")
         return store
-    options = {"namesrv": namesrv} if namesrv else {"context": context} if context else {}
+    from mqctl import auth
+
+    options = {"namesrv": namesrv} if namesrv else {}
+    options.update({"context": context} if context else {})
+    options.update({"sign": "true"} if auth.signs_anywhere() else {})
     return ClusterSource(options)
 
 

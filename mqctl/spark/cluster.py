@@ -157,28 +157,29 @@ def _flag(value: str | None, name: str, default: bool) -> bool:
 
 
 def connection_of(opts: Mapping[str, str]) -> Connection:
-    """``namesrv`` (else ``context``, else where mqctl would connect), ``accessKey``/``secretKey``
-    (else the context's or ``$MQCTL_ACCESS_KEY``), and TLS as mqctl's flags: ``tls``, ``ca``,
-    ``cert``/``key``, ``insecure`` (else the context's)."""
+    """Where mqctl connects, resolved as its commands resolve it: ``namesrv`` as ``-n`` (the current or
+    ``context`` option's context still gives its TLS, timeout and, where it vouches for the NameServers,
+    credentials: mqctl.auth), ``context`` as ``--context``, else ``$MQCTL_NAMESRV``, the current context,
+    ``$NAMESRV_ADDR``. ``accessKey``/``secretKey`` and TLS as mqctl's flags (``tls``, ``ca``,
+    ``cert``/``key``, ``insecure``) beat them; ``sign`` is ``--sign``."""
     from mqctl import auth, tls
-    from mqctl.config import parse_namesrv, resolve_target, resolve_timeout
+    from mqctl.config import resolve_target, resolve_timeout
 
-    from_context = False
-    if opts.get("namesrv"):
-        namesrv = parse_namesrv(opts["namesrv"])
-        timeout_from = None
-    else:
-        target = resolve_target(namesrv_flag=None, context_flag=opts.get("context"))
-        namesrv, timeout_from, from_context = target.namesrv, target, target.context is not None
-    credentials = auth.pair(opts.get("accesskey"), opts.get("secretkey"), "options accessKey/secretKey")
-    if credentials is None:
-        credentials = auth.current() if from_context else auth.from_env()
+    anywhere = auth.signs_anywhere()
+    auth.sign_anywhere(_flag(opts.get("sign"), "sign", anywhere))
+    try:
+        target = resolve_target(namesrv_flag=opts.get("namesrv") or None, context_flag=opts.get("context"))
+        credentials = auth.pair(opts.get("accesskey"), opts.get("secretkey"), "options accessKey/secretKey")
+        if credentials is None:
+            credentials = auth.current()
+    finally:
+        auth.sign_anywhere(anywhere)  # one read's option is not the next one's in a reused worker
     insecure = _flag(opts.get("insecure"), "insecure", False)
     chosen: TlsOptions | None = None
     if any(opts.get(k) for k in ("ca", "cert", "key")) or insecure or _flag(opts.get("tls"), "tls", False):
         chosen = tls.TlsOptions(opts.get("ca"), opts.get("cert"), opts.get("key"), insecure)
-    elif from_context and (context_tls := tls.current()) is not None:
-        chosen = context_tls[0]
+    elif (in_force := tls.current()) is not None:
+        chosen = in_force[0]
     try:
         timeout = float(opts["timeout"]) if opts.get("timeout") else None
     except ValueError:
@@ -186,10 +187,7 @@ def connection_of(opts: Mapping[str, str]) -> Connection:
     if timeout is not None and not timeout >= 0.1:
         raise UsageError(f"option timeout {opts['timeout']!r}: expected seconds, at least 0.1")
     return Connection(
-        tuple(namesrv),
-        credentials,
-        chosen,
-        resolve_timeout(5.0, flag=timeout, target=timeout_from).seconds,
+        tuple(target.namesrv), credentials, chosen, resolve_timeout(5.0, flag=timeout, target=target).seconds
     )
 
 

@@ -255,10 +255,41 @@ def test_a_context_names_the_namesrv_credentials_and_tls(
     assert conn.namesrv == ("10.0.0.1:9876", "10.0.0.2:9876") and conn.timeout == 7.0
     assert conn.credentials is not None and conn.credentials.secret_key == "prod-secret"
     assert conn.tls == TlsOptions(insecure=True)
-    explicit = connection_of({"namesrv": "127.0.0.1:1", "accesskey": "a", "secretkey": "s"})
-    assert (
-        explicit.credentials is not None and explicit.credentials.access_key == "a" and explicit.tls is None
-    )
+    explicit = connection_of({"namesrv": "127.0.0.1:1", "accesskey": "a", "secretkey": "s", "tls": "true"})
+    assert explicit.credentials is not None and explicit.credentials.access_key == "a"
+    assert explicit.tls == TlsOptions()
+
+
+def test_the_namesrv_option_is_mqctls_n_the_context_s_key_only_where_it_vouches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``namesrv`` ignored the context: no TLS, no credentials, its timeout neither. It is ``-n`` now:
+    the context's TLS and timeout, and its key for its own NameServers or over its own CA's TLS only."""
+    from mqctl.auth import write_secret
+    from mqctl.config import ContextFile
+    from mqctl.tls import TlsOptions
+
+    monkeypatch.setenv("MQCTL_CONFIG_DIR", str(tmp_path))
+    write_secret(tmp_path / "prod.secret", "prod-secret")
+    contexts = ContextFile.load()
+    plain = {"access_key": "prod-ak", "secret_key_file": str(tmp_path / "prod.secret"), "timeout": 7.0}
+    contexts.add("prod", "10.0.0.1:9876;10.0.0.2:9876", overwrite=False, **plain)  # type: ignore[arg-type]
+    ca = TlsOptions(ca=str(tmp_path / "ca.pem"))
+    contexts.add("secure", "10.0.0.3:9876", overwrite=False, tls=ca, **plain)  # type: ignore[arg-type]
+    contexts.save()
+    own = connection_of({"namesrv": "10.0.0.2:9876"})
+    assert own.namesrv == ("10.0.0.2:9876",) and own.timeout == 7.0
+    assert own.credentials is not None and own.credentials.access_key == "prod-ak"
+    assert "not signing" not in capsys.readouterr().err
+    stranger = connection_of({"namesrv": "10.9.9.9:9876"})
+    assert stranger.credentials is None and stranger.timeout == 7.0
+    assert "not signing with context prod's access key prod-ak: 10.9.9.9:9876" in capsys.readouterr().err
+    assert connection_of({"namesrv": "10.9.9.9:9876", "sign": "true"}).credentials is not None
+    assert connection_of({"namesrv": "10.9.9.9:9876"}).credentials is None  # the option was that read's
+    monkeypatch.setenv("MQCTL_NAMESRV", "10.9.9.9:9876")
+    assert connection_of({}).credentials is None
+    vouched = connection_of({"namesrv": "10.9.9.9:9876", "context": "secure"})
+    assert vouched.tls == ca and vouched.credentials is not None
 
 
 def test_a_missing_topic_is_not_found(cluster: Cluster) -> None:
