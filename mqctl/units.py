@@ -14,6 +14,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from store import plural as plural  # the store's (its log lines count too): one home for the rule
+
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 #: Java's long: a number a RocketMQ server writes as text lies within it.
 _LONG = range(-(2**63), 2**63)
@@ -53,12 +55,6 @@ def server_float(text: str | None, *, least: float | None = None) -> float | Non
     if value is None or not math.isfinite(value) or (least is not None and value < least):
         return None
     return value
-
-
-def plural(n: int, noun: str, nouns: str | None = None) -> str:
-    """``1 broker``, ``3 brokers``: a count with its noun in the number it takes (``nouns`` when the
-    plural is not the noun and an s)."""
-    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
 
 
 def size_text(n: int) -> str:

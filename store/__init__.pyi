@@ -146,3 +146,4 @@ from .results import (
     QueryResult as QueryResult,
     SelectedMessage as SelectedMessage,
 )
+from .words import plural as plural

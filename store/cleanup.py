@@ -23,6 +23,7 @@ from store.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
 from store.indexfile import IndexFile, IndexService
 from store.mapped_file import MappedFile
 from store.names import SCHEDULE_TOPIC
+from store.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -558,10 +559,10 @@ class Cleaner:
             return
         losses = total_losses(r.unconsumed for r in rows)
         log.error(
-            "retention lowered at run time (%s): deleted %d commit log file(s) (%s); unconsumed messages "
+            "retention lowered at run time (%s): deleted %s (%s); unconsumed messages "
             "destroyed per group: %s",
             ", ".join(shortened),
-            len(rows),
+            plural(len(rows), "commit log file"),
             ", ".join(r.file.name for r in rows),
             ", ".join(f"{g}={n}" for g, n in losses.items())
             or ("none" if self.unconsumed else "not counted"),
@@ -575,12 +576,12 @@ class Cleaner:
             return
         losses = total_losses(r.unconsumed for r in forced)
         log.error(
-            "disk usage %.2f above diskSpaceCleanForciblyRatio (%d%%): deleted %d unexpired commit log file(s) "
+            "disk usage %.2f above diskSpaceCleanForciblyRatio (%d%%): deleted %s "
             "(%s); unconsumed messages destroyed per group: %s (cleanFileForciblyEnable=false or "
             "diskSpaceCleanForciblyRatio>=100 turns this off)",
             plan.ratio,
             plan.force_watermark,
-            len(forced),
+            plural(len(forced), "unexpired commit log file"),
             ", ".join(r.file.name for r in forced),
             ", ".join(f"{g}={n}" for g, n in losses.items())
             or ("none" if self.unconsumed else "not counted"),

@@ -35,6 +35,7 @@ from store.clock import Clock, SystemClock
 from store.durability import replace_durably, sync_directory
 from store.errors import ConfigFileError
 from store.models import Bean, DataVersion, SubscriptionGroupConfig, TopicConfig
+from store.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +289,7 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
                 ", ".join(sorted(restored)),
             )
         if applied:
-            log.info("%s: %d change(s) replayed from %s", self.path, applied, journal)
+            log.info("%s: %s replayed from %s", self.path, plural(applied, "change"), journal)
         if self.read_only:
             return
         if applied:

@@ -101,6 +101,7 @@ from store.record import (
 )
 from store.results import GetMessageStatus, GetResult, PutResult, QueryResult, SelectedMessage
 from store.supervise import supervised
+from store.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -595,10 +596,10 @@ class DefaultMessageStore:
         if slave and not self.read_only and self.replica_mark < end:
             self.held_from = self.replica_mark
             log.warning(
-                "this slave's CommitLog is known to be its master's up to offset %d: the %d byte(s) after it "
+                "this slave's CommitLog is known to be its master's up to offset %d: the %s after it "
                 "are not served until they are checked against the master",
                 self.replica_mark,
-                end - self.replica_mark,
+                plural(end - self.replica_mark, "byte"),
             )
 
     def _read_end(self) -> int:
@@ -711,7 +712,8 @@ class DefaultMessageStore:
             held[e.offset] = n
         if again:
             log.warning(
-                "the CommitLog still holds %d damaged record(s) set aside earlier (never served)", again
+                "the CommitLog still holds %s set aside earlier (never served)",
+                plural(again, "damaged record"),
             )
         if new and not self.read_only:
             manifest = set_aside_records(

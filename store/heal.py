@@ -50,6 +50,7 @@ from store.message import (
 )
 from store.reads import LMQ_PREFIX, UnitReader, record_problem
 from store.record import record_identity
+from store.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -324,7 +325,7 @@ class Healer:
             del files[i:]
             for g in doomed:
                 g.destroy()
-            later = f", and the {len(doomed) - 1} later index file(s)" if len(doomed) > 1 else ""
+            later = f", and the {plural(len(doomed) - 1, 'later index file')}" if len(doomed) > 1 else ""
             start = max(prev.end_phy_offset if prev is not None else 0, store.commit_log.min_offset)
             log.error(
                 "index file %s has a bad header: %s; rebuilding it%s from the CommitLog from offset %d",

@@ -54,6 +54,7 @@ from store.record import (
     read_record_info,
 )
 from store.results import GetMessageStatus, GetResult, PutResult, QueryResult, SelectedMessage
+from store.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +275,10 @@ class InMemoryMessageStore:
                 self._index[key] = [e for e in entries if e[0] < cut]
             self._dispatched = min(self._dispatched, cut)
         log.error(
-            "set aside %d record(s) from offset %d (an in-memory store keeps none): %s", records, cut, why
+            "set aside %s from offset %d (an in-memory store keeps none): %s",
+            plural(records, "record"),
+            cut,
+            why,
         )
         return records, ""
 

@@ -36,6 +36,7 @@ from store.errors import CorruptRecordError
 from store.mapped_file import MappedFile, MappedFileQueue, offset_to_file_name
 from store.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, StoredMessage
 from store.record import check_record, decode_record
+from store.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -449,7 +450,7 @@ def set_aside_records(
         name = f"{COMMITLOG}/{offset_to_file_name(error.offset)}"
         piece = Piece(name, mf.path, COMMITLOG, False, error.offset, error.offset + size, 0, 1)
         taken.copies.append((piece, mf, start, start + size))
-        reasons.append(f"{error.offset} ({error.reason})")
+        reasons.append(f"offset {error.offset} ({error.reason})")
     if not taken.copies:
         return None
     top = quarantine_root(store_root)
@@ -459,7 +460,7 @@ def set_aside_records(
     os.makedirs(qdir)
     pieces = [p for p, *_ in taken.copies]
     why = (
-        f"damaged record(s) whose extent is known, at CommitLog offset(s) {', '.join(reasons)}; "
+        f"{plural(len(reasons), 'damaged record')} whose extent is known, at CommitLog {', '.join(reasons)}; "
         "kept in the CommitLog, never served; every later record stays in service"
     )
     manifest = Manifest(
@@ -467,10 +468,10 @@ def set_aside_records(
     )
     taken.write(manifest)
     log.error(
-        "%s set aside %d damaged record(s) alone (copied under %s), at CommitLog offset(s) %s; every "
+        "%s set aside %s alone (copied under %s), at CommitLog %s; every "
         "later record stays in service: see 'mqctl store verify' and 'mqctl store salvage'",
         who,
-        len(pieces),
+        plural(len(pieces), "damaged record"),
         qdir,
         ", ".join(reasons),
     )
@@ -547,13 +548,13 @@ def set_aside(
     level = logging.ERROR if manifest.records or manifest.damaged or manifest.units else logging.WARNING
     log.log(
         level,
-        "recovery set aside %d intact record(s) (%d damaged, %d ConsumeQueue unit(s)) from CommitLog offset %d "
-        "in %d file(s) under %s: %s; nothing was deleted: see 'mqctl store verify' and 'mqctl store salvage'",
-        manifest.records,
+        "recovery set aside %s (%d damaged, %s) from CommitLog offset %d "
+        "in %s under %s: %s; nothing was deleted: see 'mqctl store verify' and 'mqctl store salvage'",
+        plural(manifest.records, "intact record"),
         manifest.damaged,
-        manifest.units,
+        plural(manifest.units, "ConsumeQueue unit"),
         cut,
-        len(pieces),
+        plural(len(pieces), "file"),
         qdir,
         why,
     )

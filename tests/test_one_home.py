@@ -36,6 +36,7 @@ ONE_DEFINITION = {
     "retry_topic": "store/names.py",
     "dlq_topic": "store/names.py",
     "gather_limited": "mqctl/services/fanout.py",
+    "plural": "store/words.py",
 }
 #: Names that once had two meanings or two spellings; now bound at module level in one file only.
 ONE_BINDING = {

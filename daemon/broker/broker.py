@@ -116,6 +116,7 @@ from store.models import DataVersion, TopicConfig
 from store.names import DLEDGER_TERM_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 from store.quarantine import list_quarantines
 from store.results import PutResult
+from store.words import plural
 
 if TYPE_CHECKING:
     from daemon.grpc.server import GrpcFront
@@ -872,7 +873,7 @@ class Broker:
             log.warning(
                 "serving before this slave's last record is checked against its master (not answering): "
                 "%s; it is checked before replication resumes",
-                f"{slave.store.held_back} byte(s) past offset {slave.store.replica_mark}, where its log is known "
+                f"{plural(slave.store.held_back, 'byte')} past offset {slave.store.replica_mark}, where its log is known "
                 "to be its master's, are held back until then"
                 if slave.store.held_back
                 else "its whole log is known to be its master's",
@@ -991,8 +992,9 @@ class Broker:
         if derived:
             self.topics.file.persist()
             log.warning(
-                "serving replicated topic(s) with no config from the master yet, with configs derived from "
+                "serving %s with no config from the master yet, with configs derived from "
                 "their queues until the next metadata sync: %s",
+                plural(len(derived), "replicated topic"),
                 ", ".join(derived),
             )
 

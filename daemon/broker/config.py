@@ -554,7 +554,7 @@ def refuse_inert_semantics(config: RocketMQKeys) -> None:
         raise ConfigError(
             "refusing to start: mqctl accepts but does not act on "
             + "; ".join(bad)
-            + ". Remove the key(s) or set them to RocketMQ's default"
+            + ". Remove each or set it to RocketMQ's default"
         )
 
 

@@ -70,6 +70,7 @@ from store.ha import (
     transfer_start,
 )
 from store.quarantine import DIVERGED, Manifest
+from store.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -1207,9 +1208,9 @@ class HASlave:
         async with self._dispatching:
             records, where = self.store.set_aside_replica_tail(first, why)
         log.error(
-            "HA: %d record(s) of this slave, offsets %d to %d, are %s: set aside%s, not deleted; replicating "
+            "HA: %s of this slave, offsets %d to %d, are %s: set aside%s, not deleted; replicating "
             "from offset %d",
-            records,
+            plural(records, "record"),
             first,
             end,
             refusal,
@@ -1238,8 +1239,8 @@ class HASlave:
             # file being cut)
             records, where = self.store.set_aside_replica_tail(cut, why)
         log.error(
-            "HA: %d record(s) of this slave, offsets %d to %d, are not %s: set aside%s; replicating from offset %d",
-            records,
+            "HA: %s of this slave, offsets %d to %d, are not %s: set aside%s; replicating from offset %d",
+            plural(records, "record"),
             cut,
             end,
             "known to be its master's" if cut < retained_from else "its master's",
@@ -1255,12 +1256,12 @@ class HASlave:
             files = self.store.restart_replica_log(start)
         log.warning(
             "HA: this slave's CommitLog ends at offset %d, below its master's first retained offset %d: the "
-            "master's retention deleted those records and the ones after them; the slave's %d CommitLog "
-            "file(s) of them are deleted as the master's were, with their ConsumeQueue and index files; "
+            "master's retention deleted those records and the ones after them; the slave's %s "
+            "of them are deleted as the master's were, with their ConsumeQueue and index files; "
             "replicating from offset %d",
             end,
             start,
-            files,
+            plural(files, "CommitLog file"),
             start,
         )
 
@@ -1272,7 +1273,8 @@ class HASlave:
         await asyncio.to_thread(store.replica_checked, end)
         if held:
             log.info(
-                "HA: this slave's log checked against its master: serving the %d byte(s) held back", held
+                "HA: this slave's log checked against its master: serving the %s held back",
+                plural(held, "byte"),
             )
             self._appended.set()
 
@@ -1284,9 +1286,9 @@ class HASlave:
         if held:
             store.serve_unchecked()
             log.warning(
-                "HA: serving the %d byte(s) of this slave's log past its replica mark (offset %d) unchecked: "
+                "HA: serving the %s of this slave's log past its replica mark (offset %d) unchecked: "
                 "its master cannot be asked for its records",
-                held,
+                plural(held, "byte"),
                 store.replica_mark,
             )
             self._appended.set()
@@ -1296,11 +1298,11 @@ class HASlave:
         never serves them), so the slave keeps them byte for byte and sets them aside as well."""
         where = self.store.set_aside_replica_records(damaged)
         log.error(
-            "HA: %d damaged record(s) from master %s (the master set them aside), at CommitLog "
-            "offset(s) %s: appended byte for byte and set aside in place, never served%s",
-            len(damaged),
+            "HA: %s from master %s (the master set them aside), at CommitLog "
+            "%s: appended byte for byte and set aside in place, never served%s",
+            plural(len(damaged), "damaged record"),
             self.master_addr,
-            ", ".join(f"{offset} ({why})" for offset, _size, why in damaged),
+            ", ".join(f"offset {offset} ({why})" for offset, _size, why in damaged),
             f"; copied under {where}" if where else "",
         )
 

@@ -77,6 +77,7 @@ from store.message import (
 )
 from store.names import RETRY_GROUP_TOPIC_PREFIX, REVIVE_GROUP, REVIVE_TOPIC_PREFIX, dlq_topic, retry_topic
 from store.results import GetMessageStatus, SelectedMessage
+from store.words import plural
 
 if TYPE_CHECKING:
     from daemon.broker.config import BrokerConfig
@@ -602,7 +603,7 @@ class PopService:
         if self.journal.exists:
             self.journal.rewrite(self.records.values(), self._pop_offsets())
         if self.records:
-            log.info("POP: %d in-flight message(s) back from the journal", len(self.records))
+            log.info("POP: %s back from the journal", plural(len(self.records), "in-flight message"))
 
     def take_over(self) -> None:
         """Start from the offset table, as a member elected DLedger leader does: the table (taken from the
@@ -610,7 +611,7 @@ class PopService:
         lend those again (with the acked ones above them: duplicates, never a loss). Records and pop
         offsets of this member's own earlier lendings are dropped; a later leader may have moved on."""
         if self.records:
-            log.info("POP: %d in-flight record(s) of an earlier lending dropped", len(self.records))
+            log.info("POP: %s of an earlier lending dropped", plural(len(self.records), "in-flight record"))
         self.records.clear()
         self._held.clear()
         self._due.clear()
@@ -655,10 +656,10 @@ class PopService:
         self._log_end = self._held_end = max(offset, store.get_max_offset(topic, 0))  # (committed only)
         if read:
             log.info(
-                "POP: %d revive record(s) read: %d lending(s) and %d ack(s) above the watermarks kept",
-                read,
-                len(self.records),
-                sum(len(s) for s in self._acked.values()),
+                "POP: %s read: %s and %s above the watermarks kept",
+                plural(read, "revive record"),
+                plural(len(self.records), "lending"),
+                plural(sum(len(s) for s in self._acked.values()), "ack"),
             )
         self._compact_log()
 

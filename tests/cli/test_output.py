@@ -337,15 +337,16 @@ def test_a_count_takes_the_number_of_its_noun() -> None:
     assert plural(1_000, "entry", "entries") == "1,000 entries" and plural(1, "entry", "entries") == "1 entry"
 
 
-def test_no_message_of_the_cli_writes_a_plural_in_brackets() -> None:
-    """'1 quarantine(s) hold 3 record(s)': every count the CLI writes goes through ``plural()``."""
+def test_no_message_of_the_cli_or_the_daemons_writes_a_plural_in_brackets() -> None:
+    """'1 quarantine(s) hold 3 record(s)': every count the CLI, the daemons and the store write (their
+    log lines too) goes through ``plural()``."""
     import ast
 
     from tests.support.paths import ROOT
 
     bracketed = re.compile(r"[A-Za-z]\(s\)")
     found = []
-    for path in sorted((ROOT / "mqctl").rglob("*.py")):
+    for path in sorted(p for tree in ("mqctl", "daemon", "store") for p in (ROOT / tree).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (
                 isinstance(node, ast.Constant)

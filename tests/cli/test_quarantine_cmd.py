@@ -94,7 +94,7 @@ def test_a_damaged_total_size_is_quarantined_served_around_verified_and_salvaged
         assert (manifest["cut_offset"], manifest["records"], manifest["damaged"]) == (victim, len(later), 1)
         assert (qdir / "commitlog" / f"{3 * 1_048_576:020d}").is_file()
         errors = [r.getMessage() for r in caplog.records if r.name == "store.quarantine"]
-        assert any(f"set aside {len(later)} intact record(s)" in e for e in errors), errors
+        assert any(f"set aside {plural(len(later), 'intact record')}" in e for e in errors), errors
         # every intact record before the damage is served
         served = {}
         for (topic, qid), end in store.topic_queue_table().items():

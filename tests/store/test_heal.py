@@ -181,7 +181,7 @@ def test_index_file_whose_entries_are_damaged_too_is_rebuilt_from_the_commit_log
     with caplog.at_level(logging.ERROR, "store.heal"), DefaultMessageStore(small_config(tmp_path)) as s:
         assert [k for k in keys if not found(s, k)] == []
     assert f"index file {index[1]} has a bad header" in caplog.text
-    assert "and the 1 later index file(s) from the CommitLog" in caplog.text
+    assert "and the 1 later index file from the CommitLog" in caplog.text
 
 
 def test_empty_index_file_with_a_flipped_header_is_dropped(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from store.names import (
     TRANS_HALF_TOPIC,
     legal_name,
 )
+from store.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +138,9 @@ class TopicConfigManager:
             self.file.update(TopicConfig(topic, n, n), persist=False)
         self.file.persist()
         log.error(
-            "%s lacks %d topic(s) that hold messages; re-created with their queues and default perms: %s",
+            "%s lacks %s that hold messages; re-created with their queues and default perms: %s",
             self.file.path,
-            len(queues),
+            plural(len(queues), "topic"),
             ", ".join(f"{topic} ({n} queues)" for topic, n in sorted(queues.items())),
         )
         return sorted(queues)
