@@ -364,8 +364,7 @@ def _from_context(context: Context) -> Target:
 def _namesrv_only(namesrv: list[str], source: str, context_flag: str | None) -> Target:
     """NameServers ``source`` named, with the rest of the context in force (``--context``, else the
     current one), if any; its credentials only where :func:`_unvouched` finds nothing (mqctl.auth)."""
-    contexts = ContextFile.load()
-    context = contexts.get(context_flag) if context_flag is not None else contexts.current_context()
+    context = context_in_force(context_flag)
     if context is None:
         return Target(namesrv, source)
     _use(context)
@@ -381,6 +380,12 @@ def _namesrv_only(namesrv: list[str], source: str, context_flag: str | None) -> 
             "anyway, --access-key signs with the key it names",
         )
     return Target(namesrv, source, context.timeout, context.name)
+
+
+def context_in_force(context_flag: str | None) -> Context | None:
+    """``--context``'s, else the current one; None: neither."""
+    contexts = ContextFile.load()
+    return contexts.get(context_flag) if context_flag is not None else contexts.current_context()
 
 
 def _unvouched(namesrv: list[str], context: Context) -> list[str]:

@@ -17,6 +17,7 @@ from mqctl.cli.common import BrokerAddrOpt, ClusterOpt, GroupOpt, OutputOpt, clu
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
     from mqctl.services.checks import Verdict
+    from mqctl.tls import TlsOptions
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
@@ -219,8 +220,24 @@ def ha(
 @app.command("cert")
 def cert(
     paths: Annotated[
-        list[Path], typer.Argument(help="PEM certificate files, or directories: each *.pem in them.")
-    ],
+        list[Path] | None,
+        typer.Argument(help="PEM certificate files, or directories: each *.pem in them (or --connect)."),
+    ] = None,
+    connect: Annotated[
+        str | None,
+        typer.Option(
+            "--connect",
+            metavar="HOST:PORT",
+            help="Read the chain a live server presents over TLS instead, and say whether it verifies "
+            "against --ca (else the context's CA, else the system's), host name checked.",
+        ),
+    ] = None,
+    ca: Annotated[
+        str | None,
+        typer.Option(
+            "--ca", help="With --connect: the PEM CA the chain must verify against (beats the context's)."
+        ),
+    ] = None,
     warn: Annotated[
         int,
         typer.Option("--warn", "-w", min=0, help="WARNING when a certificate ends within this many days."),
@@ -229,20 +246,58 @@ def cert(
         int,
         typer.Option("--crit", min=0, help="CRITICAL when one ends within this many days (or has ended)."),
     ] = 7,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="With --connect: seconds for each connection.")
+    ] = 5.0,
     output: OutputOpt = "table",
 ) -> None:
-    """The certificates a host's daemons serve (tls.server.certPath, 'tls init's files), read from disk:
-    days left to each one's end against --warn/--crit (below them: WARNING, CRITICAL)."""
+    """The certificates a host's daemons serve (tls.server.certPath, 'tls init's files), read from disk,
+    or (--connect) the chain a server presents: days left to each one's end against --warn/--crit
+    (below them: WARNING, CRITICAL); a chain that does not verify is CRITICAL."""
     from mqctl.services.checks import State, Verdict, unknown
 
     if crit > warn:
         verdict = Verdict("cert", State.UNKNOWN, f"--crit {crit} is above --warn {warn} (days left)")
+    elif bool(paths) == (connect is not None):
+        verdict = Verdict(
+            "cert", State.UNKNOWN, "give certificate files or --connect HOST:PORT (one of the two)"
+        )
+    elif ca is not None and connect is None:
+        verdict = Verdict("cert", State.UNKNOWN, "--ca goes with --connect (files are read, not verified)")
     else:
-        from mqctl.services.certs import check as check_certs
+        from mqctl.services.certs import check as check_certs, check_connect
 
         try:
-            verdict = check_certs(paths, warn=warn, crit=crit)
+            if connect is not None:
+                trust, source, client = _trust(ca)
+                verdict = check_connect(
+                    connect, ca=trust, ca_source=source, client=client, warn=warn, crit=crit, timeout=timeout
+                )
+            else:
+                verdict = check_certs(paths or [], warn=warn, crit=crit)
         except Exception as exc:  # every failure is the plugin's UNKNOWN, on one line
             verdict = unknown("cert", exc)
     _emit(verdict, output, None)
     raise typer.Exit(int(verdict.state))
+
+
+def _trust(ca: str | None) -> tuple[str | None, str, TlsOptions | None]:
+    """What ``check cert --connect`` verifies against, and says it did: ``--ca``, the root's ``--ca``, the
+    CA of the context in force (``--context``, else the current one), else the system's CAs; and the
+    client certificate in force (a server that requires one)."""
+    import click
+
+    from mqctl import tls
+    from mqctl.config import context_in_force
+
+    root = click.get_current_context().find_root().params
+    given = tls.chosen()  # the root's TLS flags: no context is chosen yet
+    context = context_in_force(root.get("context"))
+    in_force = given[0] if given is not None else context.tls if context is not None else None
+    if ca is not None:
+        return ca, f"--ca {ca}", in_force
+    if given is not None and given[0] is not None and given[0].ca:
+        return given[0].ca, f"--ca {given[0].ca}", in_force
+    if context is not None and context.tls is not None and context.tls.ca:
+        return context.tls.ca, f"context {context.name}'s CA {context.tls.ca}", in_force
+    return None, "the system's CAs", in_force
