@@ -36,6 +36,7 @@ from .config import (
 from .config_files import (
     ConfigFiles as ConfigFiles,
 )
+from .durability import sync_directory as sync_directory
 from .engine import (
     DefaultMessageStore as DefaultMessageStore,
     ensure_unlocked as ensure_unlocked,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -122,7 +123,6 @@ def renew_certificates(
         load_key,
         new_key,
         reissue,
-        write_pem,
     )
     from mqctl.errors import ConflictError, NotFoundError, UsageError
     from mqctl.services.certs import epoch_ms
@@ -137,6 +137,8 @@ def renew_certificates(
             f"{directory} holds no certificate of mqctl tls init ({', '.join(f[0] for f in RENEWABLE.values())})"
         )
     target = out or directory
+    for cert_file, key_file, *_ in RENEWABLE.values():
+        settle_pair(target / key_file, target / cert_file)
     planned = []
     for role in dict.fromkeys(chosen):
         cert_file, key_file, ca_file, ca_key_file = RENEWABLE[role]
@@ -174,8 +176,7 @@ def renew_certificates(
     target.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, object]] = []
     for role, cert_file, key_file, cert, key, ca_cert in issued:
-        write_pem(target / key_file, key_pem(key))
-        write_pem(target / cert_file, cert_pem(cert), private=False)
+        replace_pair(target / key_file, key_pem(key), target / cert_file, cert_pem(cert))
         ends = epoch_ms(cert.not_valid_after_utc)
         if epoch_ms(ca_cert.not_valid_after_utc) < ends:
             _warn(
@@ -190,6 +191,81 @@ def renew_certificates(
             }
         )
     return rows
+
+
+#: Suffixes of a pair's files while ``replace_pair`` writes them: the new ones, and the old key's second name.
+_NEW, _OLD = ".renewing", ".replaced"
+
+
+def _aside(path: Path, suffix: str) -> Path:
+    return path.with_name(f".{path.name}{suffix}")
+
+
+def replace_pair(key_path: Path, key: bytes, cert_path: Path, cert: bytes) -> None:
+    """Replace a key and its certificate so that a failure leaves the old pair or the new one, never a
+    key beside another key's certificate (a daemon refuses to start on that).
+
+    Both are written to hidden files in the same directory and fsynced before either name changes; the
+    old key gets a second name (a hard link); then the key is renamed over the old one, then the
+    certificate, and the directory is fsynced. Two renames are never one atomic step, so the state
+    between them is made recoverable, in both directions:
+
+    - a failure there (an exception: a full or read-only disk, Ctrl-C) puts the old key back under its
+      name: the old pair;
+    - a crash there (power loss, SIGKILL) leaves the new key, the old certificate and, still hidden and
+      fsynced, the new certificate and the old key's second name. :func:`settle_pair`, which every
+      ``tls renew`` runs first, puts the old key back (the old pair); a crash before the key's rename
+      leaves the old pair and hidden leftovers it removes.
+    """
+    from store import sync_directory
+
+    new_key, new_cert, old_key = _aside(key_path, _NEW), _aside(cert_path, _NEW), _aside(key_path, _OLD)
+    _write_synced(new_key, key, 0o600)
+    _write_synced(new_cert, cert, 0o644)
+    old_key.unlink(missing_ok=True)
+    had_key = key_path.exists()
+    if had_key:
+        os.link(key_path, old_key)
+    sync_directory(str(key_path.parent))
+    os.replace(new_key, key_path)
+    try:
+        os.replace(new_cert, cert_path)
+    except BaseException:
+        if had_key:
+            os.replace(old_key, key_path)
+        else:
+            key_path.unlink(missing_ok=True)
+        new_cert.unlink(missing_ok=True)
+        sync_directory(str(key_path.parent))
+        raise
+    old_key.unlink(missing_ok=True)
+    sync_directory(str(key_path.parent))
+
+
+def settle_pair(key_path: Path, cert_path: Path) -> None:
+    """After a crash inside :func:`replace_pair`: the old pair back, its leftovers gone (nothing when it
+    finished or never ran)."""
+    from store import sync_directory
+
+    new_key, new_cert, old_key = _aside(key_path, _NEW), _aside(cert_path, _NEW), _aside(key_path, _OLD)
+    if not any(p.exists() for p in (new_key, new_cert, old_key)):
+        return
+    if new_cert.exists() and not new_key.exists() and old_key.exists():
+        os.replace(old_key, key_path)  # the key was renamed and the certificate was not: the old key back
+        _warn(f"{key_path}: a renewal stopped between the key and its certificate; the old pair is back")
+    for leftover in (new_key, new_cert, old_key):
+        leftover.unlink(missing_ok=True)
+    sync_directory(str(key_path.parent))
+
+
+def _write_synced(path: Path, data: bytes, mode: int) -> None:
+    """A new file (``mode`` from its creation on: a key is never readable by others), on disk at return."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with open(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 @app.command("show")

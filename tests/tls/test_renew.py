@@ -51,6 +51,80 @@ def test_renew_keeps_the_ca_names_and_mark_with_a_new_expiry(cli: RunCli, pki: P
     assert "OU=mqctl-member" in _cert(pki / "server.pem").subject.rfc4514_string()
 
 
+def _pair(pki: Path, name: str) -> tuple[bytes, bytes]:
+    """A certificate's and its key file's bytes, checked to be a pair."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_private_key
+
+    cert, key = (pki / f"{name}.pem").read_bytes(), (pki / f"{name}.key").read_bytes()
+    public = (
+        load_pem_private_key(key, None)
+        .public_key()
+        .public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    )
+    assert (
+        x509.load_pem_x509_certificate(cert)
+        .public_key()
+        .public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+        == public
+    ), f"{name}.pem and {name}.key are not a pair"
+    return cert, key
+
+
+def test_a_renewal_that_fails_between_the_key_and_the_certificate_leaves_the_old_pair(
+    pki: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each file was written in place: a failure between the two left a new key beside the old
+    certificate, and a daemon started on them failed its TLS set-up."""
+    import os
+
+    from mqctl.cli.tls import renew_certificates
+
+    old = _pair(pki, "server")
+    real = os.replace
+    calls = []
+
+    def failing(src: object, dst: object) -> None:
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="No space"):
+        renew_certificates(pki, ["server"], days=10, out=None, reuse_key=False, force=True)
+    monkeypatch.setattr(os, "replace", real)
+    assert [Path(str(c)).name for c in calls[:2]] == ["server.key", "server.pem"]  # (the key first)
+    assert _pair(pki, "server") == old
+    assert sorted(p.name for p in pki.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_renewal_a_crash_stopped_between_the_two_renames_is_settled_by_the_next(
+    cli: RunCli, pki: Path
+) -> None:
+    """A crash after the key's rename leaves the new key beside the old certificate; the next renew puts
+    the old key back before anything else, says so, then renews."""
+    from mqctl.cli.tls import settle_pair
+
+    old_cert, old_key = _pair(pki, "server")
+    renewed = cli("tls", "renew", str(pki), "server", "--out", str(pki / "next"))
+    assert renewed.code == 0, renewed.stderr
+    new_cert, new_key = _pair(pki / "next", "server")
+    # what replace_pair leaves when killed between its two renames
+    (pki / ".server.key.replaced").write_bytes(old_key)
+    (pki / "server.key").write_bytes(new_key)
+    (pki / ".server.pem.renewing").write_bytes(new_cert)
+    settle_pair(pki / "server.key", pki / "server.pem")
+    assert _pair(pki, "server") == (old_cert, old_key)
+    assert not [p.name for p in pki.iterdir() if p.name.startswith(".")]
+
+    (pki / ".server.key.replaced").write_bytes(old_key)
+    (pki / "server.key").write_bytes(new_key)
+    (pki / ".server.pem.renewing").write_bytes(new_cert)
+    again = cli("tls", "renew", str(pki), "server", "--force")
+    assert again.code == 0 and "stopped between the key and its certificate" in again.stderr, again.stderr
+    assert _pair(pki, "server")[1] not in (old_key, new_key)
+
+
 def test_show_warns_of_a_certificate_near_its_end(cli: RunCli, pki: Path) -> None:
     assert cli("tls", "renew", str(pki), "server", "--days", "5", "--force").code == 0
     shown = cli("tls", "show", str(pki), "-o", "json")
