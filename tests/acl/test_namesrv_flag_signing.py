@@ -13,13 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.tls import write_local_ca
 from mqctl.errors import AuthError
-from tests.daemons import LoopThread
+from tests.daemons import namesrv_alone
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
 from tests.support.cli import CliResult, RunCli
-from tests.support.namesrv import namesrv_config
 
 WARNING = "not signing with context prod's access key"
 
@@ -30,23 +28,11 @@ def acl_namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int,
     root = tmp_path_factory.mktemp("ns-signing")
     certs = write_local_ca(root / "certs")
     write_acl(root / "home")
-    config = namesrv_config(
-        root,
-        acl_enable=True,
-        rocketmq_home=str(root / "home"),
-        tls_server_mode="permissive",
-        tls_server_cert_path=str(certs["server_cert"]),
-        tls_server_key_path=str(certs["server_key"]),
-        tls_test_mode_enable=False,
-    )
-    loop = LoopThread()
-    namesrv = NamesrvController(config)
-    loop.run(namesrv.start())
-    try:
-        yield namesrv.port, certs
-    finally:
-        loop.run(namesrv.stop())
-        loop.close()
+    home = str(root / "home")
+    with namesrv_alone(
+        root, certs, tls_server_mode="permissive", acl_enable=True, rocketmq_home=home
+    ) as addr:
+        yield int(addr.rpartition(":")[2]), certs
 
 
 def _prod(cli: RunCli, tmp_path: Path, namesrv: str, *tls: str) -> None:

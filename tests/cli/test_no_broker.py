@@ -9,22 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from daemon.namesrv.controller import NamesrvController
-from tests.daemons import LoopThread
+from tests.daemons import namesrv_alone
 from tests.support.cli import RunCli
-from tests.support.namesrv import namesrv_config
 
 
 @pytest.fixture
 def lone_namesrv(tmp_path: Path) -> Iterator[str]:
-    loop = LoopThread()
-    controller = NamesrvController(namesrv_config(tmp_path))
-    loop.run(controller.start())
-    try:
-        yield f"127.0.0.1:{controller.port}"
-    finally:
-        loop.run(controller.stop())
-        loop.close()
+    with namesrv_alone(tmp_path) as addr:
+        yield addr
 
 
 @pytest.mark.parametrize("command", ["list", "status"])

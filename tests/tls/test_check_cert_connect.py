@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.tls import write_local_ca
-from tests.daemons import LoopThread
+from tests.daemons import namesrv_alone
 from tests.support.cli import RunCli
-from tests.support.namesrv import namesrv_config
 from tests.support.ports import free_port
 
 
@@ -21,22 +19,8 @@ def tls_namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
     """A TLS-only NameServer's address, its CA's files, and another CA that signed nothing of it."""
     root = tmp_path_factory.mktemp("check-cert")
     certs = write_local_ca(root / "certs")
-    other = write_local_ca(root / "other")["ca"]
-    config = namesrv_config(
-        root,
-        tls_server_mode="enforcing",
-        tls_server_cert_path=str(certs["server_cert"]),
-        tls_server_key_path=str(certs["server_key"]),
-        tls_test_mode_enable=False,
-    )
-    loop = LoopThread()
-    namesrv = NamesrvController(config)
-    loop.run(namesrv.start())
-    try:
-        yield f"127.0.0.1:{namesrv.port}", certs, other
-    finally:
-        loop.run(namesrv.stop())
-        loop.close()
+    with namesrv_alone(root, certs) as addr:
+        yield addr, certs, write_local_ca(root / "other")["ca"]
 
 
 def test_the_chain_a_server_presents_is_read_and_verified(
