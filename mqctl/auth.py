@@ -50,9 +50,10 @@ class Credentials:
 
 
 _state: dict[str, Credentials | None] = {"flags": None, "context": None}
-#: ``--sign`` given (the context's key goes wherever ``-n`` points), and why the context's pair was
-#: withheld from this invocation's NameServers (None: it was not), and the warning that said so last.
+#: Why the context's pair was withheld from this invocation's NameServers (None: it was not), and the
+#: warning that said so last.
 _withheld: dict[str, str | None] = {"why": None, "warned": None}
+#: ``--sign`` given: the context's key goes wherever ``-n`` points.
 _sign = {"anywhere": False}
 
 

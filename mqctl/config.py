@@ -301,6 +301,7 @@ def effective_settings(
     decided = tls.chosen()
     # which account signs (never its secret): an ACL refusal is otherwise a guess at which key was used
     signer = auth.current()
+    withheld = auth.withheld()
     return {
         "namesrv": ";".join(target.namesrv),
         "source": target.source,
@@ -311,11 +312,7 @@ def effective_settings(
         "tls": chosen[0].as_json() or True if chosen else False,
         "tls_source": decided[1] if decided else "default",
         "access_key": signer.access_key if signer else None,
-        "access_key_source": signer.source
-        if signer
-        else f"none: {auth.withheld()}"
-        if auth.withheld()
-        else "none",
+        "access_key_source": signer.source if signer else f"none: {withheld}" if withheld else "none",
     }
 
 
