@@ -201,8 +201,10 @@ def check_connect(
         return Verdict("cert", State.UNKNOWN, f"{addr} presented no certificate")
     from cryptography import x509
 
+    # named by place: the leaf, then each certificate sent after it (intermediates, a root)
     rows = [
-        _row(x509.load_der_x509_certificate(der), f"{addr} #{i}", now, warn) for i, der in enumerate(chain)
+        _row(x509.load_der_x509_certificate(der), f"{addr} {f'chain {i}' if i else 'leaf'}", now, warn)
+        for i, der in enumerate(chain)
     ]
     verdict = _verdict(rows, warn=warn, crit=crit)
     try:

@@ -32,7 +32,7 @@ def test_the_chain_a_server_presents_is_read_and_verified(
     assert ok.stdout.startswith("CERT OK - ") and f"verifies against --ca {certs['ca']}" in ok.stdout, (
         ok.stdout
     )
-    assert f"'{addr} #0 days_left'=" in ok.stdout, ok.stdout
+    assert f"'{addr} leaf days_left'=" in ok.stdout, ok.stdout
     soon = cli(
         "check", "cert", "--connect", addr, "--ca", str(certs["ca"]), "--warn", "100000", "--crit", "1"
     )
