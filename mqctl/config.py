@@ -331,6 +331,7 @@ def _resolve(namesrv_flag: str | None, context_flag: str | None) -> Target:
     # cluster the current context names
     if context_flag is not None and not context_flag.strip():
         raise UsageError("empty --context: name a saved context (see 'mqctl context ls')")
+    _use(None)  # a process that resolves again (a Spark worker's next read) keeps no earlier context's
     if namesrv_flag is not None:
         return _namesrv_only(parse_namesrv(namesrv_flag), "--namesrv", context_flag)
     contexts = ContextFile.load()
@@ -400,8 +401,13 @@ def _unvouched(namesrv: list[str], context: Context) -> list[str]:
     return [addr for addr in namesrv if addr.lower() not in own]
 
 
-def _use(context: Context) -> None:
+def _use(context: Context | None) -> None:
+    """The context's credentials and TLS in force (None: none's)."""
     from mqctl import auth, tls
 
+    if context is None:
+        auth.use_context("", None, None)
+        tls.use_context("", None)
+        return
     auth.use_context(context.name, context.access_key, context.secret_key_file)
     tls.use_context(context.name, context.tls)

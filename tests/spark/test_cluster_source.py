@@ -290,6 +290,10 @@ def test_the_namesrv_option_is_mqctls_n_the_context_s_key_only_where_it_vouches(
     assert connection_of({}).credentials is None
     vouched = connection_of({"namesrv": "10.9.9.9:9876", "context": "secure"})
     assert vouched.tls == ca and vouched.credentials is not None
+    monkeypatch.delenv("MQCTL_NAMESRV")
+    (tmp_path / "contexts.json").unlink()  # a worker's next read, where no context is in force
+    bare = connection_of({"namesrv": "10.9.9.9:9876"})
+    assert bare.tls is None and bare.credentials is None and bare.timeout == 5.0
 
 
 def test_a_missing_topic_is_not_found(cluster: Cluster) -> None:
