@@ -70,6 +70,10 @@ except ImportError:
 PARSED_MAX = 65536
 #: Bytes of binary pushes a follower keeps for dispatch to parse (past it, the walk reads them back).
 PUSHED_MAX_BYTES = 64 * 1024 * 1024
+#: How far ahead of the writer the store's warm-up thread zero-fills the data file (``prefault``): a few
+#: flush intervals' worth at most, since every zero page a flush finds ahead of the data is written to disk
+#: and then again with the data (the CommitLog's window is wider: it is warmed only when asked for).
+WARM_AHEAD_BYTES = 1024 * 1024
 
 
 def stamp_physical_offset(pos: int, entry: bytearray) -> None:
@@ -107,10 +111,19 @@ class DLedgerCommitLog(CommitLog):
         index_file_size: int = INDEX_FILE_SIZE,
         max_message_size: int,
         read_only: bool = False,
+        prefault: bool = False,
     ) -> None:
+        """``prefault``: the store's warm-up thread zero-fills the data file ahead of the writer
+        (:meth:`warm_ahead`), as a CommitLog's with ``warmMapedFileEnable``."""
         self.directory = dledger_dir(store_root, self_id)
         self.data_dir = data_dir or os.path.join(self.directory, "data")
-        super().__init__(self.data_dir, file_size, max_message_size=max_message_size, read_only=read_only)
+        super().__init__(
+            self.data_dir,
+            file_size,
+            max_message_size=max_message_size,
+            read_only=read_only,
+            prefault=prefault and not read_only,
+        )
         self.entry_header = BODY_OFFSET
         self.store_root = store_root
         self.index_file_size = index_file_size
@@ -137,6 +150,13 @@ class DLedgerCommitLog(CommitLog):
     @property
     def dispatch_on_put(self) -> bool:
         return self.auto_commit
+
+    def warm_ahead(self, nbytes: int) -> None:
+        """The data file's next pages zero-filled by the store's warm-up thread, at most `WARM_AHEAD_BYTES`
+        ahead of the writer: a store into a page of the fallocated file that was never written faults and
+        has the file system zero it first, a page at a time on the event loop."""
+        if self.log is not None:
+            super().warm_ahead(min(nbytes, WARM_AHEAD_BYTES))
 
     @property
     def dlog(self) -> DLedgerLog:

@@ -6,7 +6,7 @@
 
 A fresh 3-member group is started as ``bench_dledger`` starts it; after a 1 s warm-up (outside the window),
 ``bench_broker_produce``'s senders run against the leader for ``--seconds``, and each member's user + system
-CPU (``/proc/PID/stat``; also printed apart, user and system, with its minor page faults) and its read and write syscalls (``syscr``/``syscw`` of ``/proc/PID/io``) are
+CPU (``/proc/PID/stat``; also printed apart, user and system, with its minor and major page faults) and its read and write syscalls (``syscr``/``syscw`` of ``/proc/PID/io``) are
 divided by the sends: a follower's reads per send are the pushes it took per send (one push a read), its
 writes its answers. So are each member's and the load generator's context switches (``/proc/PID/task/*/status``),
 voluntary and involuntary, of its event loop's thread and of all its threads: the loop's voluntary ones are
@@ -67,10 +67,12 @@ def members(data: Path, leader: str) -> list[int]:
     return [pid for _, pid in sorted(found)]
 
 
-def usage(pid: int) -> tuple[float, float, int]:
-    """(user seconds, system seconds, minor page faults) of the process so far (``/proc/PID/stat``)."""
+def usage(pid: int) -> tuple[float, float, int, int]:
+    """(user seconds, system seconds, minor page faults, major page faults) of the process so far
+    (``/proc/PID/stat``). A store into a page of a mapped file's fallocated (unwritten) blocks, which the
+    file system zero-fills first, counts as a major fault though it reads nothing."""
     fields = stat_fields(pid)
-    return int(fields[11]) / TICK, int(fields[12]) / TICK, int(fields[7])
+    return int(fields[11]) / TICK, int(fields[12]) / TICK, int(fields[7]), int(fields[9])
 
 
 def syscalls(pid: int) -> tuple[int, int]:
@@ -314,7 +316,7 @@ async def measured(
     """The round against `addr` after a warm-up: its result, each of `pids`' CPU seconds over it and the
     load generator's (this process's) last, each of `pids`' and the load generator's (read, write) syscalls (then everyone's context
     switches and, with ``--syscalls``, the members' counted calls), and each of `pids`' (user seconds,
-    system seconds, minor faults)."""
+    system seconds, minor faults, major faults)."""
     await bench(addr, 1.0, args.producers)  # warm-up
     proc = tracer(args, pids)
     counters = counter(args, pids)
@@ -396,8 +398,11 @@ def round_(args: argparse.Namespace) -> None:
         f"load generator: {sw}",
         flush=True,
     )
-    split = ", ".join(f"{u / sends * 1e6:.1f}/{st / sends * 1e6:.1f} ({f / sends:.2f})" for u, st, f in used)
-    print(f"  user/system µs per send (minor faults per send), members: {split}", flush=True)
+    split = ", ".join(
+        f"{u / sends * 1e6:.1f}/{st / sends * 1e6:.1f} ({f / sends:.2f}/{mf / sends:.2f})"
+        for u, st, f, mf in used
+    )
+    print(f"  user/system µs per send (minor/major faults per send), members: {split}", flush=True)
     for pid, counts in zip(pids, calls[2 * members_ + 2 :], strict=False):
         per = ", ".join(f"{name} {n / sends:.3f}" for name, n in zip(SYSCALLS, counts, strict=True) if n)
         print(f"  {pid} loop thread's system calls per send: {per}", flush=True)

@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 
 from store import dledger as dl
-from store.dledger_commitlog import DLedgerCommitLog
+from store.config import ASYNC_FLUSH, SYNC_FLUSH
+from store.dledger_commitlog import WARM_AHEAD_BYTES, DLedgerCommitLog
 from store.dledger_log import DLedgerLog
 from store.engine import DefaultMessageStore, GetMessageStatus
+from store.mapped_file import PREPARE_CHUNK
 from store.message import TRANSACTION_PREPARED_TYPE, Message
 from store.record import decode_record
 from tests.support.stores import all_bodies, dledger_config, dledger_store, kill_writer
+from tests.support.waiting import wait_for
 
 
 def _open(root: Path, **cfg: object) -> DefaultMessageStore:
@@ -263,6 +266,31 @@ def test_alone_a_lagging_checkpoint_loses_no_committed_entry(tmp_path: Path) -> 
         assert hit.message.body == msgs[20].body
     finally:
         store.shutdown()
+
+
+@pytest.mark.slow
+def test_the_data_file_is_zero_filled_ahead_of_the_writer(tmp_path: Path) -> None:
+    """The store's warm-up thread keeps the DLedger data file written ahead of the appends (a fresh page
+    faulted by a store into the mapping is zeroed on the event loop): the reservation runs past the first
+    chunk while the writer is still inside it, which only the thread does; the entries read back whole."""
+    store = _open(tmp_path, mapped_file_size_commit_log=8 * 1024 * 1024)
+    try:
+        log = store.commit_log
+        assert isinstance(log, DLedgerCommitLog) and log.prefault
+        # past WARM_AHEAD_BYTES, inside the first chunk
+        bodies = [bytes([i % 251]) * 1024 for i in range(1200)]
+        for i, body in enumerate(bodies):
+            assert store.put_message(Message("D", body, queue_id=0, properties={"KEYS": f"w{i}"})).ok
+        mf = log.files.last_file()
+        assert mf is not None and WARM_AHEAD_BYTES < mf.wrote_position < PREPARE_CHUNK
+        wait_for(lambda: mf.prepared_position > PREPARE_CHUNK, "the data file zero-filled ahead")
+        assert mf.wrote_position < PREPARE_CHUNK
+        assert all_bodies(store, "D", 0) == bodies
+    finally:
+        store.shutdown()
+    for read_only, flush in ((True, ASYNC_FLUSH), (False, SYNC_FLUSH)):
+        cold = DefaultMessageStore(dledger_config(tmp_path, flush_disk_type=flush), read_only=read_only)
+        assert not cold.commit_log.prefault  # (every fsync would write the zeros too; nothing to write)
 
 
 def test_consume_queues_are_rebuilt_past_the_last_dispatched(tmp_path: Path) -> None:
