@@ -271,6 +271,7 @@ class SlaveConnection:
                     offset,
                     self.transfer_offset,
                 )
+                self.master.slaves.add(self)
                 self._started.set()
             elif offset > self.transfer_offset:
                 log.warning(
@@ -432,6 +433,10 @@ class HAMaster:
         #: Every send reads it (brokerRole is no runtime setting: UPDATE_BROKER_CONFIG refuses it).
         self.sync = config.broker_role == SYNC_MASTER
         self.connections: set[SlaveConnection] = set()
+        #: The connections that reported an offset (a slave's first report): only those are slaves, shown
+        #: and counted for SYNC_MASTER. A connection that has said nothing yet, or asks for a description
+        #: (:data:`store.ha.DESCRIBE`, then closed), is none.
+        self.slaves: set[SlaveConnection] = set()
         #: Called on the loop after every arrival (the long-poll service's): :meth:`notify` is in it
         #: while a slave is connected, so a master without slaves pays nothing per send.
         self._wakers = wakers
@@ -546,6 +551,7 @@ class HAMaster:
             await conn.run()
         finally:
             self.connections.discard(conn)
+            self.slaves.discard(conn)
             if not self.connections:
                 self._wakers.remove(self.notify)
 
@@ -583,10 +589,10 @@ class HAMaster:
                 fut.set_result(None)
 
     def slave_ok(self, end: int) -> bool:
-        """4.9.8 ``isSlaveOK``: a slave is connected and lags behind ``end`` by less than the max."""
-        return (
-            bool(self.connections) and end - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max
-        )
+        """4.9.8 ``isSlaveOK``: a slave is connected and lags behind ``end`` by less than the max. A slave
+        from its first report on (4.9.8 counts a connection from its accept): a connection asking for a
+        description never acknowledges, and counted it made a send wait ``slaveTimeout`` for nothing."""
+        return bool(self.slaves) and end - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max
 
     async def wait_replicated(self, end: int) -> PutMessageStatus:
         """SYNC_MASTER: wait until a slave acked ``end`` (PUT_OK), else SLAVE_NOT_AVAILABLE at once or
@@ -617,7 +623,7 @@ class HAMaster:
             SlaveState(
                 c.addr, c.acked, c.transfer_offset, c.connected_ms, round(c.lag_seconds, 3), c.registered
             )
-            for c in sorted(self.connections, key=lambda c: c.addr)
+            for c in sorted(self.slaves, key=lambda c: c.addr)
         ]
 
 
