@@ -12,7 +12,9 @@ The replica mark (another mqctl extension, at byte 160) is the CommitLog offset 
 known to hold its master's records (docs/replication.md §the-replica-mark): a slave that cannot reach its master
 serves nothing past it. It is written in the same ``pwrite`` of the first sector as the longs it is checked
 against, never past what the CommitLog had flushed before, so neither a killed process nor a power loss
-leaves a mark that claims more than the log holds.
+leaves a mark that claims more than the log holds. The master's incarnation its records were last copied from
+has a slot of its own after it (at byte 200), which an mqctl that knows the mark and not incarnations keeps as
+it read it.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ _MASTERED_MAGIC = b"mqctlRM3"
 # the same with the identity of the master's store whose records the mark counts, after the name's CRC32
 _MASTERED = struct.Struct(">8sqI16s")
 _INCARNATED_MAGIC = b"mqctlRM4"
-# the same with the master's incarnation it copied from last (docs/replication.md §incarnations), after the
-# identity: the mark vouches for its records only up to where the master's history says it ended
+# read, never written: the same with the master's incarnation it copied from last (docs/replication.md
+# §incarnations) after the identity. An mqctl that knows RM3 and not this read it as no mark at all (a slave's
+# whole log taken as its master's), and wrote RM3 over it: the incarnation now has a slot of its own
 _INCARNATED = struct.Struct(">8sqI16s16s")
 _LAYOUTS = {
     _MARK_MAGIC: _MARK,
@@ -59,6 +62,18 @@ _LAYOUTS = {
 #: A store's identity (see :func:`store_identity`): the file in its root directory, and its size in bytes.
 IDENTITY_FILE = "identity"
 IDENTITY_SIZE = 16
+#: The master's incarnation an RM3 mark's records were last copied from, in a slot of its own right after
+#: the mark (docs/replication.md §the-replica-mark): an mqctl that writes RM3 and knows no incarnation
+#: never writes there and keeps what it read, so its RM3 keeps the mark's meaning for it.
+INCARNATION_AT = REPLICA_MARK_AT + _MASTERED.size + _CRC.size
+_SLOT_MAGIC = b"mqctlRI1"
+# magic, incarnation; then the CRC32 of the three longs, the RM3 mark's bytes and both: a mark an older
+# mqctl wrote since (a rollback, then forward again) leaves a slot that no longer matches it
+_SLOT = struct.Struct(">8s16s")
+_SLOT_SIZE = _SLOT.size + _CRC.size
+#: The incarnation a mark names when the one its records were copied from cannot be proven (an mqctl that
+#: does not keep it wrote the mark since): in no master's history, so it vouches for nothing.
+UNPROVEN_INCARNATION = bytes(IDENTITY_SIZE)
 #: A store's incarnations as a master (see :func:`begin_incarnation`): the file beside the identity.
 INCARNATIONS_FILE = "incarnations"
 #: The most incarnations a store keeps (the newest): a slave whose mark names an older one vouches for
@@ -121,16 +136,38 @@ def _decode_recovery(data: bytes, header: bytes) -> RecoveryPoint | None:
     return RecoveryPoint(offset, index)
 
 
-def _encode_mark(offset: int, owner: int | None, master: bytes, incarnation: bytes, header: bytes) -> bytes:
+def _encode_mark(offset: int, owner: int | None, master: bytes, header: bytes) -> bytes:
     if owner is None:
         fields = _MARK.pack(_MARK_MAGIC, offset)
-    elif master and incarnation:
-        fields = _INCARNATED.pack(_INCARNATED_MAGIC, offset, owner, master, incarnation)
     elif master:
         fields = _MASTERED.pack(_MASTERED_MAGIC, offset, owner, master)
     else:
         fields = _OWNED.pack(_OWNED_MAGIC, offset, owner)
     return fields + _CRC.pack(zlib.crc32(header + fields))
+
+
+def _encode_slot(incarnation: bytes, header: bytes, mark: bytes) -> bytes:
+    """The incarnation slot of an RM3 ``mark`` (its bytes as written); zeros, read as none, without one."""
+    if not (incarnation and mark[:8] == _MASTERED_MAGIC):
+        return bytes(_SLOT_SIZE)
+    fields = _SLOT.pack(_SLOT_MAGIC, incarnation)
+    return fields + _CRC.pack(zlib.crc32(header + mark + fields))
+
+
+def _decode_slot(data: bytes, header: bytes, mark: bytes) -> bytes:
+    """The incarnation of the RM3 ``mark``: none (empty) when the slot is zeros (a mark from before
+    incarnations, or written against a master that shows none); :data:`UNPROVEN_INCARNATION` when an
+    mqctl that does not keep it wrote the mark since (the slot's CRC no longer matches it, or the rest of
+    an RM4 lies under the RM3 written over it)."""
+    slot = bytes(data[:_SLOT_SIZE]).ljust(_SLOT_SIZE, b"\0")  # (a file that ends before it: never written)
+    if not any(slot):
+        return b""
+    magic, incarnation = _SLOT.unpack_from(slot)
+    if magic != _SLOT_MAGIC or _CRC.unpack_from(slot, _SLOT.size)[0] != zlib.crc32(
+        header + mark + slot[: _SLOT.size]
+    ):
+        return UNPROVEN_INCARNATION
+    return bytes(incarnation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +181,8 @@ class _Mark:
 
 def _decode_mark(data: bytes, header: bytes) -> _Mark:
     """The replica mark, its owner (the CRC32 of its broker name; None: not named), the identity of the
-    master's store it counts (empty: not known) and whether one was there: no offset and not found when
+    master's store it counts (empty: not known) with the incarnation it last copied from (see
+    :func:`_decode_slot`), and whether one was there: no offset and not found when
     absent (a store from before it, or RocketMQ's), no offset and found when void (damaged, or the longs
     were rewritten since it was)."""
     layout = _LAYOUTS.get(bytes(data[:8]))
@@ -156,7 +194,12 @@ def _decode_mark(data: bytes, header: bytes) -> _Mark:
         return _Mark(None, None, b"", True)
     owner = values[2] if len(values) > 2 else None
     master = values[3] if len(values) > 3 else b""
-    return _Mark(values[1], owner, master, True, values[4] if len(values) > 4 else b"")
+    if layout is _MASTERED:
+        end = layout.size + _CRC.size
+        incarnation = _decode_slot(data[INCARNATION_AT - REPLICA_MARK_AT :], header, bytes(data[:end]))
+    else:
+        incarnation = values[4] if len(values) > 4 else b""
+    return _Mark(values[1], owner, master, True, incarnation)
 
 
 def store_identity(root: str, *, create: bool, renew: bool = False) -> bytes:
@@ -335,14 +378,10 @@ class StoreCheckpoint:
                 recovery = _encode_recovery(point, header)
                 page[RECOVERY_POINT_AT : RECOVERY_POINT_AT + len(recovery)] = recovery
             if self.replica_mark is not None:
-                mark = _encode_mark(
-                    self.replica_mark,
-                    self.replica_owner,
-                    self.replica_master,
-                    self.replica_incarnation,
-                    header,
-                )
+                mark = _encode_mark(self.replica_mark, self.replica_owner, self.replica_master, header)
                 page[REPLICA_MARK_AT : REPLICA_MARK_AT + len(mark)] = mark
+                slot = _encode_slot(self.replica_incarnation, header, mark)
+                page[INCARNATION_AT : INCARNATION_AT + len(slot)] = slot
             os.pwrite(fd, page, 0)
 
     def sync(self) -> None:

@@ -41,7 +41,13 @@ from daemon.remoting.errors import RemotingError, is_acl_refusal
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import TLS_HANDSHAKE_TIMEOUT, bind_listener
 from store import fastjson
-from store.checkpoint import IDENTITY_SIZE, Incarnation, incarnation_end, parse_incarnations
+from store.checkpoint import (
+    IDENTITY_SIZE,
+    UNPROVEN_INCARNATION,
+    Incarnation,
+    incarnation_end,
+    parse_incarnations,
+)
 from store.commitlog import PutMessageStatus
 from store.config import SLAVE, SYNC_MASTER, StoreConfig
 from store.config_files import (
@@ -628,6 +634,8 @@ class HAMaster:
 
 
 _DESCRIBE_REPORT = encode_report(DESCRIBE)
+#: A mark's incarnation that cannot be proven (hex), as a store and a promoted master's runtime info show it.
+_UNPROVEN = UNPROVEN_INCARNATION.hex()
 
 
 class TailUnknown(Exception):
@@ -1072,7 +1080,8 @@ class HASlave:
             return min(store.replica_mark, self._incarnation_end(master))
         if master.replica_master == mine:
             copied = store.replica_incarnation
-            if copied and master.replica_incarnation and copied != master.replica_incarnation:
+            unproven = _UNPROVEN in (copied, master.replica_incarnation)
+            if unproven or (copied and master.replica_incarnation and copied != master.replica_incarnation):
                 log.warning(
                     "HA: this slave's replica mark counts what it copied from incarnation %s of store %s, the "
                     "master promoted in its place from incarnation %s: none is taken as this master's unless "
@@ -1099,6 +1108,14 @@ class HASlave:
         copied = self.store.replica_incarnation
         if not copied:
             return self.store.replica_mark
+        if copied == _UNPROVEN:
+            log.warning(
+                "HA: this slave's replica mark cannot prove which incarnation of its master's store %s its "
+                "records were copied from (an mqctl that does not keep it wrote the mark since): none below "
+                "the master's first offset is taken as its own",
+                master.identity,
+            )
+            return 0
         history = master.incarnations
         for i, incarnation in enumerate(history):
             if incarnation.id.hex() == copied:

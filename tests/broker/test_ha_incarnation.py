@@ -7,17 +7,23 @@ incarnation history says the incarnation it copied from ended."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from daemon.broker.ha import HASlave, MasterLog
+from store.checkpoint import UNPROVEN_INCARNATION, Incarnation
+from store.config import StoreConfig
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
 from tests.broker.test_ha_mark import TOPIC, fixed_ports, restart_master, runtime, send_common
 from tests.broker.test_ha_retention import served, slave_back, write_then_expire_all_but_the_newest_file
+from tests.store.test_replica_mark import rolled_back
 from tests.support.broker import replicated, start_broker
 from tests.support.cli import RunCli
 
@@ -232,3 +238,43 @@ async def test_a_master_that_was_a_slave_in_between_vouches_for_none_of_what_its
         await restart_master(g, tmp_path, fixed)
 
         await slave_back(g, tmp_path / "slave", 40)
+
+
+@pytest.mark.slow
+async def test_a_slave_whose_mark_an_older_mqctl_wrote_since_vouches_for_none_of_a_restored_masters_records(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """The master's store is backed up after 20 records; 40 more are copied by its slave, which is then
+    started once by an mqctl that knows the mark and not incarnations (a rollback): it writes its
+    checkpoint, the mark as it read it. The master is restored from the backup, writes, and its retention
+    deletes past the slave's whole log; the slave is back on this version. Its mark no longer proves which
+    incarnation its records came from: the 60 are set aside, never deleted. Read as a mark from before
+    incarnations, it vouched for them all and the 40 only the slave held went as the master's expired
+    records."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
+        await send_common(g, 40, "only")
+        await replicated(g.master, g.slave)
+        await restored(g, tmp_path, fixed)
+        rolled_back(tmp_path / "slave")
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
+        await restart_master(g, tmp_path, fixed)
+
+        await slave_back(g, tmp_path / "slave", 60)
+
+
+def test_an_unproven_incarnation_vouches_for_nothing_on_either_side() -> None:
+    """A mark whose incarnation an older mqctl's write left unproven vouches for none of the slave's records
+    below the first offset of the master its mark names, nor of a master promoted in its place; neither
+    does a promoted master's own unproven one. (No traffic: the decision alone.)"""
+    store = SimpleNamespace(replica_master="ab" * 16, replica_mark=5000, replica_incarnation="cd" * 16)
+    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
+    own = MasterLog(0, "ab" * 16, incarnations=(Incarnation(bytes.fromhex("cd" * 16), 0),))
+    promoted = MasterLog(0, "ef" * 16, "ab" * 16, 3000, replica_incarnation="cd" * 16)
+    assert (slave._vouched(own), slave._vouched(promoted)) == (5000, 3000)
+    assert slave._vouched(dataclasses.replace(promoted, replica_incarnation=UNPROVEN_INCARNATION.hex())) == 0
+    store.replica_incarnation = UNPROVEN_INCARNATION.hex()
+    assert (slave._vouched(own), slave._vouched(promoted)) == (0, 0)
+    assert slave._vouched(dataclasses.replace(promoted, replica_incarnation=UNPROVEN_INCARNATION.hex())) == 0
+    assert slave._vouched(dataclasses.replace(promoted, replica_incarnation="")) == 0
