@@ -67,9 +67,10 @@ IDENTITY_SIZE = 16
 #: never writes there and keeps what it read, so its RM3 keeps the mark's meaning for it.
 INCARNATION_AT = REPLICA_MARK_AT + _MASTERED.size + _CRC.size
 _SLOT_MAGIC = b"mqctlRI1"
-# magic, incarnation; then the CRC32 of the three longs, the RM3 mark's bytes and both: a mark an older
-# mqctl wrote since (a rollback, then forward again) leaves a slot that no longer matches it
-_SLOT = struct.Struct(">8s16s")
+# magic, incarnation, the master's next one then (zeros: none); then the CRC32 of the three longs, the RM3
+# mark's bytes and those: a mark an older mqctl wrote since (a rollback, then forward again) leaves a slot
+# that no longer matches it
+_SLOT = struct.Struct(">8s16s16s")
 _SLOT_SIZE = _SLOT.size + _CRC.size
 #: The incarnation a mark names when the one its records were copied from cannot be proven (an mqctl that
 #: does not keep it wrote the mark since): in no master's history, so it vouches for nothing.
@@ -146,28 +147,28 @@ def _encode_mark(offset: int, owner: int | None, master: bytes, header: bytes) -
     return fields + _CRC.pack(zlib.crc32(header + fields))
 
 
-def _encode_slot(incarnation: bytes, header: bytes, mark: bytes) -> bytes:
+def _encode_slot(incarnation: bytes, following: bytes, header: bytes, mark: bytes) -> bytes:
     """The incarnation slot of an RM3 ``mark`` (its bytes as written); zeros, read as none, without one."""
     if not (incarnation and mark[:8] == _MASTERED_MAGIC):
         return bytes(_SLOT_SIZE)
-    fields = _SLOT.pack(_SLOT_MAGIC, incarnation)
+    fields = _SLOT.pack(_SLOT_MAGIC, incarnation, following or bytes(IDENTITY_SIZE))
     return fields + _CRC.pack(zlib.crc32(header + mark + fields))
 
 
-def _decode_slot(data: bytes, header: bytes, mark: bytes) -> bytes:
-    """The incarnation of the RM3 ``mark``: none (empty) when the slot is zeros (a mark from before
-    incarnations, or written against a master that shows none); :data:`UNPROVEN_INCARNATION` when an
-    mqctl that does not keep it wrote the mark since (the slot's CRC no longer matches it, or the rest of
-    an RM4 lies under the RM3 written over it)."""
+def _decode_slot(data: bytes, header: bytes, mark: bytes) -> tuple[bytes, bytes]:
+    """The incarnation of the RM3 ``mark`` and the master's next one then: none (empty) when the slot is
+    zeros (a mark from before incarnations, or written against a master that shows none);
+    :data:`UNPROVEN_INCARNATION` when an mqctl that does not keep it wrote the mark since (the slot's CRC no
+    longer matches it, or the rest of an RM4 lies under the RM3 written over it)."""
     slot = bytes(data[:_SLOT_SIZE]).ljust(_SLOT_SIZE, b"\0")  # (a file that ends before it: never written)
     if not any(slot):
-        return b""
-    magic, incarnation = _SLOT.unpack_from(slot)
+        return b"", b""
+    magic, incarnation, following = _SLOT.unpack_from(slot)
     if magic != _SLOT_MAGIC or _CRC.unpack_from(slot, _SLOT.size)[0] != zlib.crc32(
         header + mark + slot[: _SLOT.size]
     ):
-        return UNPROVEN_INCARNATION
-    return bytes(incarnation)
+        return UNPROVEN_INCARNATION, b""
+    return bytes(incarnation), bytes(following) if any(following) else b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,7 @@ class _Mark:
     master: bytes
     found: bool
     incarnation: bytes = b""
+    following: bytes = b""
 
 
 def _decode_mark(data: bytes, header: bytes) -> _Mark:
@@ -194,12 +196,15 @@ def _decode_mark(data: bytes, header: bytes) -> _Mark:
         return _Mark(None, None, b"", True)
     owner = values[2] if len(values) > 2 else None
     master = values[3] if len(values) > 3 else b""
+    following = b""
     if layout is _MASTERED:
         end = layout.size + _CRC.size
-        incarnation = _decode_slot(data[INCARNATION_AT - REPLICA_MARK_AT :], header, bytes(data[:end]))
+        incarnation, following = _decode_slot(
+            data[INCARNATION_AT - REPLICA_MARK_AT :], header, bytes(data[:end])
+        )
     else:
         incarnation = values[4] if len(values) > 4 else b""
-    return _Mark(values[1], owner, master, True, incarnation)
+    return _Mark(values[1], owner, master, True, incarnation, following)
 
 
 def store_identity(root: str, *, create: bool, renew: bool = False) -> bytes:
@@ -292,13 +297,14 @@ def _write_incarnations(root: str, history: list[Incarnation]) -> None:
     sync_directory(root)
 
 
-def begin_incarnation(root: str, start: int) -> list[Incarnation]:
-    """A store starting as a master begins a new incarnation at ``start`` (its log's end): appended to its
-    history, on disk before it takes a put. A slave's mark names the incarnation it copied from; a store
-    restored from an older copy, or copied to seed another broker, keeps the identity but not the history
-    written since, so no slave takes records of an incarnation it lacks for its own. Returns the history."""
+def begin_incarnation(root: str, start: int, ident: bytes = b"") -> list[Incarnation]:
+    """A store begins a new incarnation at ``start`` (its log's end), ``ident`` (random when empty: the id it
+    announced as its next, see :attr:`StoreCheckpoint.replica_following`): appended to its history, on disk
+    before its log changes. A slave's mark names the incarnation it copied from; a store restored from an
+    older copy, or copied to seed another broker, keeps the identity but not the history written since, so
+    no slave takes records of an incarnation it lacks for its own. Returns the history."""
     history = read_incarnations(root)
-    history = [*history, Incarnation(os.urandom(IDENTITY_SIZE), start)][-INCARNATIONS_KEPT:]
+    history = [*history, Incarnation(ident or os.urandom(IDENTITY_SIZE), start)][-INCARNATIONS_KEPT:]
     _write_incarnations(root, history)
     return history
 
@@ -327,8 +333,10 @@ class StoreCheckpoint:
         self.replica_owner: int | None = None
         #: The identity of the master's store whose records the mark counts (empty: not known).
         self.replica_master = b""
-        #: The master's incarnation the mark's records were last copied from (empty: not known).
+        #: The master's incarnation the mark's records were last copied from (empty: not known), and the one
+        #: it was to begin at its next change then (empty: none).
         self.replica_incarnation = b""
+        self.replica_following = b""
         self._fd: int | None = None
         self._page = bytearray(_PAGE)
         self._lock = threading.Lock()  # one composer of the page at a time: its fields agree with each other
@@ -343,6 +351,7 @@ class StoreCheckpoint:
         self.replica_mark, self.replica_owner, self.replica_master = mark.offset, mark.owner, mark.master
         self.replica_mark_found = mark.found
         self.replica_incarnation = mark.incarnation if mark.master else b""
+        self.replica_following = mark.following if mark.master else b""
         if read_only:
             os.close(fd)
         else:
@@ -380,7 +389,7 @@ class StoreCheckpoint:
             if self.replica_mark is not None:
                 mark = _encode_mark(self.replica_mark, self.replica_owner, self.replica_master, header)
                 page[REPLICA_MARK_AT : REPLICA_MARK_AT + len(mark)] = mark
-                slot = _encode_slot(self.replica_incarnation, header, mark)
+                slot = _encode_slot(self.replica_incarnation, self.replica_following, header, mark)
                 page[INCARNATION_AT : INCARNATION_AT + len(slot)] = slot
             os.pwrite(fd, page, 0)
 

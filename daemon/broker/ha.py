@@ -667,6 +667,10 @@ class MasterLog:
     replica_incarnation: str = ""
     #: The broker address that answered (its remoting port; "": its HA port under haTls).
     addr: str = ""
+    #: The incarnation it begins at its log's next change (``haNextIncarnation``; "": none due), and, a
+    #: promoted slave, the one its own mark names with its ``replica_incarnation``.
+    following: str = ""
+    replica_following: str = ""
 
     @property
     def incarnation(self) -> str:
@@ -691,17 +695,23 @@ def master_log(table: dict[str, str], addr: str) -> MasterLog:
     lineage = table.get("haReplicaMaster", "")
     mark = table.get("haReplicaMark", "")
     incarnation = table.get("haReplicaIncarnation", "")
+    replica_following = table.get("haReplicaNextIncarnation", "")
     if not (_is_identity(lineage) and mark.isascii() and mark.isdigit()):
         lineage, mark, incarnation = "", "0", ""
+    incarnation = incarnation if _is_identity(incarnation) else ""
+    history = tuple(parse_incarnations(table.get("haIncarnations", ""))) if _is_identity(identity) else ()
+    following = table.get("haNextIncarnation", "")
     return MasterLog(
         first,
         identity if _is_identity(identity) else "",
         lineage,
         int(mark),
         end,
-        tuple(parse_incarnations(table.get("haIncarnations", ""))) if _is_identity(identity) else (),
-        incarnation if _is_identity(incarnation) else "",
+        history,
+        incarnation,
         addr,
+        following if history and _is_identity(following) else "",
+        replica_following if incarnation and _is_identity(replica_following) else "",
     )
 
 
@@ -1027,7 +1037,7 @@ class HASlave:
         if end == 0:  # nothing to check: the master's store is named, if it says, for what follows
             with contextlib.suppress(TailUnknown, TailUncheckable):
                 master = await self.master_records.log()
-                store.name_replica_master(master.identity, master.incarnation)
+                store.name_replica_master(master.identity, master.incarnation, master.following)
                 return True
             store.name_replica_master("")
             return True
@@ -1064,7 +1074,7 @@ class HASlave:
                 await self._set_aside_unconfirmed(cut, master.first_offset, refusal)
             await self._restart_log(cut, master.first_offset)
             cut = master.first_offset
-        store.name_replica_master(master.identity, master.incarnation)
+        store.name_replica_master(master.identity, master.incarnation, master.following)
         await self._checked(cut)
         return True
 
@@ -1080,8 +1090,11 @@ class HASlave:
             return min(store.replica_mark, self._incarnation_end(master))
         if master.replica_master == mine:
             copied = store.replica_incarnation
-            unproven = _UNPROVEN in (copied, master.replica_incarnation)
-            if unproven or (copied and master.replica_incarnation and copied != master.replica_incarnation):
+            theirs = master.replica_incarnation
+            unproven = _UNPROVEN in (copied, theirs)
+            # (the same run of the master: its incarnation then and the next one it announced)
+            other = (copied, store.replica_following) != (theirs, master.replica_following)
+            if unproven or (copied and theirs and other):
                 log.warning(
                     "HA: this slave's replica mark counts what it copied from incarnation %s of store %s, the "
                     "master promoted in its place from incarnation %s: none is taken as this master's unless "
@@ -1117,9 +1130,11 @@ class HASlave:
             )
             return 0
         history = master.incarnations
-        for i, incarnation in enumerate(history):
-            if incarnation.id.hex() == copied:
-                ended = incarnation_end(list(history), i)
+        ids = [i.id.hex() for i in history]
+        # the master's next one then, once begun, holds every record the slave copied from that run
+        for named in (self.store.replica_following, copied):
+            if named and named in ids:
+                ended = incarnation_end(list(history), ids.index(named))
                 return self.store.replica_mark if ended is None else ended
         log.warning(
             "HA: this slave's replica mark counts what it copied from incarnation %s of its master's store %s, "
@@ -1395,6 +1410,8 @@ HA_RUNTIME_KEYS = frozenset(
         "haStoreIdentity",
         "haIncarnations",
         "haReplicaIncarnation",
+        "haNextIncarnation",
+        "haReplicaNextIncarnation",
         "haHeldBackBytes",
         "storeQuarantines",
         "storeQuarantinedRecords",
@@ -1426,11 +1443,15 @@ def ha_runtime_info(
         info["haStoreIdentity"] = store.identity
         if store.incarnations:
             info["haIncarnations"] = ";".join(map(str, store.incarnations))
+            if store.next_incarnation:
+                info["haNextIncarnation"] = store.next_incarnation
     if store is not None and store.replica_master:
         info["haReplicaMaster"] = store.replica_master
         info["haReplicaMark"] = str(store.replica_mark)
         if store.replica_incarnation:
             info["haReplicaIncarnation"] = store.replica_incarnation
+        if store.replica_following:
+            info["haReplicaNextIncarnation"] = store.replica_following
     if quarantines:
         info["storeQuarantines"] = str(len(quarantines))
         info["storeQuarantinedRecords"] = str(sum(max(0, m.records) + max(0, m.damaged) for m in quarantines))

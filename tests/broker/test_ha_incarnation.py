@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from daemon.broker.ha import HASlave, MasterLog
-from store.checkpoint import UNPROVEN_INCARNATION, Incarnation
+from store.checkpoint import INCARNATIONS_KEPT, UNPROVEN_INCARNATION, Incarnation
 from store.config import StoreConfig
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
@@ -26,6 +26,7 @@ from tests.broker.test_ha_retention import served, slave_back, write_then_expire
 from tests.store.test_replica_mark import rolled_back
 from tests.support.broker import replicated, start_broker
 from tests.support.cli import RunCli
+from tests.support.waiting import wait_until
 
 
 def set_aside(root: Path) -> list[int]:
@@ -69,13 +70,15 @@ async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave
         await replicated(g.master, g.slave)
         before = (await runtime(g, g.master))["haIncarnations"].split(";")
         assert len(before) == 2
-        assert (await runtime(g, g.slave))["haReplicaIncarnation"] == before[-1].split("@")[0]
+        table = await runtime(g, g.slave)
+        named = (table["haReplicaIncarnation"], table.get("haReplicaNextIncarnation"))
+        assert before[-1].split("@")[0] in named  # (its next, if the slave checked before it began)
         await restored(g, tmp_path, fixed)
         assert g.master.store.identity == identity
-        after = (await runtime(g, g.master))["haIncarnations"].split(";")
-        assert after[0] == before[0] and after[1] != before[1] and len(after) == 2
         await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
         await restart_master(g, tmp_path, fixed)
+        after = (await runtime(g, g.master))["haIncarnations"].split(";")
+        assert after[0] == before[0] and after[1] != before[1] and len(after) == 2
 
         g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         await send_common(g, 8, "after")
@@ -119,14 +122,19 @@ async def test_a_store_copied_to_seed_another_master_vouches_for_none_of_the_ori
         await replicated(g.master, g.slave)
         assert set_aside(tmp_path / "slave") == [50]
         assert await served(g, g.slave) == await served(g, g.master)
-        assert (await runtime(g, g.slave))["haReplicaIncarnation"] == current
+        # checked before B's first write since its start: B's incarnation then, and the next it announced
+        # (which that write began)
+        now = (await runtime(g, g.master))["haIncarnations"].split(";")[-1].split("@")[0]
+        assert now == b_table["haNextIncarnation"]
+        table = await runtime(g, g.slave)
+        assert (table["haReplicaIncarnation"], table["haReplicaNextIncarnation"]) == (current, now)
         status = await asyncio.to_thread(cli, "broker", "ha", "status", "-n", g.ns_addr, "-o", "json")
         assert status.code == 0, status.stderr
         rows = {r["broker_id"]: r for r in json.loads(status.stdout)}
-        assert rows[0]["incarnation"] == rows[1]["replica_incarnation"] == current
+        assert (rows[0]["incarnation"], rows[1]["replica_incarnation"]) == (now, current)
     verify = await asyncio.to_thread(cli, "store", "verify", "--store", str(tmp_path / "b"), "-o", "json")
     assert verify.code == 0, verify.stdout
-    assert json.loads(verify.stdout)["incarnation"].split("@")[0] == current
+    assert json.loads(verify.stdout)["incarnation"].split("@")[0] == now
 
 
 async def send_big(g: Group, n: int, what: bytes) -> None:
@@ -181,12 +189,13 @@ async def test_a_slave_reaching_past_a_restored_masters_retention_serves_none_of
 async def test_a_master_whose_log_came_back_shorter_after_a_restart_vouches_for_none_of_what_it_lost(
     tmp_path: Path, cli: RunCli
 ) -> None:
-    """After 20 records and 40 more copied by its slave, the master restarts (an incarnation begun at its
-    log's end, on disk at once), then loses power within the writeback window: its log comes back as it was
-    after 20 records, its incarnations file as written, and it begins one more below the last one's start.
-    Its retention then deletes past the slave's whole log. A history read only up to where it goes back
-    ended the slave's incarnation at the lost restart's start and the slave deleted the 40 it alone held as
-    the master's expired records; now the later, lower start ends it: they are set aside, never deleted."""
+    """After 20 records and 40 more copied by its slave, the master restarts and takes a send (an
+    incarnation begun at its log's end, on disk at once), then loses power within the writeback window: its
+    log comes back as it was after 20 records, its incarnations file as written, and its next write begins
+    one more below the last one's start. Its retention then deletes past the slave's whole log. A history
+    read only up to where it goes back ended the slave's incarnation at the lost restart's start and the
+    slave deleted the 40 it alone held as the master's expired records; now the later, lower start ends
+    it: they are set aside, never deleted."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
         await copied_after(g, tmp_path, fixed, 20, "early", "backup")
@@ -195,15 +204,17 @@ async def test_a_master_whose_log_came_back_shorter_after_a_restart_vouches_for_
         await g.slave.stop()
         await g.master.stop()
         await restart_master(g, tmp_path, fixed)
+        await send_common(g, 1, "lost")
         await g.master.stop()
         history = (tmp_path / "master" / "incarnations").read_bytes()
         shutil.rmtree(tmp_path / "master")
         shutil.copytree(tmp_path / "backup", tmp_path / "master")
         (tmp_path / "master" / "incarnations").write_bytes(history)
         await restart_master(g, tmp_path, fixed)
-        assert len((await runtime(g, g.master))["haIncarnations"].split(";")) == 4
         await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
         await restart_master(g, tmp_path, fixed)
+        starts = [int(i.split("@")[1]) for i in (await runtime(g, g.master))["haIncarnations"].split(";")]
+        assert len(starts) == 4 and starts[-1] < starts[-2]
 
         await slave_back(g, tmp_path / "slave", 40)
 
@@ -264,11 +275,14 @@ async def test_a_slave_whose_mark_an_older_mqctl_wrote_since_vouches_for_none_of
         await slave_back(g, tmp_path / "slave", 60)
 
 
-def test_an_unproven_incarnation_vouches_for_nothing_on_either_side() -> None:
+def test_an_unproven_incarnation_vouches_for_nothing_and_a_begun_next_one_as_far_as_it_ran() -> None:
     """A mark whose incarnation an older mqctl's write left unproven vouches for none of the slave's records
     below the first offset of the master its mark names, nor of a master promoted in its place; neither
-    does a promoted master's own unproven one. (No traffic: the decision alone.)"""
-    store = SimpleNamespace(replica_master="ab" * 16, replica_mark=5000, replica_incarnation="cd" * 16)
+    does a promoted master's own unproven one. A mark named with the master's next incarnation vouches as
+    far as that one ran once it began. (No traffic: the decision alone.)"""
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation="cd" * 16, replica_following=""
+    )
     slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
     own = MasterLog(0, "ab" * 16, incarnations=(Incarnation(bytes.fromhex("cd" * 16), 0),))
     promoted = MasterLog(0, "ef" * 16, "ab" * 16, 3000, replica_incarnation="cd" * 16)
@@ -278,3 +292,52 @@ def test_an_unproven_incarnation_vouches_for_nothing_on_either_side() -> None:
     assert (slave._vouched(own), slave._vouched(promoted)) == (0, 0)
     assert slave._vouched(dataclasses.replace(promoted, replica_incarnation=UNPROVEN_INCARNATION.hex())) == 0
     assert slave._vouched(dataclasses.replace(promoted, replica_incarnation="")) == 0
+
+    # named with the master's next one: once begun it vouches as far as it ran, a promoted slave's mark only
+    # when named with the same (the same run of the master)
+    store.replica_incarnation, store.replica_following = "cd" * 16, "12" * 16
+    nxt, later = Incarnation(bytes.fromhex("12" * 16), 4000), Incarnation(bytes(range(16)), 4500)
+    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, nxt, later))) == 4500
+    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, later))) == 4500
+    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, nxt))) == 5000
+    assert slave._vouched(dataclasses.replace(promoted, replica_following="12" * 16)) == 3000
+    assert slave._vouched(dataclasses.replace(promoted, replica_following="34" * 16)) == 0
+
+
+@pytest.mark.slow
+async def test_a_master_restarted_more_often_than_the_incarnations_kept_still_vouches_for_its_slaves_records(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """The slave copies 40 records and is stopped; the master is restarted more often than a store keeps
+    incarnations, writing nothing (a crash loop), then writes and its retention deletes past the slave's
+    whole log. A start that writes nothing begins no incarnation: the slave's mark still names one the
+    master holds, and its records go as the master's expired ones, none set aside (each start began one
+    before: the slave's was pushed out of the history, and all 40 were set aside). Then the master restarts
+    with the slave connected, which checks before the master's first write and copies what that write
+    begins (the incarnation the master announced as its next): stopped while the master's retention deletes
+    past its whole log again, its mark vouches for those records too, none set aside."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 40, "old")
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        history = (await runtime(g, g.master))["haIncarnations"]
+        for _ in range(INCARNATIONS_KEPT + 1):
+            await g.master.stop()
+            await restart_master(g, tmp_path, fixed)
+        assert (await runtime(g, g.master))["haIncarnations"] == history
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
+        await restart_master(g, tmp_path, fixed)
+        await slave_back(g, tmp_path / "slave", 0)
+
+        await g.master.stop()
+        await restart_master(g, tmp_path, fixed)
+        following = g.master.store.next_incarnation
+        await wait_until(lambda: g.slave.store.replica_following == following)
+        await send_common(g, 8, "next")
+        await replicated(g.master, g.slave)
+        assert g.master.store.incarnations[-1].id.hex() == following
+        await g.slave.stop()
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
+        await restart_master(g, tmp_path, fixed)
+        await slave_back(g, tmp_path / "slave", 0)

@@ -16,6 +16,7 @@ import pytest
 from store.checkpoint import (
     REPLICA_MARK_AT,
     UNPROVEN_INCARNATION,
+    Incarnation,
     StoreCheckpoint,
     incarnation_end,
     parse_incarnations,
@@ -331,6 +332,55 @@ def test_each_start_as_a_master_begins_an_incarnation_and_the_mark_keeps_the_one
         assert f.read(8) == b"mqctlRM3"
     with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
         assert (slave.replica_mark, slave.replica_master, slave.replica_incarnation) == (end, "ab" * 16, "")
+
+
+def test_a_start_begins_its_incarnation_at_the_logs_first_change_with_the_id_it_announced(
+    tmp_path: Path,
+) -> None:
+    """A start of a store that keeps incarnations begins none until its log first changes (a put, an append
+    from its master): then the one it announced meanwhile, at the log's end. Starts that change nothing (a
+    crash loop) leave the history as it was; a store without one begins one at once. The mark keeps the
+    master's next incarnation beside the one it names."""
+    root = tmp_path / "s"
+    with DefaultMessageStore(small_config(root, mapped_file_size_commit_log=FILE), broker_name="a") as master:
+        master.begin_incarnation(at_first_change=True)
+        assert (master.next_incarnation, len(master.incarnations)) == ("", 1)
+        put(master, 3)
+        end = master.max_phy_offset
+    first = read_incarnations(str(root))
+    for _ in range(3):
+        with DefaultMessageStore(
+            small_config(root, mapped_file_size_commit_log=FILE), broker_name="a"
+        ) as master:
+            master.begin_incarnation(at_first_change=True)
+            assert len(master.next_incarnation) == 32
+    assert read_incarnations(str(root)) == first
+    with DefaultMessageStore(small_config(root, mapped_file_size_commit_log=FILE), broker_name="a") as master:
+        master.begin_incarnation(at_first_change=True)
+        following = master.next_incarnation
+        put(master, 1)
+        put(master, 1)
+        assert master.next_incarnation == ""
+        assert [(i.id.hex(), i.start) for i in master.incarnations] == [
+            *((i.id.hex(), i.start) for i in first),
+            (following, end),
+        ]
+
+    data, ends = source_log(tmp_path / "src", 4)
+    slave_root = tmp_path / "slave"
+    config = small_config(slave_root, mapped_file_size_commit_log=FILE, broker_role=SLAVE)
+    with DefaultMessageStore(config, broker_name="a") as slave:
+        slave.begin_incarnation(at_first_change=True)
+        assert slave.append_replica(0, data[: ends[1]])
+        slave.name_replica_master("ab" * 16, "cd" * 16, "ef" * 16)
+        slave.replica_checked(ends[1])
+    with DefaultMessageStore(config, broker_name="a") as slave:
+        assert (slave.replica_incarnation, slave.replica_following) == ("cd" * 16, "ef" * 16)
+        before = slave.incarnations
+        slave.begin_incarnation(at_first_change=True)
+        following = slave.next_incarnation
+        assert slave.append_replica(ends[1], data[ends[1] :])
+        assert slave.incarnations == [*before, Incarnation(bytes.fromhex(following), ends[1])]
 
 
 def test_an_incarnation_ends_at_the_earliest_later_start_and_a_history_going_back_is_kept() -> None:
