@@ -77,6 +77,9 @@ _SLOT_SIZE = _SLOT.size + _CRC.size
 UNPROVEN_INCARNATION = bytes(IDENTITY_SIZE)
 #: A store's incarnations as a master (see :func:`begin_incarnation`): the file beside the identity.
 INCARNATIONS_FILE = "incarnations"
+#: A slave's copy of its master's incarnations at its last check: the master's store identity (hex) on the
+#: first line, then its history as in :data:`INCARNATIONS_FILE`.
+REPLICA_INCARNATIONS_FILE = "replica-incarnations"
 #: The most incarnations a store keeps (the newest): a slave whose mark names an older one vouches for
 #: nothing, and sets aside rather than deletes.
 INCARNATIONS_KEPT = 64
@@ -286,15 +289,35 @@ def incarnation_end(history: list[Incarnation], index: int) -> int | None:
     return min(h.start for h in later) if later else None
 
 
-def _write_incarnations(root: str, history: list[Incarnation]) -> None:
-    path = os.path.join(root, INCARNATIONS_FILE)
+def _write_incarnations(
+    root: str, history: list[Incarnation], name: str = INCARNATIONS_FILE, head: str = ""
+) -> None:
+    path = os.path.join(root, name)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="ascii") as f:
-        f.write("".join(f"{i}\n" for i in history))
+        f.write(head + "".join(f"{i}\n" for i in history))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
     sync_directory(root)
+
+
+def keep_master_history(root: str, identity: str, history: list[Incarnation]) -> None:
+    """A slave keeps its master's incarnations as its check read them (:data:`REPLICA_INCARNATIONS_FILE`):
+    a master that no longer holds the one its mark names (a restore, a copy) may still hold an earlier one,
+    up to whose end the slave's records are its own (docs/replication.md §incarnations)."""
+    _write_incarnations(root, history, REPLICA_INCARNATIONS_FILE, f"{identity}\n")
+
+
+def master_history(root: str) -> tuple[str, list[Incarnation]]:
+    """What :func:`keep_master_history` kept: the master's store identity (hex) and its history; ("", [])
+    when there is none, or it does not parse."""
+    try:
+        with open(os.path.join(root, REPLICA_INCARNATIONS_FILE), encoding="ascii") as f:
+            identity, _, text = f.read().partition("\n")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return "", []
+    return identity, parse_incarnations(text.replace("\n", ";"))
 
 
 def begin_incarnation(root: str, start: int, ident: bytes = b"") -> list[Incarnation]:

@@ -46,6 +46,8 @@ from store.checkpoint import (
     UNPROVEN_INCARNATION,
     Incarnation,
     incarnation_end,
+    keep_master_history,
+    master_history,
     parse_incarnations,
 )
 from store.commitlog import PutMessageStatus
@@ -1038,6 +1040,7 @@ class HASlave:
             with contextlib.suppress(TailUnknown, TailUncheckable):
                 master = await self.master_records.log()
                 store.name_replica_master(master.identity, master.incarnation, master.following)
+                await self._keep_history(master)
                 return True
             store.name_replica_master("")
             return True
@@ -1075,8 +1078,15 @@ class HASlave:
             await self._restart_log(cut, master.first_offset)
             cut = master.first_offset
         store.name_replica_master(master.identity, master.incarnation, master.following)
+        await self._keep_history(master)
         await self._checked(cut)
         return True
+
+    async def _keep_history(self, master: MasterLog) -> None:
+        """The master's history as this check read it, kept beside the store when the mark names it."""
+        if self.store.replica_incarnation and master.incarnations:
+            root = self.config.store_path_root_dir
+            await asyncio.to_thread(keep_master_history, root, master.identity, list(master.incarnations))
 
     def _vouched(self, master: MasterLog) -> int:
         """Up to where the replica mark vouches for this master's records: all of it, unless the mark
@@ -1136,6 +1146,9 @@ class HASlave:
             if named and named in ids:
                 ended = incarnation_end(list(history), ids.index(named))
                 return self.store.replica_mark if ended is None else ended
+        shared = self._shared_end(master)
+        if shared is not None:
+            return shared
         log.warning(
             "HA: this slave's replica mark counts what it copied from incarnation %s of its master's store %s, "
             "which the master's history does not hold (a store restored from an older copy, or a copy of it "
@@ -1144,6 +1157,36 @@ class HASlave:
             master.identity,
         )
         return 0
+
+    def _shared_end(self, master: MasterLog) -> int | None:
+        """Where the last incarnation that both the master's history and the slave's copy of it (as its
+        last check read it, the one its mark names the newest) hold ended, in either: the slave's records
+        below it were that incarnation's, and the master's log still is (a restore or a copy lost only
+        what came after). None when they share none."""
+        identity, kept = master_history(self.config.store_path_root_dir)
+        store = self.store
+        if identity != store.replica_master or not kept or kept[-1].id.hex() != store.replica_incarnation:
+            return None
+        history = list(master.incarnations)
+        held = {(h.id, h.start): i for i, h in enumerate(history)}
+        for j in range(len(kept) - 2, -1, -1):
+            i = held.get((kept[j].id, kept[j].start))
+            if i is None:
+                continue
+            ends = [e for e in (incarnation_end(kept, j), incarnation_end(history, i)) if e is not None]
+            vouched = min(store.replica_mark, *ends)
+            log.warning(
+                "HA: this slave's replica mark counts what it copied from incarnation %s of its master's store "
+                "%s, which the master's history no longer holds (a store restored from an older copy, or a "
+                "copy of it started as another master): the last incarnation both hold, %s, vouches for its "
+                "records up to offset %d, none past it below the master's first offset is taken as its own",
+                store.replica_incarnation,
+                master.identity,
+                kept[j],
+                vouched,
+            )
+            return vouched
+        return None
 
     async def _why_not_delete(self, master: MasterLog) -> str:
         """Why the slave's records below ``master``'s first offset may not be deleted as its expired ones

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from daemon.broker.ha import HASlave, MasterLog
-from store.checkpoint import INCARNATIONS_KEPT, UNPROVEN_INCARNATION, Incarnation
+from store.checkpoint import INCARNATIONS_KEPT, UNPROVEN_INCARNATION, Incarnation, keep_master_history
 from store.config import StoreConfig
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
@@ -59,9 +59,10 @@ async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave
     """The master's store is copied (a backup) after 20 records; 40 more are acknowledged and copied by its
     slave, then the master is restored from the backup: its identity, a shorter log. It takes sends and
     its retention deletes all but its newest file, past the slave's whole log. The slave's mark names the
-    master's store, but not an incarnation the restored master knows: the 40 it alone holds are set aside
-    (with the 20 the mark can no longer vouch for), never deleted as the master's expired records, and the
-    slave then holds and serves what the master does."""
+    master's store, but not an incarnation the restored master knows: the 40 it alone holds are set aside,
+    never deleted as the master's expired records, and the slave then holds and serves what the master does.
+    The 20 before them go as the master's expired records: the last incarnation both the master's history
+    and the slave's copy of it hold vouches for them (before the copy, they were set aside too)."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
         await copied_after(g, tmp_path, fixed, 20, "early", "backup")
@@ -83,7 +84,7 @@ async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave
         g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         await send_common(g, 8, "after")
         await replicated(g.master, g.slave)
-        assert set_aside(tmp_path / "slave") == [60]
+        assert set_aside(tmp_path / "slave") == [40]
         assert await served(g, g.slave) == await served(g, g.master)
     salvaged = await asyncio.to_thread(
         cli, "store", "salvage", "--store", str(tmp_path / "slave"), "--out", str(tmp_path / "salvaged.json")
@@ -100,7 +101,8 @@ async def test_a_store_copied_to_seed_another_master_vouches_for_none_of_the_ori
     """Master A's store is copied to seed B, so both show A's identity. A goes on (30 more records, copied
     by the slave); B is then made broker-a's master, takes sends and its retention deletes all but its
     newest file. The slave's mark names A's incarnation, which B's history does not hold (B began its own
-    at its first start): none of the slave's records is taken for B's expired ones, they are set aside;
+    at its first write): none of the 30 is taken for B's expired ones, they are set aside; the 20 the copy
+    shares are, as the last incarnation both B's history and the slave's copy of A's hold vouches for them.
     `broker ha status` and `store verify` show each store's incarnation."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
@@ -120,7 +122,7 @@ async def test_a_store_copied_to_seed_another_master_vouches_for_none_of_the_ori
         g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         await send_common(g, 8, "after")
         await replicated(g.master, g.slave)
-        assert set_aside(tmp_path / "slave") == [50]
+        assert set_aside(tmp_path / "slave") == [30]
         assert await served(g, g.slave) == await served(g, g.master)
         # checked before B's first write since its start: B's incarnation then, and the next it announced
         # (which that write began)
@@ -182,7 +184,7 @@ async def test_a_slave_reaching_past_a_restored_masters_retention_serves_none_of
         assert g.slave.store.min_phy_offset == first
         assert await served(g, g.slave) == await served(g, g.master)
         assert not any(b.startswith(b"ooo") for q in await served(g, g.slave) for b in q)
-        assert sum(set_aside(tmp_path / "slave")) == 250  # (the 20 too: the mark no longer vouches for them)
+        assert sum(set_aside(tmp_path / "slave")) == 230  # (not the 20 the backup kept)
 
 
 @pytest.mark.slow
@@ -341,3 +343,27 @@ async def test_a_master_restarted_more_often_than_the_incarnations_kept_still_vo
         await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
         await restart_master(g, tmp_path, fixed)
         await slave_back(g, tmp_path / "slave", 0)
+
+
+def test_the_last_incarnation_both_histories_hold_vouches_up_to_where_either_ended(tmp_path: Path) -> None:
+    """A slave keeps its master's history as its check read it. A master back on a copy taken during an
+    earlier incarnation than the one the mark names (a restore) still holds that one: the slave's records
+    are its own up to where it ended, in the master's history or in the copy, whichever is lower. A copy
+    of another store's history, or not of the mark's incarnation, vouches for nothing. (No traffic.)"""
+    a, b, c, restart = (
+        Incarnation(bytes([n]) * 16, at) for n, at in ((1, 0), (2, 2000), (3, 4000), (4, 3000))
+    )
+    root = str(tmp_path)
+    keep_master_history(root, "ab" * 16, [a, b, c])
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation=c.id.hex(), replica_following=""
+    )
+    slave = HASlave(StoreConfig(store_path_root_dir=root), store)  # type: ignore[arg-type]
+    restored = MasterLog(0, "ab" * 16, incarnations=(a, b, restart))
+    assert slave._vouched(restored) == 3000
+    assert slave._vouched(dataclasses.replace(restored, incarnations=(a, restart))) == 2000
+    assert slave._vouched(dataclasses.replace(restored, incarnations=(restart,))) == 0
+    keep_master_history(root, "ab" * 16, [a, b, c, Incarnation(bytes([5]) * 16, 4500)])
+    assert slave._vouched(restored) == 0
+    keep_master_history(root, "cd" * 16, [a, b, c])
+    assert slave._vouched(restored) == 0
