@@ -49,9 +49,9 @@ _MASTERED_MAGIC = b"mqctlRM3"
 # the same with the identity of the master's store whose records the mark counts, after the name's CRC32
 _MASTERED = struct.Struct(">8sqI16s")
 _INCARNATED_MAGIC = b"mqctlRM4"
-# read, never written: the same with the master's incarnation it copied from last (docs/replication.md
-# §incarnations) after the identity. An mqctl that knows RM3 and not this read it as no mark at all (a slave's
-# whole log taken as its master's), and wrote RM3 over it: the incarnation now has a slot of its own
+# read, never written: the same with the master's incarnation it copied from last after the identity
+# (docs/replication.md §incarnations). An mqctl that knows RM3 and not this read it as no mark at all (a
+# slave's whole log taken as its master's), and wrote RM3 over it: the incarnation now has a slot of its own
 _INCARNATED = struct.Struct(">8sqI16s16s")
 _LAYOUTS = {
     _MARK_MAGIC: _MARK,

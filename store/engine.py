@@ -1617,10 +1617,10 @@ class DefaultMessageStore:
                 self.checkpoint.replica_following = bytes.fromhex(following)
 
     def begin_incarnation(self, *, at_first_change: bool = False) -> None:
-        """A new incarnation at the log's end, on disk before the log changes (docs/replication.md
-        §incarnations): now (a slave has cut its log), or, ``at_first_change`` (the store starts), before
-        its first put or append from the master, and now only when it has none: a start that writes
-        nothing (a crash loop) leaves the history as it was, so a slave's mark still finds its incarnation."""
+        """A new incarnation at the log's end, on disk before the log changes: now (a slave has cut its
+        log), or, ``at_first_change`` (the store starts), before its first put or append from the master,
+        and now only when it has none: a start that writes nothing (a crash loop) leaves the history as it
+        was, so a slave's mark still finds its incarnation (docs/replication.md §incarnations)."""
         if self.read_only:
             return
         with self._put_lock:
