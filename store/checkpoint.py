@@ -12,7 +12,9 @@ The replica mark (another mqctl extension, at byte 160) is the CommitLog offset 
 known to hold its master's records (docs/replication.md §the-replica-mark): a slave that cannot reach its master
 serves nothing past it. It is written in the same ``pwrite`` of the first sector as the longs it is checked
 against, never past what the CommitLog had flushed before, so neither a killed process nor a power loss
-leaves a mark that claims more than the log holds.
+leaves a mark that claims more than the log holds. The master's incarnation its records were last copied from
+has a slot of its own after it (at byte 200), which an mqctl that knows the mark and not incarnations keeps as
+it read it.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ _MASTERED_MAGIC = b"mqctlRM3"
 # the same with the identity of the master's store whose records the mark counts, after the name's CRC32
 _MASTERED = struct.Struct(">8sqI16s")
 _INCARNATED_MAGIC = b"mqctlRM4"
-# the same with the master's incarnation it copied from last (docs/replication.md §incarnations), after the
-# identity: the mark vouches for its records only up to where the master's history says it ended
+# read, never written: the same with the master's incarnation it copied from last after the identity
+# (docs/replication.md §incarnations). An mqctl that knows RM3 and not this read it as no mark at all (a
+# slave's whole log taken as its master's), and wrote RM3 over it: the incarnation now has a slot of its own
 _INCARNATED = struct.Struct(">8sqI16s16s")
 _LAYOUTS = {
     _MARK_MAGIC: _MARK,
@@ -59,8 +62,24 @@ _LAYOUTS = {
 #: A store's identity (see :func:`store_identity`): the file in its root directory, and its size in bytes.
 IDENTITY_FILE = "identity"
 IDENTITY_SIZE = 16
+#: The master's incarnation an RM3 mark's records were last copied from, in a slot of its own right after
+#: the mark (docs/replication.md §the-replica-mark): an mqctl that writes RM3 and knows no incarnation
+#: never writes there and keeps what it read, so its RM3 keeps the mark's meaning for it.
+INCARNATION_AT = REPLICA_MARK_AT + _MASTERED.size + _CRC.size
+_SLOT_MAGIC = b"mqctlRI1"
+# magic, incarnation, the master's next one then (zeros: none); then the CRC32 of the three longs, the RM3
+# mark's bytes and those: a mark an older mqctl wrote since (a rollback, then forward again) leaves a slot
+# that no longer matches it
+_SLOT = struct.Struct(">8s16s16s")
+_SLOT_SIZE = _SLOT.size + _CRC.size
+#: The incarnation a mark names when the one its records were copied from cannot be proven (an mqctl that
+#: does not keep it wrote the mark since): in no master's history, so it vouches for nothing.
+UNPROVEN_INCARNATION = bytes(IDENTITY_SIZE)
 #: A store's incarnations as a master (see :func:`begin_incarnation`): the file beside the identity.
 INCARNATIONS_FILE = "incarnations"
+#: A slave's copy of its master's incarnations at its last check: the master's store identity (hex) on the
+#: first line, then its history as in :data:`INCARNATIONS_FILE`.
+REPLICA_INCARNATIONS_FILE = "replica-incarnations"
 #: The most incarnations a store keeps (the newest): a slave whose mark names an older one vouches for
 #: nothing, and sets aside rather than deletes.
 INCARNATIONS_KEPT = 64
@@ -121,16 +140,38 @@ def _decode_recovery(data: bytes, header: bytes) -> RecoveryPoint | None:
     return RecoveryPoint(offset, index)
 
 
-def _encode_mark(offset: int, owner: int | None, master: bytes, incarnation: bytes, header: bytes) -> bytes:
+def _encode_mark(offset: int, owner: int | None, master: bytes, header: bytes) -> bytes:
     if owner is None:
         fields = _MARK.pack(_MARK_MAGIC, offset)
-    elif master and incarnation:
-        fields = _INCARNATED.pack(_INCARNATED_MAGIC, offset, owner, master, incarnation)
     elif master:
         fields = _MASTERED.pack(_MASTERED_MAGIC, offset, owner, master)
     else:
         fields = _OWNED.pack(_OWNED_MAGIC, offset, owner)
     return fields + _CRC.pack(zlib.crc32(header + fields))
+
+
+def _encode_slot(incarnation: bytes, following: bytes, header: bytes, mark: bytes) -> bytes:
+    """The incarnation slot of an RM3 ``mark`` (its bytes as written); zeros, read as none, without one."""
+    if not (incarnation and mark[:8] == _MASTERED_MAGIC):
+        return bytes(_SLOT_SIZE)
+    fields = _SLOT.pack(_SLOT_MAGIC, incarnation, following or bytes(IDENTITY_SIZE))
+    return fields + _CRC.pack(zlib.crc32(header + mark + fields))
+
+
+def _decode_slot(data: bytes, header: bytes, mark: bytes) -> tuple[bytes, bytes]:
+    """The incarnation of the RM3 ``mark`` and the master's next one then: none (empty) when the slot is
+    zeros (a mark from before incarnations, or written against a master that shows none);
+    :data:`UNPROVEN_INCARNATION` when an mqctl that does not keep it wrote the mark since (the slot's CRC no
+    longer matches it, or the rest of an RM4 lies under the RM3 written over it)."""
+    slot = bytes(data[:_SLOT_SIZE]).ljust(_SLOT_SIZE, b"\0")  # (a file that ends before it: never written)
+    if not any(slot):
+        return b"", b""
+    magic, incarnation, following = _SLOT.unpack_from(slot)
+    if magic != _SLOT_MAGIC or _CRC.unpack_from(slot, _SLOT.size)[0] != zlib.crc32(
+        header + mark + slot[: _SLOT.size]
+    ):
+        return UNPROVEN_INCARNATION, b""
+    return bytes(incarnation), bytes(following) if any(following) else b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +181,13 @@ class _Mark:
     master: bytes
     found: bool
     incarnation: bytes = b""
+    following: bytes = b""
 
 
 def _decode_mark(data: bytes, header: bytes) -> _Mark:
     """The replica mark, its owner (the CRC32 of its broker name; None: not named), the identity of the
-    master's store it counts (empty: not known) and whether one was there: no offset and not found when
+    master's store it counts (empty: not known) with the incarnation it last copied from (see
+    :func:`_decode_slot`), and whether one was there: no offset and not found when
     absent (a store from before it, or RocketMQ's), no offset and found when void (damaged, or the longs
     were rewritten since it was)."""
     layout = _LAYOUTS.get(bytes(data[:8]))
@@ -156,7 +199,15 @@ def _decode_mark(data: bytes, header: bytes) -> _Mark:
         return _Mark(None, None, b"", True)
     owner = values[2] if len(values) > 2 else None
     master = values[3] if len(values) > 3 else b""
-    return _Mark(values[1], owner, master, True, values[4] if len(values) > 4 else b"")
+    following = b""
+    if layout is _MASTERED:
+        end = layout.size + _CRC.size
+        incarnation, following = _decode_slot(
+            data[INCARNATION_AT - REPLICA_MARK_AT :], header, bytes(data[:end])
+        )
+    else:
+        incarnation = values[4] if len(values) > 4 else b""
+    return _Mark(values[1], owner, master, True, incarnation, following)
 
 
 def store_identity(root: str, *, create: bool, renew: bool = False) -> bytes:
@@ -238,24 +289,45 @@ def incarnation_end(history: list[Incarnation], index: int) -> int | None:
     return min(h.start for h in later) if later else None
 
 
-def _write_incarnations(root: str, history: list[Incarnation]) -> None:
-    path = os.path.join(root, INCARNATIONS_FILE)
+def _write_incarnations(
+    root: str, history: list[Incarnation], name: str = INCARNATIONS_FILE, head: str = ""
+) -> None:
+    path = os.path.join(root, name)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="ascii") as f:
-        f.write("".join(f"{i}\n" for i in history))
+        f.write(head + "".join(f"{i}\n" for i in history))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
     sync_directory(root)
 
 
-def begin_incarnation(root: str, start: int) -> list[Incarnation]:
-    """A store starting as a master begins a new incarnation at ``start`` (its log's end): appended to its
-    history, on disk before it takes a put. A slave's mark names the incarnation it copied from; a store
-    restored from an older copy, or copied to seed another broker, keeps the identity but not the history
-    written since, so no slave takes records of an incarnation it lacks for its own. Returns the history."""
+def keep_master_history(root: str, identity: str, history: list[Incarnation]) -> None:
+    """A slave keeps its master's incarnations as its check read them (:data:`REPLICA_INCARNATIONS_FILE`):
+    a master that no longer holds the one its mark names (a restore, a copy) may still hold an earlier one,
+    up to whose end the slave's records are its own (docs/replication.md §incarnations)."""
+    _write_incarnations(root, history, REPLICA_INCARNATIONS_FILE, f"{identity}\n")
+
+
+def master_history(root: str) -> tuple[str, list[Incarnation]]:
+    """What :func:`keep_master_history` kept: the master's store identity (hex) and its history; ("", [])
+    when there is none, or it does not parse."""
+    try:
+        with open(os.path.join(root, REPLICA_INCARNATIONS_FILE), encoding="ascii") as f:
+            identity, _, text = f.read().partition("\n")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return "", []
+    return identity, parse_incarnations(text.replace("\n", ";"))
+
+
+def begin_incarnation(root: str, start: int, ident: bytes = b"") -> list[Incarnation]:
+    """A store begins a new incarnation at ``start`` (its log's end), ``ident`` (random when empty: the id it
+    announced as its next, see :attr:`StoreCheckpoint.replica_following`): appended to its history, on disk
+    before its log changes. A slave's mark names the incarnation it copied from; a store restored from an
+    older copy, or copied to seed another broker, keeps the identity but not the history written since, so
+    no slave takes records of an incarnation it lacks for its own. Returns the history."""
     history = read_incarnations(root)
-    history = [*history, Incarnation(os.urandom(IDENTITY_SIZE), start)][-INCARNATIONS_KEPT:]
+    history = [*history, Incarnation(ident or os.urandom(IDENTITY_SIZE), start)][-INCARNATIONS_KEPT:]
     _write_incarnations(root, history)
     return history
 
@@ -284,8 +356,10 @@ class StoreCheckpoint:
         self.replica_owner: int | None = None
         #: The identity of the master's store whose records the mark counts (empty: not known).
         self.replica_master = b""
-        #: The master's incarnation the mark's records were last copied from (empty: not known).
+        #: The master's incarnation the mark's records were last copied from (empty: not known), and the one
+        #: it was to begin at its next change then (empty: none).
         self.replica_incarnation = b""
+        self.replica_following = b""
         self._fd: int | None = None
         self._page = bytearray(_PAGE)
         self._lock = threading.Lock()  # one composer of the page at a time: its fields agree with each other
@@ -300,6 +374,7 @@ class StoreCheckpoint:
         self.replica_mark, self.replica_owner, self.replica_master = mark.offset, mark.owner, mark.master
         self.replica_mark_found = mark.found
         self.replica_incarnation = mark.incarnation if mark.master else b""
+        self.replica_following = mark.following if mark.master else b""
         if read_only:
             os.close(fd)
         else:
@@ -335,14 +410,10 @@ class StoreCheckpoint:
                 recovery = _encode_recovery(point, header)
                 page[RECOVERY_POINT_AT : RECOVERY_POINT_AT + len(recovery)] = recovery
             if self.replica_mark is not None:
-                mark = _encode_mark(
-                    self.replica_mark,
-                    self.replica_owner,
-                    self.replica_master,
-                    self.replica_incarnation,
-                    header,
-                )
+                mark = _encode_mark(self.replica_mark, self.replica_owner, self.replica_master, header)
                 page[REPLICA_MARK_AT : REPLICA_MARK_AT + len(mark)] = mark
+                slot = _encode_slot(self.replica_incarnation, self.replica_following, header, mark)
+                page[INCARNATION_AT : INCARNATION_AT + len(slot)] = slot
             os.pwrite(fd, page, 0)
 
     def sync(self) -> None:

@@ -39,6 +39,7 @@ from store.api import (
     search_by_timestamp,
 )
 from store.checkpoint import (
+    IDENTITY_SIZE,
     Incarnation,
     RecoveryPoint,
     StoreCheckpoint,
@@ -381,6 +382,12 @@ class DefaultMessageStore:
         self.replica_incarnation = ""
         #: This store's incarnations as a master, oldest first (docs/replication.md §incarnations).
         self.incarnations: list[Incarnation] = []
+        #: Started: the next change of the log (a put, an append from the master) begins an incarnation first,
+        #: this one (hex; "": none due), which a master shows its slaves beforehand (their marks name it too).
+        self.next_incarnation = ""
+        #: The master's next incarnation when the mark's was named ("": none): if it began, the mark's records
+        #: past its start are its own.
+        self.replica_following = ""
 
     # ================================================================== lifecycle
 
@@ -578,6 +585,7 @@ class DefaultMessageStore:
                 mark = 0
                 cp.replica_master = b""
                 cp.replica_incarnation = b""
+                cp.replica_following = b""
                 if end > cl.min_offset:
                     log.warning(
                         "the checkpoint's replica mark was written while this store was another broker name's: "
@@ -596,6 +604,7 @@ class DefaultMessageStore:
         self.replica_mark = max(min(mark, end), cl.min_offset)
         self.replica_master = cp.replica_master.hex() if mark else ""
         self.replica_incarnation = cp.replica_incarnation.hex() if mark and cp.replica_master else ""
+        self.replica_following = cp.replica_following.hex() if self.replica_incarnation else ""
         if not self.keep_replica_mark:
             cp.replica_mark = self.replica_mark
         if slave and not self.read_only and self.replica_mark < end:
@@ -1060,6 +1069,8 @@ class DefaultMessageStore:
             head = msgs[0]
             cq = None  # every message of a put goes to one queue: found once, not once per step
             try:
+                if self.next_incarnation:  # (the first put since the start)
+                    self._begin_incarnation()
                 # Space for the record's unit and index entries first: a full disk refuses the put
                 # before anything is appended (and never meets a store into an unallocated page).
                 if head.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
@@ -1508,6 +1519,8 @@ class DefaultMessageStore:
                 return False  # an empty slave starts at a file boundary, as the master sends it
             else:
                 self.replica_mark = offset  # (nothing below it to be anyone's)
+            if self.next_incarnation:  # (the first append since the start)
+                self._begin_incarnation()
             # the master's bytes at its offsets: matched, when all before them is
             follows = offset == self.replica_mark
             view = memoryview(data)
@@ -1595,24 +1608,42 @@ class DefaultMessageStore:
 
         return restart_replica_log(self, start)
 
-    def name_replica_master(self, identity: str, incarnation: str = "") -> None:
+    def name_replica_master(self, identity: str, incarnation: str = "", following: str = "") -> None:
         """The mark counts the records of the master's store ``identity`` (hex; "": not known), copied from
-        its ``incarnation`` (hex; "": not known), from now on, written with the mark's next write."""
+        its ``incarnation`` (hex; "": not known) or, once it began, the one ``following`` it (the master's
+        next then; "": none), from now on, written with the mark's next write."""
         incarnation = incarnation if identity else ""
+        following = following if incarnation else ""
         with self._put_lock:
             self.replica_master = identity
             self.replica_incarnation = incarnation
+            self.replica_following = following
             if self.checkpoint is not None:
                 self.checkpoint.replica_master = bytes.fromhex(identity)
                 self.checkpoint.replica_incarnation = bytes.fromhex(incarnation)
+                self.checkpoint.replica_following = bytes.fromhex(following)
 
-    def begin_incarnation(self) -> None:
-        """This store starts (or, a slave, has cut its log): a new incarnation at its log's end, on disk
-        before any put (docs/replication.md §incarnations)."""
+    def begin_incarnation(self, *, at_first_change: bool = False) -> None:
+        """A new incarnation at the log's end, on disk before the log changes: now (a slave has cut its
+        log), or, ``at_first_change`` (the store starts), before its first put or append from the master,
+        and now only when it has none: a start that writes nothing (a crash loop) leaves the history as it
+        was, so a slave's mark still finds its incarnation (docs/replication.md §incarnations)."""
         if self.read_only:
             return
         with self._put_lock:
-            self.incarnations = begin_incarnation(self.config.store_path_root_dir, self.commit_log.max_offset)
+            if at_first_change and self.incarnations:
+                self.next_incarnation = os.urandom(IDENTITY_SIZE).hex()
+            else:
+                self._begin_incarnation()
+
+    def _begin_incarnation(self) -> None:
+        """Under the put lock: the incarnation begins at the log's end (raises OSError when its file cannot
+        be written: the change waits)."""
+        ident = bytes.fromhex(self.next_incarnation)
+        self.incarnations = begin_incarnation(
+            self.config.store_path_root_dir, self.commit_log.max_offset, ident
+        )
+        self.next_incarnation = ""
 
     def replica_checked(self, end: int) -> None:
         """The divergence check found this log its master's up to ``end`` (its end then, or where it cut):

@@ -422,10 +422,11 @@ class ReplicaStore(Protocol):
         too) and nothing is held back any longer."""
         ...
 
-    def name_replica_master(self, identity: str, incarnation: str = "") -> None:
+    def name_replica_master(self, identity: str, incarnation: str = "", following: str = "") -> None:
         """The mark counts the records of the master's store ``identity`` (hex; "": not known: a master
         that says none, or one the slave replicates from unchecked), copied from its ``incarnation`` (hex;
-        "": not known: a master that shows no history), from now on."""
+        "": not known: a master that shows no history) or, once it began, the one ``following`` it (the
+        master's next then; "": none), from now on."""
         ...
 
     @property
@@ -434,12 +435,23 @@ class ReplicaStore(Protocol):
         ...
 
     @property
+    def replica_following(self) -> str:
+        """The master's next incarnation when the mark's was named ("": none)."""
+        ...
+
+    @property
+    def next_incarnation(self) -> str:
+        """The incarnation this store begins at its log's next change ("": none due)."""
+        ...
+
+    @property
     def incarnations(self) -> list[Incarnation]:
         """This store's incarnations as a master, oldest first (none: it keeps none)."""
         ...
 
-    def begin_incarnation(self) -> None:
-        """The store starts, or a slave cut its log: a new incarnation at its log's end, kept before any put."""
+    def begin_incarnation(self, *, at_first_change: bool = False) -> None:
+        """A slave cut its log: a new incarnation at its log's end; ``at_first_change`` (the store starts):
+        before its log's next change, or now when it has none."""
         ...
 
     @property

@@ -234,16 +234,18 @@ class InMemoryMessageStore:
     def replica_checked(self, end: int) -> None:
         pass
 
-    def name_replica_master(self, identity: str, incarnation: str = "") -> None:
+    def name_replica_master(self, identity: str, incarnation: str = "", following: str = "") -> None:
         pass
 
-    def begin_incarnation(self) -> None:
+    def begin_incarnation(self, *, at_first_change: bool = False) -> None:
         pass
 
     #: Nothing outlives the process: no identity to keep, no master's to remember.
     identity = ""
     replica_master = ""
     replica_incarnation = ""
+    replica_following = ""
+    next_incarnation = ""
 
     @property
     def incarnations(self) -> list[Incarnation]:

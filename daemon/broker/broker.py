@@ -1048,10 +1048,11 @@ class Broker:
         self.store.open()
         try:
             if not self.config.enable_dleger_commit_log:
-                # before any put: records past this point are this incarnation's, and a store restored
-                # from an older copy does not know it; in every role, as a log recovered shorter than it
-                # was (a power loss) ends the earlier ones there (docs/replication.md §incarnations)
-                self.store.begin_incarnation()
+                # before the log's first change (a put, an append from a master): records past this point
+                # are this incarnation's, and a store restored from an older copy does not know it; in every
+                # role, as a log recovered shorter than it was (a power loss) ends the earlier ones where it
+                # writes again. A start that writes nothing begins none (docs/replication.md §incarnations)
+                self.store.begin_incarnation(at_first_change=True)
             configs = self.store.configs
             self.topics = TopicConfigManager(self.config, configs.topics)
             self.groups = SubscriptionGroupManager(configs.subscription_groups, self.config)

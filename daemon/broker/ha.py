@@ -41,7 +41,15 @@ from daemon.remoting.errors import RemotingError, is_acl_refusal
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import TLS_HANDSHAKE_TIMEOUT, bind_listener
 from store import fastjson
-from store.checkpoint import IDENTITY_SIZE, Incarnation, incarnation_end, parse_incarnations
+from store.checkpoint import (
+    IDENTITY_SIZE,
+    UNPROVEN_INCARNATION,
+    Incarnation,
+    incarnation_end,
+    keep_master_history,
+    master_history,
+    parse_incarnations,
+)
 from store.commitlog import PutMessageStatus
 from store.config import SLAVE, SYNC_MASTER, StoreConfig
 from store.config_files import (
@@ -272,6 +280,7 @@ class SlaveConnection:
                     offset,
                     self.transfer_offset,
                 )
+                self.master.slaves.add(self)
                 self._started.set()
             elif offset > self.transfer_offset:
                 log.warning(
@@ -433,6 +442,10 @@ class HAMaster:
         #: Every send reads it (brokerRole is no runtime setting: UPDATE_BROKER_CONFIG refuses it).
         self.sync = config.broker_role == SYNC_MASTER
         self.connections: set[SlaveConnection] = set()
+        #: The connections that reported an offset (a slave's first report): only those are slaves, shown
+        #: and counted for SYNC_MASTER. A connection that has said nothing yet, or asks for a description
+        #: (:data:`store.ha.DESCRIBE`, then closed), is none.
+        self.slaves: set[SlaveConnection] = set()
         #: Called on the loop after every arrival (the long-poll service's): :meth:`notify` is in it
         #: while a slave is connected, so a master without slaves pays nothing per send.
         self._wakers = wakers
@@ -547,6 +560,7 @@ class HAMaster:
             await conn.run()
         finally:
             self.connections.discard(conn)
+            self.slaves.discard(conn)
             if not self.connections:
                 self._wakers.remove(self.notify)
 
@@ -584,10 +598,10 @@ class HAMaster:
                 fut.set_result(None)
 
     def slave_ok(self, end: int) -> bool:
-        """4.9.8 ``isSlaveOK``: a slave is connected and lags behind ``end`` by less than the max."""
-        return (
-            bool(self.connections) and end - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max
-        )
+        """4.9.8 ``isSlaveOK``: a slave is connected and lags behind ``end`` by less than the max. A slave
+        from its first report on (4.9.8 counts a connection from its accept): a connection asking for a
+        description never acknowledges, and counted it made a send wait ``slaveTimeout`` for nothing."""
+        return bool(self.slaves) and end - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max
 
     async def wait_replicated(self, end: int) -> PutMessageStatus:
         """SYNC_MASTER: wait until a slave acked ``end`` (PUT_OK), else SLAVE_NOT_AVAILABLE at once or
@@ -618,11 +632,13 @@ class HAMaster:
             SlaveState(
                 c.addr, c.acked, c.transfer_offset, c.connected_ms, round(c.lag_seconds, 3), c.registered
             )
-            for c in sorted(self.connections, key=lambda c: c.addr)
+            for c in sorted(self.slaves, key=lambda c: c.addr)
         ]
 
 
 _DESCRIBE_REPORT = encode_report(DESCRIBE)
+#: A mark's incarnation that cannot be proven (hex), as a store and a promoted master's runtime info show it.
+_UNPROVEN = UNPROVEN_INCARNATION.hex()
 
 
 class TailUnknown(Exception):
@@ -654,6 +670,10 @@ class MasterLog:
     replica_incarnation: str = ""
     #: The broker address that answered (its remoting port; "": its HA port under haTls).
     addr: str = ""
+    #: The incarnation it begins at its log's next change (``haNextIncarnation``; "": none due), and, a
+    #: promoted slave, the one its own mark names with its ``replica_incarnation``.
+    following: str = ""
+    replica_following: str = ""
 
     @property
     def incarnation(self) -> str:
@@ -678,17 +698,23 @@ def master_log(table: dict[str, str], addr: str) -> MasterLog:
     lineage = table.get("haReplicaMaster", "")
     mark = table.get("haReplicaMark", "")
     incarnation = table.get("haReplicaIncarnation", "")
+    replica_following = table.get("haReplicaNextIncarnation", "")
     if not (_is_identity(lineage) and mark.isascii() and mark.isdigit()):
         lineage, mark, incarnation = "", "0", ""
+    incarnation = incarnation if _is_identity(incarnation) else ""
+    history = tuple(parse_incarnations(table.get("haIncarnations", ""))) if _is_identity(identity) else ()
+    following = table.get("haNextIncarnation", "")
     return MasterLog(
         first,
         identity if _is_identity(identity) else "",
         lineage,
         int(mark),
         end,
-        tuple(parse_incarnations(table.get("haIncarnations", ""))) if _is_identity(identity) else (),
-        incarnation if _is_identity(incarnation) else "",
+        history,
+        incarnation,
         addr,
+        following if history and _is_identity(following) else "",
+        replica_following if incarnation and _is_identity(replica_following) else "",
     )
 
 
@@ -1014,7 +1040,8 @@ class HASlave:
         if end == 0:  # nothing to check: the master's store is named, if it says, for what follows
             with contextlib.suppress(TailUnknown, TailUncheckable):
                 master = await self.master_records.log()
-                store.name_replica_master(master.identity, master.incarnation)
+                store.name_replica_master(master.identity, master.incarnation, master.following)
+                await self._keep_history(master)
                 return True
             store.name_replica_master("")
             return True
@@ -1051,9 +1078,16 @@ class HASlave:
                 await self._set_aside_unconfirmed(cut, master.first_offset, refusal)
             await self._restart_log(cut, master.first_offset)
             cut = master.first_offset
-        store.name_replica_master(master.identity, master.incarnation)
+        store.name_replica_master(master.identity, master.incarnation, master.following)
+        await self._keep_history(master)
         await self._checked(cut)
         return True
+
+    async def _keep_history(self, master: MasterLog) -> None:
+        """The master's history as this check read it, kept beside the store when the mark names it."""
+        if self.store.replica_incarnation and master.incarnations:
+            root = self.config.store_path_root_dir
+            await asyncio.to_thread(keep_master_history, root, master.identity, list(master.incarnations))
 
     def _vouched(self, master: MasterLog) -> int:
         """Up to where the replica mark vouches for this master's records: all of it, unless the mark
@@ -1067,7 +1101,11 @@ class HASlave:
             return min(store.replica_mark, self._incarnation_end(master))
         if master.replica_master == mine:
             copied = store.replica_incarnation
-            if copied and master.replica_incarnation and copied != master.replica_incarnation:
+            theirs = master.replica_incarnation
+            unproven = _UNPROVEN in (copied, theirs)
+            # (the same run of the master: its incarnation then and the next one it announced)
+            other = (copied, store.replica_following) != (theirs, master.replica_following)
+            if unproven or (copied and theirs and other):
                 log.warning(
                     "HA: this slave's replica mark counts what it copied from incarnation %s of store %s, the "
                     "master promoted in its place from incarnation %s: none is taken as this master's unless "
@@ -1094,11 +1132,24 @@ class HASlave:
         copied = self.store.replica_incarnation
         if not copied:
             return self.store.replica_mark
+        if copied == _UNPROVEN:
+            log.warning(
+                "HA: this slave's replica mark cannot prove which incarnation of its master's store %s its "
+                "records were copied from (an mqctl that does not keep it wrote the mark since): none below "
+                "the master's first offset is taken as its own",
+                master.identity,
+            )
+            return 0
         history = master.incarnations
-        for i, incarnation in enumerate(history):
-            if incarnation.id.hex() == copied:
-                ended = incarnation_end(list(history), i)
+        ids = [i.id.hex() for i in history]
+        # the master's next one then, once begun, holds every record the slave copied from that run
+        for named in (self.store.replica_following, copied):
+            if named and named in ids:
+                ended = incarnation_end(list(history), ids.index(named))
                 return self.store.replica_mark if ended is None else ended
+        shared = self._shared_end(master)
+        if shared is not None:
+            return shared
         log.warning(
             "HA: this slave's replica mark counts what it copied from incarnation %s of its master's store %s, "
             "which the master's history does not hold (a store restored from an older copy, or a copy of it "
@@ -1107,6 +1158,36 @@ class HASlave:
             master.identity,
         )
         return 0
+
+    def _shared_end(self, master: MasterLog) -> int | None:
+        """Where the last incarnation that both the master's history and the slave's copy of it (as its
+        last check read it, the one its mark names the newest) hold ended, in either: the slave's records
+        below it were that incarnation's, and the master's log still is (a restore or a copy lost only
+        what came after). None when they share none."""
+        identity, kept = master_history(self.config.store_path_root_dir)
+        store = self.store
+        if identity != store.replica_master or not kept or kept[-1].id.hex() != store.replica_incarnation:
+            return None
+        history = list(master.incarnations)
+        held = {(h.id, h.start): i for i, h in enumerate(history)}
+        for j in range(len(kept) - 2, -1, -1):
+            i = held.get((kept[j].id, kept[j].start))
+            if i is None:
+                continue
+            ends = [e for e in (incarnation_end(kept, j), incarnation_end(history, i)) if e is not None]
+            vouched = min(store.replica_mark, *ends)
+            log.warning(
+                "HA: this slave's replica mark counts what it copied from incarnation %s of its master's store "
+                "%s, which the master's history no longer holds (a store restored from an older copy, or a "
+                "copy of it started as another master): the last incarnation both hold, %s, vouches for its "
+                "records up to offset %d, none past it below the master's first offset is taken as its own",
+                store.replica_incarnation,
+                master.identity,
+                kept[j],
+                vouched,
+            )
+            return vouched
+        return None
 
     async def _why_not_delete(self, master: MasterLog) -> str:
         """Why the slave's records below ``master``'s first offset may not be deleted as its expired ones
@@ -1374,6 +1455,8 @@ HA_RUNTIME_KEYS = frozenset(
         "haStoreIdentity",
         "haIncarnations",
         "haReplicaIncarnation",
+        "haNextIncarnation",
+        "haReplicaNextIncarnation",
         "haHeldBackBytes",
         "storeQuarantines",
         "storeQuarantinedRecords",
@@ -1405,11 +1488,15 @@ def ha_runtime_info(
         info["haStoreIdentity"] = store.identity
         if store.incarnations:
             info["haIncarnations"] = ";".join(map(str, store.incarnations))
+            if store.next_incarnation:
+                info["haNextIncarnation"] = store.next_incarnation
     if store is not None and store.replica_master:
         info["haReplicaMaster"] = store.replica_master
         info["haReplicaMark"] = str(store.replica_mark)
         if store.replica_incarnation:
             info["haReplicaIncarnation"] = store.replica_incarnation
+        if store.replica_following:
+            info["haReplicaNextIncarnation"] = store.replica_following
     if quarantines:
         info["storeQuarantines"] = str(len(quarantines))
         info["storeQuarantinedRecords"] = str(sum(max(0, m.records) + max(0, m.damaged) for m in quarantines))

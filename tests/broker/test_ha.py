@@ -103,7 +103,7 @@ async def group(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
     async with master_and_slave(tmp_path, broker_role=getattr(request, "param", "ASYNC_MASTER")) as g:
         ha = g.master.ha_master
         assert ha is not None  # a SYNC_MASTER's first send needs its slave in
-        await wait_until(lambda: bool(ha.connections))
+        await wait_until(lambda: bool(ha.slaves))
         yield g
 
 
@@ -190,7 +190,7 @@ async def test_brokers_on_the_in_memory_store_replicate(tmp_path: Path) -> None:
             slave.store, InMemoryMessageStore
         )
         assert master.ha_master is not None and slave.ha_slave is not None
-        await wait_until(lambda: bool(master.ha_master and master.ha_master.connections))
+        await wait_until(lambda: bool(master.ha_master and master.ha_master.slaves))
         sent: dict[int, list[bytes]] = {q: [] for q in range(4)}
         for i in range(40):
             body = os.urandom(100 + i * 37)
@@ -865,7 +865,7 @@ async def restart_sync_master(
     async with master_and_slave(tmp_path, broker_role=SYNC_MASTER, ha_listen_port=ha_ports[0]) as g:
         ha = g.master.ha_master
         assert ha is not None
-        await wait_until(lambda: bool(ha.connections))
+        await wait_until(lambda: bool(ha.slaves))
         assert (await g.on(g.master).send(topic, b"before")).code == ResponseCode.SUCCESS
         port = int(g.master.addr.rsplit(":", 1)[1])
         await g.master.stop()
@@ -875,7 +875,7 @@ async def restart_sync_master(
         g.master = await start_broker(tmp_path / "master", namesrv_addr=g.ns_addr, listen_port=port, **keys)
         back = g.master.ha_master
         assert back is not None
-        await wait_until(lambda: bool(back.connections), 15, lambda: f"slave: {g.slave.runtime_info()}")
+        await wait_until(lambda: bool(back.slaves), 15, lambda: f"slave: {g.slave.runtime_info()}")
         assert g.slave.master_addr == g.master.addr
         assert g.slave.ha_slave is not None and g.slave.ha_slave.master_addr == f"127.0.0.1:{ha_ports[1]}"
         assert (await g.on(g.master).send(topic, b"after")).code == ResponseCode.SUCCESS

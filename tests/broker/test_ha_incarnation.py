@@ -7,19 +7,26 @@ incarnation history says the incarnation it copied from ended."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from daemon.broker.ha import HASlave, MasterLog
+from store.checkpoint import INCARNATIONS_KEPT, UNPROVEN_INCARNATION, Incarnation, keep_master_history
+from store.config import StoreConfig
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
 from tests.broker.test_ha_mark import TOPIC, fixed_ports, restart_master, runtime, send_common
 from tests.broker.test_ha_retention import served, slave_back, write_then_expire_all_but_the_newest_file
+from tests.store.test_replica_mark import rolled_back
 from tests.support.broker import replicated, start_broker
 from tests.support.cli import RunCli
+from tests.support.waiting import wait_until
 
 
 def set_aside(root: Path) -> list[int]:
@@ -52,9 +59,10 @@ async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave
     """The master's store is copied (a backup) after 20 records; 40 more are acknowledged and copied by its
     slave, then the master is restored from the backup: its identity, a shorter log. It takes sends and
     its retention deletes all but its newest file, past the slave's whole log. The slave's mark names the
-    master's store, but not an incarnation the restored master knows: the 40 it alone holds are set aside
-    (with the 20 the mark can no longer vouch for), never deleted as the master's expired records, and the
-    slave then holds and serves what the master does."""
+    master's store, but not an incarnation the restored master knows: the 40 it alone holds are set aside,
+    never deleted as the master's expired records, and the slave then holds and serves what the master does.
+    The 20 before them go as the master's expired records: the last incarnation both the master's history
+    and the slave's copy of it hold vouches for them (before the copy, they were set aside too)."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
         await copied_after(g, tmp_path, fixed, 20, "early", "backup")
@@ -63,18 +71,20 @@ async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave
         await replicated(g.master, g.slave)
         before = (await runtime(g, g.master))["haIncarnations"].split(";")
         assert len(before) == 2
-        assert (await runtime(g, g.slave))["haReplicaIncarnation"] == before[-1].split("@")[0]
+        table = await runtime(g, g.slave)
+        named = (table["haReplicaIncarnation"], table.get("haReplicaNextIncarnation"))
+        assert before[-1].split("@")[0] in named  # (its next, if the slave checked before it began)
         await restored(g, tmp_path, fixed)
         assert g.master.store.identity == identity
-        after = (await runtime(g, g.master))["haIncarnations"].split(";")
-        assert after[0] == before[0] and after[1] != before[1] and len(after) == 2
         await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
         await restart_master(g, tmp_path, fixed)
+        after = (await runtime(g, g.master))["haIncarnations"].split(";")
+        assert after[0] == before[0] and after[1] != before[1] and len(after) == 2
 
         g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         await send_common(g, 8, "after")
         await replicated(g.master, g.slave)
-        assert set_aside(tmp_path / "slave") == [60]
+        assert set_aside(tmp_path / "slave") == [40]
         assert await served(g, g.slave) == await served(g, g.master)
     salvaged = await asyncio.to_thread(
         cli, "store", "salvage", "--store", str(tmp_path / "slave"), "--out", str(tmp_path / "salvaged.json")
@@ -91,7 +101,8 @@ async def test_a_store_copied_to_seed_another_master_vouches_for_none_of_the_ori
     """Master A's store is copied to seed B, so both show A's identity. A goes on (30 more records, copied
     by the slave); B is then made broker-a's master, takes sends and its retention deletes all but its
     newest file. The slave's mark names A's incarnation, which B's history does not hold (B began its own
-    at its first start): none of the slave's records is taken for B's expired ones, they are set aside;
+    at its first write): none of the 30 is taken for B's expired ones, they are set aside; the 20 the copy
+    shares are, as the last incarnation both B's history and the slave's copy of A's hold vouches for them.
     `broker ha status` and `store verify` show each store's incarnation."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
@@ -111,16 +122,21 @@ async def test_a_store_copied_to_seed_another_master_vouches_for_none_of_the_ori
         g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         await send_common(g, 8, "after")
         await replicated(g.master, g.slave)
-        assert set_aside(tmp_path / "slave") == [50]
+        assert set_aside(tmp_path / "slave") == [30]
         assert await served(g, g.slave) == await served(g, g.master)
-        assert (await runtime(g, g.slave))["haReplicaIncarnation"] == current
+        # checked before B's first write since its start: B's incarnation then, and the next it announced
+        # (which that write began)
+        now = (await runtime(g, g.master))["haIncarnations"].split(";")[-1].split("@")[0]
+        assert now == b_table["haNextIncarnation"]
+        table = await runtime(g, g.slave)
+        assert (table["haReplicaIncarnation"], table["haReplicaNextIncarnation"]) == (current, now)
         status = await asyncio.to_thread(cli, "broker", "ha", "status", "-n", g.ns_addr, "-o", "json")
         assert status.code == 0, status.stderr
         rows = {r["broker_id"]: r for r in json.loads(status.stdout)}
-        assert rows[0]["incarnation"] == rows[1]["replica_incarnation"] == current
+        assert (rows[0]["incarnation"], rows[1]["replica_incarnation"]) == (now, current)
     verify = await asyncio.to_thread(cli, "store", "verify", "--store", str(tmp_path / "b"), "-o", "json")
     assert verify.code == 0, verify.stdout
-    assert json.loads(verify.stdout)["incarnation"].split("@")[0] == current
+    assert json.loads(verify.stdout)["incarnation"].split("@")[0] == now
 
 
 async def send_big(g: Group, n: int, what: bytes) -> None:
@@ -168,19 +184,20 @@ async def test_a_slave_reaching_past_a_restored_masters_retention_serves_none_of
         assert g.slave.store.min_phy_offset == first
         assert await served(g, g.slave) == await served(g, g.master)
         assert not any(b.startswith(b"ooo") for q in await served(g, g.slave) for b in q)
-        assert sum(set_aside(tmp_path / "slave")) == 250  # (the 20 too: the mark no longer vouches for them)
+        assert sum(set_aside(tmp_path / "slave")) == 230  # (not the 20 the backup kept)
 
 
 @pytest.mark.slow
 async def test_a_master_whose_log_came_back_shorter_after_a_restart_vouches_for_none_of_what_it_lost(
     tmp_path: Path, cli: RunCli
 ) -> None:
-    """After 20 records and 40 more copied by its slave, the master restarts (an incarnation begun at its
-    log's end, on disk at once), then loses power within the writeback window: its log comes back as it was
-    after 20 records, its incarnations file as written, and it begins one more below the last one's start.
-    Its retention then deletes past the slave's whole log. A history read only up to where it goes back
-    ended the slave's incarnation at the lost restart's start and the slave deleted the 40 it alone held as
-    the master's expired records; now the later, lower start ends it: they are set aside, never deleted."""
+    """After 20 records and 40 more copied by its slave, the master restarts and takes a send (an
+    incarnation begun at its log's end, on disk at once), then loses power within the writeback window: its
+    log comes back as it was after 20 records, its incarnations file as written, and its next write begins
+    one more below the last one's start. Its retention then deletes past the slave's whole log. A history
+    read only up to where it goes back ended the slave's incarnation at the lost restart's start and the
+    slave deleted the 40 it alone held as the master's expired records; now the later, lower start ends
+    it: they are set aside, never deleted."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
         await copied_after(g, tmp_path, fixed, 20, "early", "backup")
@@ -189,15 +206,17 @@ async def test_a_master_whose_log_came_back_shorter_after_a_restart_vouches_for_
         await g.slave.stop()
         await g.master.stop()
         await restart_master(g, tmp_path, fixed)
+        await send_common(g, 1, "lost")
         await g.master.stop()
         history = (tmp_path / "master" / "incarnations").read_bytes()
         shutil.rmtree(tmp_path / "master")
         shutil.copytree(tmp_path / "backup", tmp_path / "master")
         (tmp_path / "master" / "incarnations").write_bytes(history)
         await restart_master(g, tmp_path, fixed)
-        assert len((await runtime(g, g.master))["haIncarnations"].split(";")) == 4
         await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
         await restart_master(g, tmp_path, fixed)
+        starts = [int(i.split("@")[1]) for i in (await runtime(g, g.master))["haIncarnations"].split(";")]
+        assert len(starts) == 4 and starts[-1] < starts[-2]
 
         await slave_back(g, tmp_path / "slave", 40)
 
@@ -232,3 +251,119 @@ async def test_a_master_that_was_a_slave_in_between_vouches_for_none_of_what_its
         await restart_master(g, tmp_path, fixed)
 
         await slave_back(g, tmp_path / "slave", 40)
+
+
+@pytest.mark.slow
+async def test_a_slave_whose_mark_an_older_mqctl_wrote_since_vouches_for_none_of_a_restored_masters_records(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """The master's store is backed up after 20 records; 40 more are copied by its slave, which is then
+    started once by an mqctl that knows the mark and not incarnations (a rollback): it writes its
+    checkpoint, the mark as it read it. The master is restored from the backup, writes, and its retention
+    deletes past the slave's whole log; the slave is back on this version. Its mark no longer proves which
+    incarnation its records came from: the 60 are set aside, never deleted. Read as a mark from before
+    incarnations, it vouched for them all and the 40 only the slave held went as the master's expired
+    records."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
+        await send_common(g, 40, "only")
+        await replicated(g.master, g.slave)
+        await restored(g, tmp_path, fixed)
+        rolled_back(tmp_path / "slave")
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
+        await restart_master(g, tmp_path, fixed)
+
+        await slave_back(g, tmp_path / "slave", 60)
+
+
+def test_an_unproven_incarnation_vouches_for_nothing_and_a_begun_next_one_as_far_as_it_ran() -> None:
+    """A mark whose incarnation an older mqctl's write left unproven vouches for none of the slave's records
+    below the first offset of the master its mark names, nor of a master promoted in its place; neither
+    does a promoted master's own unproven one. A mark named with the master's next incarnation vouches as
+    far as that one ran once it began. (No traffic: the decision alone.)"""
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation="cd" * 16, replica_following=""
+    )
+    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
+    own = MasterLog(0, "ab" * 16, incarnations=(Incarnation(bytes.fromhex("cd" * 16), 0),))
+    promoted = MasterLog(0, "ef" * 16, "ab" * 16, 3000, replica_incarnation="cd" * 16)
+    assert (slave._vouched(own), slave._vouched(promoted)) == (5000, 3000)
+    assert slave._vouched(dataclasses.replace(promoted, replica_incarnation=UNPROVEN_INCARNATION.hex())) == 0
+    store.replica_incarnation = UNPROVEN_INCARNATION.hex()
+    assert (slave._vouched(own), slave._vouched(promoted)) == (0, 0)
+    assert slave._vouched(dataclasses.replace(promoted, replica_incarnation=UNPROVEN_INCARNATION.hex())) == 0
+    assert slave._vouched(dataclasses.replace(promoted, replica_incarnation="")) == 0
+
+    # named with the master's next one: once begun it vouches as far as it ran, a promoted slave's mark only
+    # when named with the same (the same run of the master)
+    store.replica_incarnation, store.replica_following = "cd" * 16, "12" * 16
+    nxt, later = Incarnation(bytes.fromhex("12" * 16), 4000), Incarnation(bytes(range(16)), 4500)
+    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, nxt, later))) == 4500
+    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, later))) == 4500
+    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, nxt))) == 5000
+    assert slave._vouched(dataclasses.replace(promoted, replica_following="12" * 16)) == 3000
+    assert slave._vouched(dataclasses.replace(promoted, replica_following="34" * 16)) == 0
+
+
+@pytest.mark.slow
+async def test_a_master_restarted_more_often_than_the_incarnations_kept_still_vouches_for_its_slaves_records(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """The slave copies 40 records and is stopped; the master is restarted more often than a store keeps
+    incarnations, writing nothing (a crash loop), then writes and its retention deletes past the slave's
+    whole log. A start that writes nothing begins no incarnation: the slave's mark still names one the
+    master holds, and its records go as the master's expired ones, none set aside (each start began one
+    before: the slave's was pushed out of the history, and all 40 were set aside). Then the master restarts
+    with the slave connected, which checks before the master's first write and copies what that write
+    begins (the incarnation the master announced as its next): stopped while the master's retention deletes
+    past its whole log again, its mark vouches for those records too, none set aside."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 40, "old")
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        history = (await runtime(g, g.master))["haIncarnations"]
+        for _ in range(INCARNATIONS_KEPT + 1):
+            await g.master.stop()
+            await restart_master(g, tmp_path, fixed)
+        assert (await runtime(g, g.master))["haIncarnations"] == history
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
+        await restart_master(g, tmp_path, fixed)
+        await slave_back(g, tmp_path / "slave", 0)
+
+        await g.master.stop()
+        await restart_master(g, tmp_path, fixed)
+        following = g.master.store.next_incarnation
+        await wait_until(lambda: g.slave.store.replica_following == following)
+        await send_common(g, 8, "next")
+        await replicated(g.master, g.slave)
+        assert g.master.store.incarnations[-1].id.hex() == following
+        await g.slave.stop()
+        await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
+        await restart_master(g, tmp_path, fixed)
+        await slave_back(g, tmp_path / "slave", 0)
+
+
+def test_the_last_incarnation_both_histories_hold_vouches_up_to_where_either_ended(tmp_path: Path) -> None:
+    """A slave keeps its master's history as its check read it. A master back on a copy taken during an
+    earlier incarnation than the one the mark names (a restore) still holds that one: the slave's records
+    are its own up to where it ended, in the master's history or in the copy, whichever is lower. A copy
+    of another store's history, or not of the mark's incarnation, vouches for nothing. (No traffic.)"""
+    a, b, c, restart = (
+        Incarnation(bytes([n]) * 16, at) for n, at in ((1, 0), (2, 2000), (3, 4000), (4, 3000))
+    )
+    root = str(tmp_path)
+    keep_master_history(root, "ab" * 16, [a, b, c])
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation=c.id.hex(), replica_following=""
+    )
+    slave = HASlave(StoreConfig(store_path_root_dir=root), store)  # type: ignore[arg-type]
+    restored = MasterLog(0, "ab" * 16, incarnations=(a, b, restart))
+    assert slave._vouched(restored) == 3000
+    assert slave._vouched(dataclasses.replace(restored, incarnations=(a, restart))) == 2000
+    assert slave._vouched(dataclasses.replace(restored, incarnations=(restart,))) == 0
+    keep_master_history(root, "ab" * 16, [a, b, c, Incarnation(bytes([5]) * 16, 4500)])
+    assert slave._vouched(restored) == 0
+    keep_master_history(root, "cd" * 16, [a, b, c])
+    assert slave._vouched(restored) == 0

@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 from daemon.broker.ha import HASlave, MasterLog
-from daemon.remoting.codes import RequestCode
+from daemon.remoting.bodies import KVTable
+from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.tls import write_local_ca
-from store.config import StoreConfig
-from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
-from tests.broker.test_ha_mark import everything, fixed_ports, send_common
+from store.config import SYNC_MASTER, StoreConfig
+from store.ha import DESCRIBE, FRAME_HEADER, encode_report
+from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, scrape, start_slave
+from tests.broker.test_ha_mark import TOPIC, everything, fixed_ports, runtime, send_common
 from tests.broker.test_ha_retention import served, write_then_expire_all_but_the_newest_file
 from tests.broker.test_ha_retention_trust import impostor, set_aside
 from tests.support.broker import replicated, start_broker
@@ -214,3 +216,44 @@ async def test_without_ha_tls_only_a_master_on_this_machines_loopback_is_taken_a
     assert "nothing authenticates" in await slave._why_not_delete(beyond)
     assert await slave._why_not_delete(dataclasses.replace(beyond, addr="127.0.0.1:10911")) == ""
     assert "does not name" in await slave._why_not_delete(dataclasses.replace(beyond, identity="cd" * 16))
+
+
+@pytest.mark.slow
+async def test_a_description_asked_at_the_ha_port_is_never_counted_as_a_slave(tmp_path: Path) -> None:
+    """A SYNC_MASTER (haTls) whose slave is stopped, and a member's connection to its HA port that has
+    begun the description's request (a report of -1) and waits: the master shows no slave
+    (``haSlaveCount``, ``haSlaves``, /metrics) and answers a send SLAVE_NOT_AVAILABLE at once. Counted from
+    its handshake, it was a slave until it closed: a send waited on it for ``slaveTimeout`` and got
+    FLUSH_SLAVE_TIMEOUT. The rest of the request then has the log described, and the connection closed."""
+    async with members(tmp_path, broker_role=SYNC_MASTER) as (g, _keys):
+        ha, settings = g.master.ha_master, g.master.ha_tls_settings
+        assert ha is not None and settings is not None
+        await wait_until(lambda: bool(ha.slaves))
+        await g.slave.stop()
+        await wait_until(lambda: not ha.connections)
+        # the stopped slave unregistered: a host the gate admits, as the describing slave's is
+        await Namesrv(g.namesrv, g.client).register({}, broker_addr="127.0.0.1:1", broker_id=2)
+        ctx = settings.client_context(verify=True)
+        reader, writer = await asyncio.open_connection("127.0.0.1", ha.port, ssl=ctx)
+        try:
+            request = encode_report(DESCRIBE)
+            writer.write(request[:4])
+            await writer.drain()
+            await wait_until(lambda: len(ha.connections) == 1)
+            table = await runtime(g, g.master)
+            assert (table["haSlaveCount"], table["haSlaves"]) == ("0", "")
+            text = await asyncio.to_thread(scrape, g.master.metrics_port)
+            assert 'rocketmq_ha_connected_slaves{broker="broker-a",cluster="DefaultCluster"} 0.0' in text
+            sent = await g.on(g.master).send(TOPIC, b"alone", queue_id=0)
+            assert sent.code == ResponseCode.SLAVE_NOT_AVAILABLE, sent.remark
+            writer.write(request[4:])
+            await writer.drain()
+            offset, size = FRAME_HEADER.unpack(await reader.readexactly(FRAME_HEADER.size))
+            assert offset == DESCRIBE
+            described = KVTable.loads(await reader.readexactly(size)).table
+            assert described["haStoreIdentity"] == g.master.store.identity
+            assert await reader.read() == b""
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

@@ -25,7 +25,7 @@ async def test_a_tail_on_the_slave_moves_back_to_the_master_when_it_returns(
     async with master_and_slave(tmp_path) as g:
         ha = g.master.ha_master
         assert ha is not None
-        await wait_until(lambda: bool(ha.connections))
+        await wait_until(lambda: bool(ha.slaves))
         rows = await _tail_through_a_restart_of_the_master(g, tmp_path, caplog)
     assert [(r["queue_id"], r["queue_offset"], r["body"]) for r in rows] == [
         (0, 0, "m0"),

@@ -8,12 +8,15 @@ import os
 import shutil
 import struct
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
 
 from store.checkpoint import (
     REPLICA_MARK_AT,
+    UNPROVEN_INCARNATION,
+    Incarnation,
     StoreCheckpoint,
     incarnation_end,
     parse_incarnations,
@@ -331,6 +334,55 @@ def test_each_start_as_a_master_begins_an_incarnation_and_the_mark_keeps_the_one
         assert (slave.replica_mark, slave.replica_master, slave.replica_incarnation) == (end, "ab" * 16, "")
 
 
+def test_a_start_begins_its_incarnation_at_the_logs_first_change_with_the_id_it_announced(
+    tmp_path: Path,
+) -> None:
+    """A start of a store that keeps incarnations begins none until its log first changes (a put, an append
+    from its master): then the one it announced meanwhile, at the log's end. Starts that change nothing (a
+    crash loop) leave the history as it was; a store without one begins one at once. The mark keeps the
+    master's next incarnation beside the one it names."""
+    root = tmp_path / "s"
+    with DefaultMessageStore(small_config(root, mapped_file_size_commit_log=FILE), broker_name="a") as master:
+        master.begin_incarnation(at_first_change=True)
+        assert (master.next_incarnation, len(master.incarnations)) == ("", 1)
+        put(master, 3)
+        end = master.max_phy_offset
+    first = read_incarnations(str(root))
+    for _ in range(3):
+        with DefaultMessageStore(
+            small_config(root, mapped_file_size_commit_log=FILE), broker_name="a"
+        ) as master:
+            master.begin_incarnation(at_first_change=True)
+            assert len(master.next_incarnation) == 32
+    assert read_incarnations(str(root)) == first
+    with DefaultMessageStore(small_config(root, mapped_file_size_commit_log=FILE), broker_name="a") as master:
+        master.begin_incarnation(at_first_change=True)
+        following = master.next_incarnation
+        put(master, 1)
+        put(master, 1)
+        assert master.next_incarnation == ""
+        assert [(i.id.hex(), i.start) for i in master.incarnations] == [
+            *((i.id.hex(), i.start) for i in first),
+            (following, end),
+        ]
+
+    data, ends = source_log(tmp_path / "src", 4)
+    slave_root = tmp_path / "slave"
+    config = small_config(slave_root, mapped_file_size_commit_log=FILE, broker_role=SLAVE)
+    with DefaultMessageStore(config, broker_name="a") as slave:
+        slave.begin_incarnation(at_first_change=True)
+        assert slave.append_replica(0, data[: ends[1]])
+        slave.name_replica_master("ab" * 16, "cd" * 16, "ef" * 16)
+        slave.replica_checked(ends[1])
+    with DefaultMessageStore(config, broker_name="a") as slave:
+        assert (slave.replica_incarnation, slave.replica_following) == ("cd" * 16, "ef" * 16)
+        before = slave.incarnations
+        slave.begin_incarnation(at_first_change=True)
+        following = slave.next_incarnation
+        assert slave.append_replica(ends[1], data[ends[1] :])
+        assert slave.incarnations == [*before, Incarnation(bytes.fromhex(following), ends[1])]
+
+
 def test_an_incarnation_ends_at_the_earliest_later_start_and_a_history_going_back_is_kept() -> None:
     """A log recovered shorter than it was after a restart (a power loss within the writeback window), or
     cut as a slave, begins an incarnation below an earlier one's start: it is kept, and it ends every
@@ -344,3 +396,95 @@ def test_an_incarnation_ends_at_the_earliest_later_start_and_a_history_going_bac
     assert incarnation_end(history, 2) is None
     # a start no long can hold ends the list (int() of thousands of digits raises)
     assert parse_incarnations(f"{a.hex()}@0;{b.hex()}@{'9' * 5000}") == history[:1]
+
+
+# The mark as an mqctl that knows its identity layout (RM3) and not incarnations reads and writes it: at byte
+# 160 a magic, the offset, the CRC32 of the broker name, the master's store identity, then the CRC32 of the
+# checkpoint's three longs and those; its writes keep the rest of the first 256 bytes as it read them.
+_OLD_MARK = struct.Struct(">8sqI16s")
+# and what the mqctl between that one and the incarnation slot wrote there: the incarnation after the identity
+_RM4 = struct.Struct(">8sqI16s16s")
+
+
+def old_mark(root: Path) -> tuple[int, int, bytes] | None:
+    """The mark as that older mqctl reads it (None: it finds none, and takes a slave's whole log as its master's)."""
+    page = (root / "checkpoint").read_bytes()[:256]
+    fields = page[REPLICA_MARK_AT : REPLICA_MARK_AT + _OLD_MARK.size]
+    magic, offset, owner, master = _OLD_MARK.unpack(fields)
+    crc = struct.unpack_from(">I", page, REPLICA_MARK_AT + _OLD_MARK.size)[0]
+    if magic != b"mqctlRM3" or crc != zlib.crc32(page[:24] + fields):
+        return None
+    return offset, owner, master
+
+
+def write_as_older_mqctl(root: Path, fields: bytes) -> None:
+    """The checkpoint written as an mqctl before the slot writes it: the page as read, later longs and the mark
+    ``fields`` (its CRC added) in one write."""
+    with open(root / "checkpoint", "r+b") as f:
+        page = bytearray(f.read(256))
+        header = struct.pack(">qqq", *(t + 1000 for t in struct.unpack_from(">qqq", page)))
+        page[:24] = header
+        page[REPLICA_MARK_AT : REPLICA_MARK_AT + len(fields) + 4] = fields + struct.pack(
+            ">I", zlib.crc32(header + fields)
+        )
+        f.seek(0)
+        f.write(page)
+
+
+def rolled_back(root: Path) -> None:
+    """The slave's store started once by an mqctl that knows the mark's RM3 and not incarnations: it writes
+    the mark as it read it, with its own longs."""
+    mark = old_mark(root)
+    assert mark is not None
+    write_as_older_mqctl(root, _OLD_MARK.pack(b"mqctlRM3", *mark))
+
+
+def test_an_older_mqctl_reads_the_mark_and_a_mark_it_wrote_since_proves_no_incarnation(
+    tmp_path: Path,
+) -> None:
+    """Both directions of a rollback. The mark stays where an mqctl that knows RM3 and not incarnations reads
+    it, with the same offset, name and master (in RM4 it found no mark and took a slave's whole log as its
+    master's); the incarnation has a slot after it, which that mqctl keeps as it read it. Once it wrote the
+    mark (a rollback, then this version again) the slot no longer matches, as the rest of an RM4 under its
+    RM3 does not: the mark names the unproven incarnation, in no master's history, and keeps its offset and
+    master. A mark from before incarnations names none, as before; an RM4 is read as written."""
+    root = tmp_path / "s"
+    with DefaultMessageStore(small_config(root), broker_name="a") as master:
+        put(master, 3)
+        end = master.max_phy_offset
+    named = ("ab" * 16, "cd" * 16)
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+        slave.name_replica_master(*named)
+        slave.replica_checked(end)
+    assert old_mark(root) == (end, zlib.crc32(b"a"), bytes.fromhex(named[0]))
+
+    def reopened() -> tuple[int, str, str]:
+        with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+            return slave.replica_mark, slave.replica_master, slave.replica_incarnation
+
+    assert reopened() == (end, *named)
+    assert old_mark(root) == (end, zlib.crc32(b"a"), bytes.fromhex(named[0]))  # (written again at the stop)
+    rolled_back(root)
+    assert (
+        StoreCheckpoint(str(root / "checkpoint"), read_only=True).replica_incarnation == UNPROVEN_INCARNATION
+    )
+    assert reopened() == (end, named[0], UNPROVEN_INCARNATION.hex())
+    assert reopened() == (end, named[0], UNPROVEN_INCARNATION.hex())  # (kept so until a check names one)
+
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE), broker_name="a") as slave:
+        slave.name_replica_master(*named)
+    owner = zlib.crc32(b"a")
+    write_as_older_mqctl(root, _RM4.pack(b"mqctlRM4", end, owner, *map(bytes.fromhex, named)))
+    assert old_mark(root) is None  # what the older mqctl made of an RM4
+    assert reopened() == (end, *named)  # read as written, written back as RM3 and its slot
+    assert old_mark(root) == (end, owner, bytes.fromhex(named[0]))
+    write_as_older_mqctl(root, _RM4.pack(b"mqctlRM4", end, owner, *map(bytes.fromhex, named)))
+    rolled_back_over_rm4 = _OLD_MARK.pack(b"mqctlRM3", end, owner, bytes.fromhex(named[0]))
+    write_as_older_mqctl(root, rolled_back_over_rm4)
+    assert reopened() == (end, named[0], UNPROVEN_INCARNATION.hex())
+
+    with open(root / "checkpoint", "r+b") as f:  # a store from before incarnations: nothing past its RM3
+        f.seek(REPLICA_MARK_AT + 40)
+        f.write(bytes(56))
+    write_as_older_mqctl(root, rolled_back_over_rm4)
+    assert reopened() == (end, named[0], "")
