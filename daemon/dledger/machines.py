@@ -525,11 +525,10 @@ class Node:
         return self._now + lo + self.rng.randrange(max(1, hi - lo))
 
     def _taking_leadership(self) -> bool:
-        return (
-            self.preferred is not None
-            and self.m.term_to_take_leadership == self.m.term
-            and self.m.self_id in self.preferred.split(";")
-        )
+        """A transferee in the term it was handed (DLedger asks it of preferred members only: a transfer
+        to another, ``broker ha transfer``'s, then waited a whole vote interval and gave its vote to the
+        first to ask, the old leader standing again among them)."""
+        return self.m.term_to_take_leadership == self.m.term
 
     # ------------------------------------------------------------------ the maintainer
 
@@ -589,8 +588,10 @@ class Node:
             return
         if r.max_term > r.term:
             # a member of a later term: DLedger steps down only without a quorum, which leaves that member
-            # a candidate for ever once this leader's log is ahead of it (Raft steps down here)
+            # a candidate for ever once this leader's log is ahead of it (Raft steps down here, into that
+            # term: standing again in its own, it is elected in it again by the votes it had)
             self.to_candidate(r.max_term)
+            self.need_increase_term = True
         elif self.m.is_quorum(r.succeeded):
             self.last_success_beat = now
             self.lease_start = max(self.lease_start, r.sent)
@@ -1931,6 +1932,7 @@ class Node:
                 and self.is_leader
             ):
                 self.to_candidate(resp.term)  # came after the round closed on a quorum
+                self.need_increase_term = True
             return
         r.answered += 1
         code = resp.code if resp is not None else Code.NETWORK_ERROR

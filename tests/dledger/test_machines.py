@@ -454,6 +454,46 @@ def test_a_transfer_to_a_member_that_cannot_lead_is_refused_and_the_leader_stays
     assert c.leader() is leader and leader.m.term == term
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_a_transferee_is_elected_though_the_old_leaders_heartbeat_reaches_it_before_it_asks(
+    seed: int,
+) -> None:
+    """The transferee stands in the next term; the leader's next heartbeat reaches it before it asks for
+    votes (it waits a vote interval), and the answer tells the leader of that term. The leader steps down
+    into that term and the transferee is elected in it. (Standing again in its own term, the old leader
+    was elected there again by the votes it had, appended its term entry past the transferee's log, and
+    the transfer failed: TAKE_LEADERSHIP_FAILED.)"""
+    c = Cluster(seed=seed, loss=0.0, timings=Timings(heart_beat_time_interval_ms=500))
+    c.run(5000, append_every=100)
+    leader = c.leader()
+    assert leader is not None
+    term, old = leader.m.term, leader.m.self_id
+    target = next(p for p in PEERS if p != old)
+    transferee = c.nodes[target]
+    assert transferee is not None
+    code, out = leader.transfer_request(target)
+    assert code == DLedgerResponseCode.SUCCESS and out is not None
+    c.dispatch(old, [out])
+    while transferee.m.term == term:
+        c.step()
+    assert transferee.m.term == term + 1 and transferee.vote_round is None
+    leader.last_send_beat, leader.beat_round = -1, None
+    beats = [o for o in leader.tick(c.now) if o.code is DLedgerRequestCode.HEART_BEAT]
+    for beat in beats:
+        if beat.peer == target:  # (at once: before the transferee asks)
+            assert isinstance(beat.request, HeartBeatRequest)
+            leader.on_response(beat, transferee.on_heartbeat(beat.request, c.now), c.now)
+        else:
+            c.dispatch(old, [beat])
+    stepped_down = False
+    for _ in range(300):
+        c.step()
+        stepped_down = stepped_down or not leader.is_leader
+        assert not (stepped_down and leader.is_leader and leader.m.term == term), "it led its term again"
+    assert stepped_down
+    assert c.leader() is transferee and transferee.m.term == term + 1
+
+
 def test_preferred_leader_takes_over() -> None:
     c = Cluster(seed=11, loss=0.0)
     for node in c.nodes.values():
