@@ -936,6 +936,10 @@ class Node:
                     m.term = floor
                     self.to_candidate(floor)
                 m.voted_for = m.self_id
+                if floor >= m.known_max_term:
+                    # (a heartbeat of that term asked it to move there: it is there now, and the
+                    # maintainer moving one term further would depose that term's leader)
+                    self.need_increase_term = False
         self.abstain_why = f"its store is older than its peers saw it ({why})"
         self._to_catch_up("restored from an older copy, or its writes were lost")
 

@@ -1264,6 +1264,31 @@ def test_an_emptied_member_catches_up_to_the_commit_index_its_leader_first_pushe
     assert node.log.committed_index >= target > 0
 
 
+def test_an_emptied_member_whose_leaders_heartbeat_came_before_its_probes_answer_deposes_nobody() -> None:
+    """C, emptied, hears the leader's heartbeat first (a term past its own: it leaves its term for that one)
+    and then the leader's answer to its probe, which saw it in that term: it takes the term with its own
+    vote and catches up. It stays in that term and the leader leads on (it moved one term further, the
+    leader's next heartbeat was answered with it, and the leader was deposed for an election the emptied
+    member could not vote in)."""
+    c, leader, c_ = _careful_group_with_a_log()
+    term, a = leader.m.term, leader.m.self_id
+    c.wipe(c_)
+    node = c.nodes[c_]
+    assert node is not None and node.abstaining == PROBING
+    probe = next(o for o in node.tick(c.now) if o.epoch == PROBE_EPOCH and o.peer == a)
+    assert isinstance(probe.request, VoteRequest)
+    beat = HeartBeatRequest(group="g", local_id=a, remote_id=c_, leader_id=a, term=term)
+    assert node.on_heartbeat(beat, c.now).code == DLedgerResponseCode.TERM_NOT_READY
+    node.on_response(probe, leader.on_vote(probe.request), c.now)
+    assert node.abstaining == CATCHING_UP and node.m.term == term
+    for _ in range(1000):
+        c.step()
+        assert leader.is_leader and leader.m.term == term, "the leader was deposed"
+        if node.abstaining == VOTING:
+            break
+    assert node.abstaining == VOTING and node.m.term == term
+
+
 def test_a_new_group_elects_once_more_members_answer_than_a_majority_could_leave_out() -> None:
     """Every member starts empty: none can tell a new group from its own loss but by its peers, and two
     of three answering empty settle it; one member with the other two away waits."""
