@@ -1094,7 +1094,17 @@ class Node:
         self.m.term_to_take_leadership = target
         self.take_leadership = (target, None)
         self.to_candidate(target)
-        self.need_increase_term = True
+        try:
+            # in that term at once, not at the next tick: the leader's heartbeat, come before it, found a
+            # candidate of the leader's own term, which follows it again (the transfer failed so)
+            self.m.next_term()
+        except OSError as exc:
+            log.warning("[%s] cannot save term %d to take the leadership in: %s", self.m.self_id, target, exc)
+            self.take_leadership = (target, Code.TAKE_LEADERSHIP_FAILED)
+            self.m.term_to_take_leadership = -1
+            return None
+        self.last_parse = ParseResult.WAIT_TO_REVOTE
+        self.next_vote_time = self._vote_interval()
         return None
 
     def _check_take_leadership(self, term: int, role: Role) -> None:

@@ -494,6 +494,31 @@ def test_a_transferee_is_elected_though_the_old_leaders_heartbeat_reaches_it_bef
     assert c.leader() is transferee and transferee.m.term == term + 1
 
 
+def test_a_transferee_follows_no_heartbeat_of_the_leaders_term_once_it_takes_the_leadership() -> None:
+    """The leader's heartbeat reaches the transferee after it took the leadership and before its next tick:
+    it is in the next term already and refuses it (a candidate still in the leader's term followed it
+    again, and the transfer failed: TAKE_LEADERSHIP_FAILED)."""
+    c = Cluster(seed=9, loss=0.0, timings=Timings(heart_beat_time_interval_ms=500))
+    c.run(5000, append_every=100)
+    leader = c.leader()
+    assert leader is not None
+    term, old = leader.m.term, leader.m.self_id
+    target = next(p for p in PEERS if p != old)
+    transferee = c.nodes[target]
+    assert transferee is not None
+    c.run(1000)  # (every entry pushed: it takes the leadership at once)
+    code, out = leader.transfer_request(target)
+    assert code == DLedgerResponseCode.SUCCESS and out is not None
+    assert isinstance(out.request, LeadershipTransferRequest)
+    assert transferee.on_take_leadership(out.request) is None
+    beat = HeartBeatRequest(group="g", local_id=old, remote_id=target, leader_id=old, term=term)
+    assert transferee.on_heartbeat(beat, c.now).code == DLedgerResponseCode.EXPIRED_TERM
+    assert transferee.m.role is Role.CANDIDATE and transferee.m.term == term + 1
+    c.run(3000)
+    assert transferee.take_leadership == (term + 1, DLedgerResponseCode.SUCCESS)
+    assert c.leader() is transferee
+
+
 def test_preferred_leader_takes_over() -> None:
     c = Cluster(seed=11, loss=0.0)
     for node in c.nodes.values():
