@@ -454,6 +454,21 @@ def test_a_transfer_to_a_member_that_cannot_lead_is_refused_and_the_leader_stays
     assert c.leader() is leader and leader.m.term == term
 
 
+def _handing_over(seed: int) -> tuple[Cluster, Node, Node, Out]:
+    """A group at 500 ms heartbeats whose leader was asked to hand over to a follower that holds its whole
+    log: the group, the leader, the transferee and the leader's take-leadership request (not sent yet)."""
+    c = Cluster(seed=seed, loss=0.0, timings=Timings(heart_beat_time_interval_ms=500))
+    c.run(5000, append_every=100)
+    c.run(1000)
+    leader = c.leader()
+    assert leader is not None
+    transferee = c.nodes[next(p for p in PEERS if p != leader.m.self_id)]
+    assert transferee is not None
+    code, out = leader.transfer_request(transferee.m.self_id)
+    assert code == DLedgerResponseCode.SUCCESS and out is not None
+    return c, leader, transferee, out
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_a_transferee_is_elected_though_the_old_leaders_heartbeat_reaches_it_before_it_asks(
     seed: int,
@@ -463,16 +478,8 @@ def test_a_transferee_is_elected_though_the_old_leaders_heartbeat_reaches_it_bef
     into that term and the transferee is elected in it. (Standing again in its own term, the old leader
     was elected there again by the votes it had, appended its term entry past the transferee's log, and
     the transfer failed: TAKE_LEADERSHIP_FAILED.)"""
-    c = Cluster(seed=seed, loss=0.0, timings=Timings(heart_beat_time_interval_ms=500))
-    c.run(5000, append_every=100)
-    leader = c.leader()
-    assert leader is not None
-    term, old = leader.m.term, leader.m.self_id
-    target = next(p for p in PEERS if p != old)
-    transferee = c.nodes[target]
-    assert transferee is not None
-    code, out = leader.transfer_request(target)
-    assert code == DLedgerResponseCode.SUCCESS and out is not None
+    c, leader, transferee, out = _handing_over(seed)
+    term, old, target = leader.m.term, leader.m.self_id, transferee.m.self_id
     c.dispatch(old, [out])
     while transferee.m.term == term:
         c.step()
@@ -498,17 +505,8 @@ def test_a_transferee_follows_no_heartbeat_of_the_leaders_term_once_it_takes_the
     """The leader's heartbeat reaches the transferee after it took the leadership and before its next tick:
     it is in the next term already and refuses it (a candidate still in the leader's term followed it
     again, and the transfer failed: TAKE_LEADERSHIP_FAILED)."""
-    c = Cluster(seed=9, loss=0.0, timings=Timings(heart_beat_time_interval_ms=500))
-    c.run(5000, append_every=100)
-    leader = c.leader()
-    assert leader is not None
-    term, old = leader.m.term, leader.m.self_id
-    target = next(p for p in PEERS if p != old)
-    transferee = c.nodes[target]
-    assert transferee is not None
-    c.run(1000)  # (every entry pushed: it takes the leadership at once)
-    code, out = leader.transfer_request(target)
-    assert code == DLedgerResponseCode.SUCCESS and out is not None
+    c, leader, transferee, out = _handing_over(9)
+    term, old, target = leader.m.term, leader.m.self_id, transferee.m.self_id
     assert isinstance(out.request, LeadershipTransferRequest)
     assert transferee.on_take_leadership(out.request) is None
     beat = HeartBeatRequest(group="g", local_id=old, remote_id=target, leader_id=old, term=term)
