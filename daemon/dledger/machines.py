@@ -525,11 +525,10 @@ class Node:
         return self._now + lo + self.rng.randrange(max(1, hi - lo))
 
     def _taking_leadership(self) -> bool:
-        return (
-            self.preferred is not None
-            and self.m.term_to_take_leadership == self.m.term
-            and self.m.self_id in self.preferred.split(";")
-        )
+        """A transferee in the term it was handed (DLedger asks it of preferred members only: a transfer
+        to another, ``broker ha transfer``'s, then waited a whole vote interval and gave its vote to the
+        first to ask, the old leader standing again among them)."""
+        return self.m.term_to_take_leadership == self.m.term
 
     # ------------------------------------------------------------------ the maintainer
 
@@ -589,8 +588,10 @@ class Node:
             return
         if r.max_term > r.term:
             # a member of a later term: DLedger steps down only without a quorum, which leaves that member
-            # a candidate for ever once this leader's log is ahead of it (Raft steps down here)
+            # a candidate for ever once this leader's log is ahead of it (Raft steps down here, into that
+            # term: standing again in its own, it is elected in it again by the votes it had)
             self.to_candidate(r.max_term)
+            self.need_increase_term = True
         elif self.m.is_quorum(r.succeeded):
             self.last_success_beat = now
             self.lease_start = max(self.lease_start, r.sent)
@@ -935,6 +936,10 @@ class Node:
                     m.term = floor
                     self.to_candidate(floor)
                 m.voted_for = m.self_id
+                if floor >= m.known_max_term:
+                    # (a heartbeat of that term asked it to move there: it is there now, and the
+                    # maintainer moving one term further would depose that term's leader)
+                    self.need_increase_term = False
         self.abstain_why = f"its store is older than its peers saw it ({why})"
         self._to_catch_up("restored from an older copy, or its writes were lost")
 
@@ -1089,7 +1094,17 @@ class Node:
         self.m.term_to_take_leadership = target
         self.take_leadership = (target, None)
         self.to_candidate(target)
-        self.need_increase_term = True
+        try:
+            # in that term at once, not at the next tick: the leader's heartbeat, come before it, found a
+            # candidate of the leader's own term, which follows it again (the transfer failed so)
+            self.m.next_term()
+        except OSError as exc:
+            log.warning("[%s] cannot save term %d to take the leadership in: %s", self.m.self_id, target, exc)
+            self.take_leadership = (target, Code.TAKE_LEADERSHIP_FAILED)
+            self.m.term_to_take_leadership = -1
+            return None
+        self.last_parse = ParseResult.WAIT_TO_REVOTE
+        self.next_vote_time = self._vote_interval()
         return None
 
     def _check_take_leadership(self, term: int, role: Role) -> None:
@@ -1931,6 +1946,7 @@ class Node:
                 and self.is_leader
             ):
                 self.to_candidate(resp.term)  # came after the round closed on a quorum
+                self.need_increase_term = True
             return
         r.answered += 1
         code = resp.code if resp is not None else Code.NETWORK_ERROR

@@ -454,6 +454,69 @@ def test_a_transfer_to_a_member_that_cannot_lead_is_refused_and_the_leader_stays
     assert c.leader() is leader and leader.m.term == term
 
 
+def _handing_over(seed: int) -> tuple[Cluster, Node, Node, Out]:
+    """A group at 500 ms heartbeats whose leader was asked to hand over to a follower that holds its whole
+    log: the group, the leader, the transferee and the leader's take-leadership request (not sent yet)."""
+    c = Cluster(seed=seed, loss=0.0, timings=Timings(heart_beat_time_interval_ms=500))
+    c.run(5000, append_every=100)
+    c.run(1000)
+    leader = c.leader()
+    assert leader is not None
+    transferee = c.nodes[next(p for p in PEERS if p != leader.m.self_id)]
+    assert transferee is not None
+    code, out = leader.transfer_request(transferee.m.self_id)
+    assert code == DLedgerResponseCode.SUCCESS and out is not None
+    return c, leader, transferee, out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_transferee_is_elected_though_the_old_leaders_heartbeat_reaches_it_before_it_asks(
+    seed: int,
+) -> None:
+    """The transferee stands in the next term; the leader's next heartbeat reaches it before it asks for
+    votes (it waits a vote interval), and the answer tells the leader of that term. The leader steps down
+    into that term and the transferee is elected in it. (Standing again in its own term, the old leader
+    was elected there again by the votes it had, appended its term entry past the transferee's log, and
+    the transfer failed: TAKE_LEADERSHIP_FAILED.)"""
+    c, leader, transferee, out = _handing_over(seed)
+    term, old, target = leader.m.term, leader.m.self_id, transferee.m.self_id
+    c.dispatch(old, [out])
+    while transferee.m.term == term:
+        c.step()
+    assert transferee.m.term == term + 1 and transferee.vote_round is None
+    leader.last_send_beat, leader.beat_round = -1, None
+    beats = [o for o in leader.tick(c.now) if o.code is DLedgerRequestCode.HEART_BEAT]
+    for beat in beats:
+        if beat.peer == target:  # (at once: before the transferee asks)
+            assert isinstance(beat.request, HeartBeatRequest)
+            leader.on_response(beat, transferee.on_heartbeat(beat.request, c.now), c.now)
+        else:
+            c.dispatch(old, [beat])
+    stepped_down = False
+    for _ in range(300):
+        c.step()
+        stepped_down = stepped_down or not leader.is_leader
+        assert not (stepped_down and leader.is_leader and leader.m.term == term), "it led its term again"
+    assert stepped_down
+    assert c.leader() is transferee and transferee.m.term == term + 1
+
+
+def test_a_transferee_follows_no_heartbeat_of_the_leaders_term_once_it_takes_the_leadership() -> None:
+    """The leader's heartbeat reaches the transferee after it took the leadership and before its next tick:
+    it is in the next term already and refuses it (a candidate still in the leader's term followed it
+    again, and the transfer failed: TAKE_LEADERSHIP_FAILED)."""
+    c, leader, transferee, out = _handing_over(9)
+    term, old, target = leader.m.term, leader.m.self_id, transferee.m.self_id
+    assert isinstance(out.request, LeadershipTransferRequest)
+    assert transferee.on_take_leadership(out.request) is None
+    beat = HeartBeatRequest(group="g", local_id=old, remote_id=target, leader_id=old, term=term)
+    assert transferee.on_heartbeat(beat, c.now).code == DLedgerResponseCode.EXPIRED_TERM
+    assert transferee.m.role is Role.CANDIDATE and transferee.m.term == term + 1
+    c.run(3000)
+    assert transferee.take_leadership == (term + 1, DLedgerResponseCode.SUCCESS)
+    assert c.leader() is transferee
+
+
 def test_preferred_leader_takes_over() -> None:
     c = Cluster(seed=11, loss=0.0)
     for node in c.nodes.values():
@@ -1222,6 +1285,31 @@ def test_an_emptied_member_catches_up_to_the_commit_index_its_leader_first_pushe
         assert c.now < 60_000, node.abstention()
         c.run(STEP)
     assert node.log.committed_index >= target > 0
+
+
+def test_an_emptied_member_whose_leaders_heartbeat_came_before_its_probes_answer_deposes_nobody() -> None:
+    """C, emptied, hears the leader's heartbeat first (a term past its own: it leaves its term for that one)
+    and then the leader's answer to its probe, which saw it in that term: it takes the term with its own
+    vote and catches up. It stays in that term and the leader leads on (it moved one term further, the
+    leader's next heartbeat was answered with it, and the leader was deposed for an election the emptied
+    member could not vote in)."""
+    c, leader, c_ = _careful_group_with_a_log()
+    term, a = leader.m.term, leader.m.self_id
+    c.wipe(c_)
+    node = c.nodes[c_]
+    assert node is not None and node.abstaining == PROBING
+    probe = next(o for o in node.tick(c.now) if o.epoch == PROBE_EPOCH and o.peer == a)
+    assert isinstance(probe.request, VoteRequest)
+    beat = HeartBeatRequest(group="g", local_id=a, remote_id=c_, leader_id=a, term=term)
+    assert node.on_heartbeat(beat, c.now).code == DLedgerResponseCode.TERM_NOT_READY
+    node.on_response(probe, leader.on_vote(probe.request), c.now)
+    assert node.abstaining == CATCHING_UP and node.m.term == term
+    for _ in range(1000):
+        c.step()
+        assert leader.is_leader and leader.m.term == term, "the leader was deposed"
+        if node.abstaining == VOTING:
+            break
+    assert node.abstaining == VOTING and node.m.term == term
 
 
 def test_a_new_group_elects_once_more_members_answer_than_a_majority_could_leave_out() -> None:
