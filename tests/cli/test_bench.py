@@ -237,16 +237,7 @@ def test_refused_sends_are_not_counted_as_sent_and_say_why(cli: RunCli, daemons:
     with nothing accepted the run fails with it (exit 8 here, 9 for an ACL refusal)."""
 
     async def mixed() -> BenchResult:
-        async with Admin([daemons.namesrv_addr]) as admin:
-            while True:
-                try:
-                    slots = await produce_slots(admin, "BenchRefused", topics=2, size=64, queues=1)
-                    break
-                except NotFoundError:  # the broker registers its new topics
-                    await asyncio.sleep(0.1)
-        big = os.urandom(5 * 1024 * 1024)  # over maxMessageSize: refused with code 13
-        addr = slots[0][0]
-        oversized = (addr, *split_frame(send_frame("BenchRefused-0", 0, big), big), None)
+        slots, oversized = await slots_and_oversized(daemons, "BenchRefused", topics=2)
         return await produce_to([slots[0], oversized], threads=1, count=4)
 
     partly = asyncio.run(mixed())
@@ -287,19 +278,8 @@ def test_pieces_go_on_round_the_slots_on_kept_connections(daemons: LocalCluster)
     few queues again and again, and each opened its senders' connections anew."""
 
     async def pieces() -> tuple[list[tuple[int, int]], bool, bool]:
-        async with Admin([daemons.namesrv_addr]) as admin:
-            while True:
-                try:
-                    slots = await produce_slots(admin, "BenchPieces", topics=1, size=64, queues=1)
-                    break
-                except NotFoundError:  # the broker registers its new topic
-                    await asyncio.sleep(0.1)
-        big = os.urandom(5 * 1024 * 1024)  # over maxMessageSize: a send to this slot is refused
-        ring = [
-            slots[0],
-            slots[0],
-            (slots[0][0], *split_frame(send_frame("BenchPieces-0", 0, big), big), None),
-        ]
+        slots, oversized = await slots_and_oversized(daemons, "BenchPieces", topics=1)
+        ring = [slots[0], slots[0], oversized]
         pool: list[Streams] = [{}]
         seen = []
         for start in range(3):
@@ -313,3 +293,17 @@ def test_pieces_go_on_round_the_slots_on_kept_connections(daemons: LocalCluster)
     seen, still_open, closed = asyncio.run(pieces())
     assert seen == [(2, 0), (1, 1), (1, 1)]  # slots 0 and 1, 1 and 2, 2 and 0
     assert still_open and closed
+
+
+async def slots_and_oversized(daemons: LocalCluster, prefix: str, *, topics: int) -> tuple[list[Slot], Slot]:
+    """``prefix``'s slots (one queue a topic, created and routed), and a slot of its first topic whose
+    body is over maxMessageSize: a send to it is refused with code 13."""
+    async with Admin([daemons.namesrv_addr]) as admin:
+        while True:
+            try:
+                slots = await produce_slots(admin, prefix, topics=topics, size=64, queues=1)
+                break
+            except NotFoundError:  # the broker registers its new topics
+                await asyncio.sleep(0.1)
+    big = os.urandom(5 * 1024 * 1024)
+    return slots, (slots[0][0], *split_frame(send_frame(f"{prefix}-0", 0, big), big), None)
