@@ -32,16 +32,17 @@ the method before 2026-12-01) charged a burst to whichever side it fell in, and 
 one and a half times the other side. Pieces of a second or so in ABBA order put both sides in the same
 stretch of the host's time, a linear drift cancels within each round, and the figure stays the median of
 each round's ratio, over 7 rounds by default (3 before 2026-11-29: one slow round of three moved it by 10 %).
-Shorter pieces (``--pieces 32``, a tenth of a second each) need the kept connections and the queues taken
-on (before, a piece opened 16 connections and began at the first queue: a piece shorter than the queues
-sent to the same ones every time); on a busy host they did not narrow the TPS rounds (docs/performance.md),
-whose spread is the host's CPU going to other work by the second, not the sends' cost: read the CPU ratio
-beside the figure.
+The host's other work also moves a piece's CPU a send (a neighbour's burst evicts MANY's queues from the
+shared cache), so the pieces are short by default: 32 a side a round, a tenth of a second or two each, which
+needs the kept connections and the queues taken on (before, a piece opened 16 connections and began at the
+first queue: a piece shorter than the queues sent to the same ones every time). On a busy host the rounds'
+TPS still spread with the CPU the host leaves the benchmark by the second: read the CPU ratio beside the
+figure (docs/performance.md, "The 10,000-topics ratio on a busy host").
 The idle broker costs the measured one little: MANY flushes only the queues past the least pages, syncs
 every file every 60 s (mostly waiting for the disk) and re-registers its topics every 30 s (the body's
 text kept between encodings; a NameServer that holds its version reads no table).
 
-    python benchmarks/bench_broker_topics.py [--topics 10000] [--queues 1] [--count 50000] [--rounds 7] [--pieces 4]
+    python benchmarks/bench_broker_topics.py [--topics 10000] [--queues 1] [--count 50000] [--rounds 7] [--pieces 32]
 
 Each queue holds one ConsumeQueue file mapped whole and Python's mmap keeps a descriptor per mapping,
 so N*Q must stay below `ulimit -n` (20,000 here; RocketMQ needs one per file too).
@@ -334,7 +335,7 @@ def main() -> None:
     ap.add_argument(
         "--pieces",
         type=int,
-        default=4,
+        default=32,
         help="each side's round split into this many pieces, in ABBA order (1: one piece each, AB or BA)",
     )
     args = ap.parse_args()
