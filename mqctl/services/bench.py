@@ -213,10 +213,19 @@ def split_frame(frame: bytes, body: bytes) -> tuple[bytes, bytes]:
     return frame[: len(frame) - len(body)], body
 
 
-async def sender(sends: Iterable[Slot], run: Run, ssl: SSLContext | None = None) -> None:
+#: A sender's connections by broker address.
+Streams = dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+
+
+async def sender(
+    sends: Iterable[Slot], run: Run, ssl: SSLContext | None = None, streams: Streams | None = None
+) -> None:
     """Send each slot's frame in turn, one in flight, on this sender's own connections (TLS with
-    ``ssl``), until the run is over; paced to ``run.interval`` when a rate is set."""
-    streams: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+    ``ssl``), until the run is over; paced to ``run.interval`` when a rate is set. Given ``streams``,
+    the connections are the caller's: opened into it as needed and left open."""
+    own = streams is None
+    if streams is None:
+        streams = {}
     next_at = time.perf_counter()
     try:
         for addr, head, body, signed in sends:
@@ -242,8 +251,13 @@ async def sender(sends: Iterable[Slot], run: Run, ssl: SSLContext | None = None)
                 if run.first_failure is None:
                     run.first_failure = (addr, response.code, response.remark)
     finally:
-        for _, writer in streams.values():
-            writer.close()
+        if own:
+            close_streams(streams)
+
+
+def close_streams(streams: Streams) -> None:
+    for _, writer in streams.values():
+        writer.close()
 
 
 async def produce(
@@ -319,19 +333,26 @@ async def produce_to(
     rate: float | None = None,
     tick: Ticker | None = None,
     ssl: SSLContext | None = None,
+    start: int = 0,
+    pool: list[Streams] | None = None,
 ) -> BenchResult:
-    """The timed part of :func:`produce`: message k to ``slots[k % len(slots)]``."""
+    """The timed part of :func:`produce`: message k to ``slots[(start + k) % len(slots)]``. A benchmark
+    timing many short pieces passes each piece's ``start`` (so that they go on round the slots rather
+    than each begin at the first) and a ``pool`` of one connection map per sender, kept open between
+    pieces (closed by its owner, :func:`close_streams`)."""
     run = Run(interval=threads / rate if rate else 0.0)
     run.deadline = run.started + duration if duration else None
 
     def sends(i: int) -> Iterator[Slot]:
         return (
-            slots[k % len(slots)]
+            slots[(start + k) % len(slots)]
             for k in (range(i, count, threads) if count else itertools.count(i, threads))
         )
 
     async with running("produce", run, tick):
-        await asyncio.gather(*(sender(sends(i), run, ssl) for i in range(threads)))
+        await asyncio.gather(
+            *(sender(sends(i), run, ssl, None if pool is None else pool[i]) for i in range(threads))
+        )
     refused = run.failure(f"{plural(run.failures, 'send')} refused")
     if refused is not None and not run.messages and not run.interrupted:
         raise refused  # nothing was measured: why, with its exit code (an ACL refusal: 9)

@@ -19,6 +19,8 @@ from mqctl.errors import NotFoundError
 from mqctl.services.bench import (
     BenchResult,
     Slot,
+    Streams,
+    close_streams,
     count_records,
     produce_slots,
     produce_to,
@@ -235,16 +237,7 @@ def test_refused_sends_are_not_counted_as_sent_and_say_why(cli: RunCli, daemons:
     with nothing accepted the run fails with it (exit 8 here, 9 for an ACL refusal)."""
 
     async def mixed() -> BenchResult:
-        async with Admin([daemons.namesrv_addr]) as admin:
-            while True:
-                try:
-                    slots = await produce_slots(admin, "BenchRefused", topics=2, size=64, queues=1)
-                    break
-                except NotFoundError:  # the broker registers its new topics
-                    await asyncio.sleep(0.1)
-        big = os.urandom(5 * 1024 * 1024)  # over maxMessageSize: refused with code 13
-        addr = slots[0][0]
-        oversized = (addr, *split_frame(send_frame("BenchRefused-0", 0, big), big), None)
+        slots, oversized = await slots_and_oversized(daemons, "BenchRefused", topics=2)
         return await produce_to([slots[0], oversized], threads=1, count=4)
 
     partly = asyncio.run(mixed())
@@ -277,3 +270,40 @@ def test_each_bench_message_has_its_own_client_id_that_msg_query_finds(
     assert found.code == 0, found
     [row] = found.json() if isinstance(found.json(), list) else [found.json()]
     assert (row["unique_key"], row["found_by"]) == (keys[3], "unique_key")
+
+
+def test_pieces_go_on_round_the_slots_on_kept_connections(daemons: LocalCluster) -> None:
+    """A benchmark timing short pieces (bench_broker_topics) passes each piece's start and one connection
+    map per sender: each piece began at the first slot, so pieces shorter than the slots sent to the same
+    few queues again and again, and each opened its senders' connections anew."""
+
+    async def pieces() -> tuple[list[tuple[int, int]], bool, bool]:
+        slots, oversized = await slots_and_oversized(daemons, "BenchPieces", topics=1)
+        ring = [slots[0], slots[0], oversized]
+        pool: list[Streams] = [{}]
+        seen = []
+        for start in range(3):
+            piece = await produce_to(ring, threads=1, count=2, start=start, pool=pool)
+            seen.append((piece.messages, piece.failures))
+        writer_kept = pool[0][slots[0][0]][1]
+        still_open = not writer_kept.is_closing()
+        close_streams(pool[0])
+        return seen, still_open, writer_kept.is_closing()
+
+    seen, still_open, closed = asyncio.run(pieces())
+    assert seen == [(2, 0), (1, 1), (1, 1)]  # slots 0 and 1, 1 and 2, 2 and 0
+    assert still_open and closed
+
+
+async def slots_and_oversized(daemons: LocalCluster, prefix: str, *, topics: int) -> tuple[list[Slot], Slot]:
+    """``prefix``'s slots (one queue a topic, created and routed), and a slot of its first topic whose
+    body is over maxMessageSize: a send to it is refused with code 13."""
+    async with Admin([daemons.namesrv_addr]) as admin:
+        while True:
+            try:
+                slots = await produce_slots(admin, prefix, topics=topics, size=64, queues=1)
+                break
+            except NotFoundError:  # the broker registers its new topics
+                await asyncio.sleep(0.1)
+    big = os.urandom(5 * 1024 * 1024)
+    return slots, (slots[0][0], *split_frame(send_frame(f"{prefix}-0", 0, big), big), None)
