@@ -75,6 +75,11 @@ _SLOT_SIZE = _SLOT.size + _CRC.size
 #: The incarnation a mark names when the one its records were copied from cannot be proven (an mqctl that
 #: does not keep it wrote the mark since): in no master's history, so it vouches for nothing.
 UNPROVEN_INCARNATION = bytes(IDENTITY_SIZE)
+#: The master's next incarnation a mark names when it cannot be told (an RM4 mark: that mqctl named the
+#: newest incarnation begun, which a master that begins its next at its first write had not begun yet):
+#: the run of the master its records were copied from is unknown, and a promoted master's mark vouches for
+#: none of them (docs/replication.md §the-replica-mark).
+UNKNOWN_FOLLOWING = b"\xff" * IDENTITY_SIZE
 #: A store's incarnations as a master (see :func:`begin_incarnation`): the file beside the identity.
 INCARNATIONS_FILE = "incarnations"
 #: A slave's copy of its master's incarnations at its last check: the master's store identity (hex) on the
@@ -207,6 +212,7 @@ def _decode_mark(data: bytes, header: bytes) -> _Mark:
         )
     else:
         incarnation = values[4] if len(values) > 4 else b""
+        following = UNKNOWN_FOLLOWING if incarnation else b""
     return _Mark(values[1], owner, master, True, incarnation, following)
 
 

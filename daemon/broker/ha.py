@@ -43,6 +43,7 @@ from daemon.remoting.server import TLS_HANDSHAKE_TIMEOUT, bind_listener
 from store import fastjson
 from store.checkpoint import (
     IDENTITY_SIZE,
+    UNKNOWN_FOLLOWING,
     UNPROVEN_INCARNATION,
     Incarnation,
     incarnation_end,
@@ -638,6 +639,10 @@ class HAMaster:
 _DESCRIBE_REPORT = encode_report(DESCRIBE)
 #: A mark's incarnation that cannot be proven (hex), as a store and a promoted master's runtime info show it.
 _UNPROVEN = UNPROVEN_INCARNATION.hex()
+_UNKNOWN = UNKNOWN_FOLLOWING.hex()
+#: ``haReplicaNextIncarnation`` of a mark that names no next one (the key absent: it cannot be told, as from
+#: an older mqctl or an RM4 mark)
+_NO_FOLLOWING = bytes(IDENTITY_SIZE).hex()
 
 
 class TailUnknown(Exception):
@@ -697,7 +702,7 @@ def master_log(table: dict[str, str], addr: str) -> MasterLog:
     lineage = table.get("haReplicaMaster", "")
     mark = table.get("haReplicaMark", "")
     incarnation = table.get("haReplicaIncarnation", "")
-    replica_following = table.get("haReplicaNextIncarnation", "")
+    replica_following = table.get("haReplicaNextIncarnation", _UNKNOWN)
     if not (_is_identity(lineage) and mark.isascii() and mark.isdigit()):
         lineage, mark, incarnation = "", "0", ""
     incarnation = incarnation if _is_identity(incarnation) else ""
@@ -713,8 +718,23 @@ def master_log(table: dict[str, str], addr: str) -> MasterLog:
         incarnation,
         addr,
         following if history and _is_identity(following) else "",
-        replica_following if incarnation and _is_identity(replica_following) else "",
+        _replica_following(replica_following) if incarnation else "",
     )
+
+
+def _replica_following(shown: str) -> str:
+    """A promoted master's ``haReplicaNextIncarnation``: the id, "" for none (zeros), or, absent or not an id,
+    :data:`_UNKNOWN`."""
+    if shown == _NO_FOLLOWING:
+        return ""
+    return shown if _is_identity(shown) else _UNKNOWN
+
+
+def _run(incarnation: str, following: str) -> str:
+    """The run of its master a mark's records were copied from: the next incarnation that run announced, else
+    the one it ran in ("": it cannot be told, an RM4 mark's). Two marks that name one run hold the same
+    records up to the lower of them."""
+    return "" if following == _UNKNOWN else following or incarnation
 
 
 class MasterRecords:
@@ -1102,8 +1122,8 @@ class HASlave:
             copied = store.replica_incarnation
             theirs = master.replica_incarnation
             unproven = _UNPROVEN in (copied, theirs)
-            # (the same run of the master: its incarnation then and the next one it announced)
-            other = (copied, store.replica_following) != (theirs, master.replica_following)
+            run = _run(copied, store.replica_following)
+            other = not run or run != _run(theirs, master.replica_following)
             if unproven or (copied and theirs and other):
                 log.warning(
                     "HA: this slave's replica mark counts what it copied from incarnation %s of store %s, the "
@@ -1493,8 +1513,8 @@ def ha_runtime_info(
         info["haReplicaMark"] = str(store.replica_mark)
         if store.replica_incarnation:
             info["haReplicaIncarnation"] = store.replica_incarnation
-        if store.replica_following:
-            info["haReplicaNextIncarnation"] = store.replica_following
+            if store.replica_following != _UNKNOWN:
+                info["haReplicaNextIncarnation"] = store.replica_following or _NO_FOLLOWING
     if quarantines:
         info["storeQuarantines"] = str(len(quarantines))
         info["storeQuarantinedRecords"] = str(sum(max(0, m.records) + max(0, m.damaged) for m in quarantines))

@@ -16,8 +16,14 @@ from typing import Any
 
 import pytest
 
-from daemon.broker.ha import HASlave, MasterLog
-from store.checkpoint import INCARNATIONS_KEPT, UNPROVEN_INCARNATION, Incarnation, keep_master_history
+from daemon.broker.ha import HASlave, MasterLog, master_log
+from store.checkpoint import (
+    INCARNATIONS_KEPT,
+    UNKNOWN_FOLLOWING,
+    UNPROVEN_INCARNATION,
+    Incarnation,
+    keep_master_history,
+)
 from store.config import StoreConfig
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
@@ -367,3 +373,41 @@ def test_the_last_incarnation_both_histories_hold_vouches_up_to_where_either_end
     assert slave._vouched(restored) == 0
     keep_master_history(root, "cd" * 16, [a, b, c])
     assert slave._vouched(restored) == 0
+
+
+def test_a_promoted_master_vouches_for_a_slaves_records_only_when_both_marks_name_one_run_of_their_master() -> (
+    None
+):
+    """A mark names the run of its master its records were copied from by the next incarnation that run
+    announced, else the one it ran in. A mark an older mqctl wrote (RM4: the newest incarnation begun,
+    which a master that begins its next at its first write had not begun yet) cannot tell which run, nor
+    can a promoted master that shows no next one: neither vouches for the other's records. A slave that
+    named the master's next one before its first write and a master promoted from a slave that named it
+    after hold the same run. (No traffic.)"""
+    a, f = "0a" * 16, "0f" * 16
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation=a, replica_following=""
+    )
+    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
+    table = {
+        "haStoreIdentity": "ef" * 16,
+        "haReplicaMaster": "ab" * 16,
+        "haReplicaMark": "4800",
+        "haReplicaIncarnation": a,
+        "commitLogMaxOffset": "6000",
+    }
+    assert slave._vouched(master_log(table, "")) == 0  # (an older mqctl's: which run, it cannot say)
+    none = {**table, "haReplicaNextIncarnation": bytes(16).hex()}
+    assert slave._vouched(master_log(none, "")) == 4800
+    assert slave._vouched(master_log({**table, "haReplicaNextIncarnation": f}, "")) == 0
+    store.replica_following = f
+    assert (
+        slave._vouched(
+            master_log({**table, "haReplicaIncarnation": f, "haReplicaNextIncarnation": bytes(16).hex()}, "")
+        )
+        == 4800
+    )
+    assert slave._vouched(master_log({**table, "haReplicaNextIncarnation": f}, "")) == 4800
+    assert slave._vouched(master_log(none, "")) == 0
+    store.replica_following = UNKNOWN_FOLLOWING.hex()  # (the slave's own mark an RM4)
+    assert slave._vouched(master_log(none, "")) == 0

@@ -15,6 +15,7 @@ import pytest
 
 from store.checkpoint import (
     REPLICA_MARK_AT,
+    UNKNOWN_FOLLOWING,
     UNPROVEN_INCARNATION,
     Incarnation,
     StoreCheckpoint,
@@ -478,6 +479,8 @@ def test_an_older_mqctl_reads_the_mark_and_a_mark_it_wrote_since_proves_no_incar
     assert old_mark(root) is None  # what the older mqctl made of an RM4
     assert reopened() == (end, *named)  # read as written, written back as RM3 and its slot
     assert old_mark(root) == (end, owner, bytes.fromhex(named[0]))
+    # (which run of its master an RM4 named cannot be told, and stays so: see the slave's `_vouched`)
+    assert StoreCheckpoint(str(root / "checkpoint"), read_only=True).replica_following == UNKNOWN_FOLLOWING
     write_as_older_mqctl(root, _RM4.pack(b"mqctlRM4", end, owner, *map(bytes.fromhex, named)))
     rolled_back_over_rm4 = _OLD_MARK.pack(b"mqctlRM3", end, owner, bytes.fromhex(named[0]))
     write_as_older_mqctl(root, rolled_back_over_rm4)
