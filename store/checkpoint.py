@@ -321,7 +321,7 @@ def master_history(root: str) -> tuple[str, list[Incarnation]]:
     try:
         with open(os.path.join(root, REPLICA_INCARNATIONS_FILE), encoding="ascii") as f:
             identity, _, text = f.read().partition("\n")
-    except (FileNotFoundError, UnicodeDecodeError):
+    except (OSError, ValueError):  # (none, or unreadable: vouches for nothing)
         return "", []
     return identity, parse_incarnations(text.replace("\n", ";"))
 

@@ -1103,10 +1103,33 @@ class HASlave:
         return True
 
     async def _keep_history(self, master: MasterLog) -> None:
-        """The master's history as this check read it, kept beside the store when the mark names it."""
-        if self.store.replica_incarnation and master.incarnations:
-            root = self.config.store_path_root_dir
-            await asyncio.to_thread(keep_master_history, root, master.identity, list(master.incarnations))
+        """The master's history as this check read it, kept beside the store when the mark names it, with
+        the next incarnation it announced where that begins: its log's end now (no change moved it before
+        that one began; the master shows its end before it), which ends every earlier one there, however
+        far past it they began (a log back shorter). Nothing is kept for a run whose end is not shown.
+        Written when it changed; a failure to keep it leaves the copy of another run, which vouches for
+        none of this one's records (:meth:`_shared_end`), and the check goes on."""
+        if not (self.store.replica_incarnation and master.incarnations) or (
+            master.following and master.end < 0
+        ):
+            return
+        history = list(master.incarnations)
+        if master.following:
+            history.append(Incarnation(bytes.fromhex(master.following), master.end))
+        root = self.config.store_path_root_dir
+
+        def keep() -> None:
+            if master_history(root) != (master.identity, history):
+                keep_master_history(root, master.identity, history)
+
+        try:
+            await asyncio.to_thread(keep)
+        except OSError as exc:
+            log.warning(
+                "HA: this slave could not keep its master's incarnations as this check read them (%s): a master "
+                "restored from an older copy vouches for none of the records copied from this run",
+                exc,
+            )
 
     def _vouched(self, master: MasterLog) -> int:
         """Up to where the replica mark vouches for this master's records: all of it, unless the mark
@@ -1185,8 +1208,9 @@ class HASlave:
         what came after). None when they share none."""
         identity, kept = master_history(self.config.store_path_root_dir)
         store = self.store
-        if identity != store.replica_master or not kept or kept[-1].id.hex() != store.replica_incarnation:
-            return None
+        run = _run(store.replica_incarnation, store.replica_following)
+        if identity != store.replica_master or not (run and kept) or kept[-1].id.hex() != run:
+            return None  # (a copy kept for another run, or none)
         history = list(master.incarnations)
         held = {(h.id, h.start): i for i, h in enumerate(history)}
         for j in range(len(kept) - 2, -1, -1):

@@ -375,6 +375,39 @@ def test_the_last_incarnation_both_histories_hold_vouches_up_to_where_either_end
     assert slave._vouched(restored) == 0
 
 
+async def test_the_kept_history_ends_the_incarnations_before_the_announced_next_one_where_the_log_ended(
+    tmp_path: Path,
+) -> None:
+    """A master back shorter after a power loss (its history still ends in one begun past its log's end)
+    announces its next incarnation, which begins where its log ends at the check: the slave keeps that one
+    too, so a later restore that kept only an earlier incarnation vouches for the slave's records no further
+    than where the announced one began (those past it were its records, which only the slave may hold). A
+    master that does not say where its log ends leaves nothing kept for that run. (No traffic.)"""
+    p, a, g = (Incarnation(bytes([n]) * 16, at) for n, at in ((1, 0), (2, 3000), (4, 2500)))
+    following = "03" * 16
+    store = SimpleNamespace(
+        replica_master="ab" * 16,
+        replica_mark=5000,
+        replica_incarnation=a.id.hex(),
+        replica_following=following,
+    )
+    slave = HASlave(StoreConfig(store_path_root_dir=str(tmp_path)), store)  # type: ignore[arg-type]
+    checked = MasterLog(0, "ab" * 16, end=1000, incarnations=(p, a), following=following)
+    restored = MasterLog(0, "ab" * 16, incarnations=(p, g))
+    await slave._keep_history(checked)
+    assert slave._vouched(restored) == 1000
+    # checked again once the announced one began: the same history
+    store.replica_incarnation, store.replica_following = following, ""
+    began = dataclasses.replace(checked, incarnations=(p, a, Incarnation(bytes.fromhex(following), 1000)))
+    await slave._keep_history(dataclasses.replace(began, following=""))
+    assert slave._vouched(restored) == 1000
+
+    (tmp_path / "replica-incarnations").unlink()
+    store.replica_incarnation, store.replica_following = a.id.hex(), following
+    await slave._keep_history(dataclasses.replace(checked, end=-1))
+    assert slave._vouched(restored) == 0
+
+
 def test_a_promoted_master_vouches_for_a_slaves_records_only_when_both_marks_name_one_run_of_their_master() -> (
     None
 ):
@@ -411,3 +444,26 @@ def test_a_promoted_master_vouches_for_a_slaves_records_only_when_both_marks_nam
     assert slave._vouched(master_log(none, "")) == 0
     store.replica_following = UNKNOWN_FOLLOWING.hex()  # (the slave's own mark an RM4)
     assert slave._vouched(master_log(none, "")) == 0
+
+
+async def test_a_copy_of_the_masters_history_that_cannot_be_kept_or_read_leaves_the_check_safe(
+    tmp_path: Path,
+) -> None:
+    """The slave's copy of its master's history cannot be written (a full disk, here a directory where its
+    temporary file goes) or read: the check goes on, and the copy kept for another run vouches for none of
+    the records of the run the mark names. (No traffic.)"""
+    p, a = Incarnation(bytes([1]) * 16, 0), Incarnation(bytes([2]) * 16, 3000)
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation=a.id.hex(), replica_following=""
+    )
+    slave = HASlave(StoreConfig(store_path_root_dir=str(tmp_path)), store)  # type: ignore[arg-type]
+    restored = MasterLog(0, "ab" * 16, incarnations=(p, Incarnation(bytes([4]) * 16, 2500)))
+    await slave._keep_history(MasterLog(0, "ab" * 16, end=5000, incarnations=(p, a)))
+    assert slave._vouched(restored) == 2500
+    (tmp_path / "replica-incarnations.tmp").mkdir()
+    store.replica_following = "03" * 16
+    await slave._keep_history(MasterLog(0, "ab" * 16, end=5000, incarnations=(p, a), following="03" * 16))
+    assert slave._vouched(restored) == 0
+    (tmp_path / "replica-incarnations").unlink()
+    (tmp_path / "replica-incarnations").mkdir()
+    assert slave._vouched(restored) == 0
