@@ -333,7 +333,8 @@ def begin_incarnation(root: str, start: int, ident: bytes = b"") -> list[Incarna
     older copy, or copied to seed another broker, keeps the identity but not the history written since, so
     no slave takes records of an incarnation it lacks for its own. Returns the history."""
     history = read_incarnations(root)
-    history = [*history, Incarnation(ident or os.urandom(IDENTITY_SIZE), start)][-INCARNATIONS_KEPT:]
+    if not (ident and history and history[-1].id == ident):  # (on disk already: its directory's sync failed)
+        history = [*history, Incarnation(ident or os.urandom(IDENTITY_SIZE), start)][-INCARNATIONS_KEPT:]
     _write_incarnations(root, history)
     return history
 

@@ -19,6 +19,7 @@ from store.checkpoint import (
     UNPROVEN_INCARNATION,
     Incarnation,
     StoreCheckpoint,
+    begin_incarnation,
     incarnation_end,
     parse_incarnations,
     read_incarnations,
@@ -491,3 +492,13 @@ def test_an_older_mqctl_reads_the_mark_and_a_mark_it_wrote_since_proves_no_incar
         f.write(bytes(56))
     write_as_older_mqctl(root, rolled_back_over_rm4)
     assert reopened() == (end, named[0], "")
+
+
+def test_an_incarnation_begun_again_after_its_file_was_replaced_is_not_appended_twice(tmp_path: Path) -> None:
+    """The history's directory sync failed after the file was replaced: the store still has the incarnation
+    due, and begins it again at its next change; the history holds it once (twice, it ended itself there)."""
+    root = str(tmp_path)
+    begin_incarnation(root, 0)
+    ident = bytes([7]) * 16
+    assert begin_incarnation(root, 4096, ident) == begin_incarnation(root, 4096, ident)
+    assert [i.id for i in read_incarnations(root)][1:] == [ident]
