@@ -1168,27 +1168,32 @@ class HASlave:
 
     def _incarnation_end(self, master: MasterLog) -> int:
         """Where the master's history says the incarnation the mark's records were copied from ended: the
-        earliest start of those after it, or nowhere (the one it runs in now). A mark from before incarnations, or naming
+        earliest start of those after it, or nowhere (the one it runs in now), and no further than where the
+        next one the mark names was to begin, when the master does not hold that one (it has not begun, or
+        a restore lost it: the records past its start were its). A mark from before incarnations, or naming
         none, vouches as far as it reaches; one the master does not know (its store restored from an older
-        copy, a copy of it started as another master, a history that dropped it) vouches for nothing."""
-        copied = self.store.replica_incarnation
+        copy, a copy of it started as another master, a history that dropped it), or whose run cannot be
+        told (an RM4 mark), vouches for nothing."""
+        store = self.store
+        copied, following = store.replica_incarnation, store.replica_following
         if not copied:
-            return self.store.replica_mark
-        if copied == _UNPROVEN:
+            return store.replica_mark
+        if copied == _UNPROVEN or following == _UNKNOWN:
             log.warning(
-                "HA: this slave's replica mark cannot prove which incarnation of its master's store %s its "
-                "records were copied from (an mqctl that does not keep it wrote the mark since): none below "
-                "the master's first offset is taken as its own",
+                "HA: this slave's replica mark cannot prove which run of its master's store %s its records "
+                "were copied from (an mqctl that does not keep it wrote the mark since): none below the "
+                "master's first offset is taken as its own",
                 master.identity,
             )
             return 0
-        history = master.incarnations
+        history = list(master.incarnations)
         ids = [i.id.hex() for i in history]
         # the master's next one then, once begun, holds every record the slave copied from that run
-        for named in (self.store.replica_following, copied):
+        for named in (following, copied):
             if named and named in ids:
-                ended = incarnation_end(list(history), ids.index(named))
-                return self.store.replica_mark if ended is None else ended
+                ended = incarnation_end(history, ids.index(named))
+                vouched = store.replica_mark if ended is None else ended
+                return min(vouched, self._announced_start()) if named != following and following else vouched
         shared = self._shared_end(master)
         if shared is not None:
             return shared
@@ -1201,16 +1206,31 @@ class HASlave:
         )
         return 0
 
+    def _announced_start(self) -> int:
+        """Where the next incarnation the mark names was to begin, as the slave's copy of its master's history
+        keeps it (:meth:`_keep_history`); 0 when it does not."""
+        kept = self._kept()
+        return kept[-1].start if kept else 0
+
+    def _kept(self) -> list[Incarnation]:
+        """The slave's copy of its master's history when it was kept for the run the mark names (its newest
+        the next one the mark names, else its incarnation), of the store it names; else none."""
+        identity, kept = master_history(self.config.store_path_root_dir)
+        store = self.store
+        run = _run(store.replica_incarnation, store.replica_following)
+        if identity != store.replica_master or not (run and kept) or kept[-1].id.hex() != run:
+            return []  # (a copy kept for another run, or none)
+        return kept
+
     def _shared_end(self, master: MasterLog) -> int | None:
         """Where the last incarnation that both the master's history and the slave's copy of it (as its
         last check read it, the one its mark names the newest) hold ended, in either: the slave's records
         below it were that incarnation's, and the master's log still is (a restore or a copy lost only
         what came after). None when they share none."""
-        identity, kept = master_history(self.config.store_path_root_dir)
+        kept = self._kept()
+        if not kept:
+            return None
         store = self.store
-        run = _run(store.replica_incarnation, store.replica_following)
-        if identity != store.replica_master or not (run and kept) or kept[-1].id.hex() != run:
-            return None  # (a copy kept for another run, or none)
         history = list(master.incarnations)
         held = {(h.id, h.start): i for i, h in enumerate(history)}
         for j in range(len(kept) - 2, -1, -1):

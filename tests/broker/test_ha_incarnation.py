@@ -283,15 +283,18 @@ async def test_a_slave_whose_mark_an_older_mqctl_wrote_since_vouches_for_none_of
         await slave_back(g, tmp_path / "slave", 60)
 
 
-def test_an_unproven_incarnation_vouches_for_nothing_and_a_begun_next_one_as_far_as_it_ran() -> None:
+def test_an_unproven_incarnation_vouches_for_nothing_and_a_begun_next_one_as_far_as_it_ran(
+    tmp_path: Path,
+) -> None:
     """A mark whose incarnation an older mqctl's write left unproven vouches for none of the slave's records
     below the first offset of the master its mark names, nor of a master promoted in its place; neither
     does a promoted master's own unproven one. A mark named with the master's next incarnation vouches as
-    far as that one ran once it began. (No traffic: the decision alone.)"""
+    far as that one ran once it began; until then the one it names vouches no further than where the next
+    one was to begin, as the slave kept it. (No traffic: the decision alone.)"""
     store = SimpleNamespace(
         replica_master="ab" * 16, replica_mark=5000, replica_incarnation="cd" * 16, replica_following=""
     )
-    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
+    slave = HASlave(StoreConfig(store_path_root_dir=str(tmp_path)), store)  # type: ignore[arg-type]
     own = MasterLog(0, "ab" * 16, incarnations=(Incarnation(bytes.fromhex("cd" * 16), 0),))
     promoted = MasterLog(0, "ef" * 16, "ab" * 16, 3000, replica_incarnation="cd" * 16)
     assert (slave._vouched(own), slave._vouched(promoted)) == (5000, 3000)
@@ -306,7 +309,9 @@ def test_an_unproven_incarnation_vouches_for_nothing_and_a_begun_next_one_as_far
     store.replica_incarnation, store.replica_following = "cd" * 16, "12" * 16
     nxt, later = Incarnation(bytes.fromhex("12" * 16), 4000), Incarnation(bytes(range(16)), 4500)
     assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, nxt, later))) == 4500
-    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, later))) == 4500
+    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, later))) == 0
+    keep_master_history(str(tmp_path), "ab" * 16, [*own.incarnations, nxt])
+    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, later))) == 4000
     assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, nxt))) == 5000
     assert slave._vouched(dataclasses.replace(promoted, replica_following="12" * 16)) == 3000
     assert slave._vouched(dataclasses.replace(promoted, replica_following="34" * 16)) == 0
@@ -384,6 +389,7 @@ async def test_the_kept_history_ends_the_incarnations_before_the_announced_next_
     than where the announced one began (those past it were its records, which only the slave may hold). A
     master that does not say where its log ends leaves nothing kept for that run. (No traffic.)"""
     p, a, g = (Incarnation(bytes([n]) * 16, at) for n, at in ((1, 0), (2, 3000), (4, 2500)))
+    kept_a = MasterLog(0, "ab" * 16, incarnations=(p, a, Incarnation(bytes([5]) * 16, 4000)))
     following = "03" * 16
     store = SimpleNamespace(
         replica_master="ab" * 16,
@@ -396,6 +402,7 @@ async def test_the_kept_history_ends_the_incarnations_before_the_announced_next_
     restored = MasterLog(0, "ab" * 16, incarnations=(p, g))
     await slave._keep_history(checked)
     assert slave._vouched(restored) == 1000
+    assert slave._vouched(kept_a) == 1000  # (a restore that kept the named one, and wrote past its start)
     # checked again once the announced one began: the same history
     store.replica_incarnation, store.replica_following = following, ""
     began = dataclasses.replace(checked, incarnations=(p, a, Incarnation(bytes.fromhex(following), 1000)))
@@ -444,6 +451,8 @@ def test_a_promoted_master_vouches_for_a_slaves_records_only_when_both_marks_nam
     assert slave._vouched(master_log(none, "")) == 0
     store.replica_following = UNKNOWN_FOLLOWING.hex()  # (the slave's own mark an RM4)
     assert slave._vouched(master_log(none, "")) == 0
+    own = MasterLog(0, "ab" * 16, incarnations=(Incarnation(bytes.fromhex(a), 0),))
+    assert slave._vouched(own) == 0
 
 
 async def test_a_copy_of_the_masters_history_that_cannot_be_kept_or_read_leaves_the_check_safe(
