@@ -1181,8 +1181,8 @@ class HASlave:
         if copied == _UNPROVEN or following == _UNKNOWN:
             log.warning(
                 "HA: this slave's replica mark cannot prove which run of its master's store %s its records "
-                "were copied from (an mqctl that does not keep it wrote the mark since): none below the "
-                "master's first offset is taken as its own",
+                "were copied from (an mqctl that does not keep it wrote the mark since, or one that named "
+                "only the newest incarnation begun): none below the master's first offset is taken as its own",
                 master.identity,
             )
             return 0
