@@ -75,6 +75,11 @@ _SLOT_SIZE = _SLOT.size + _CRC.size
 #: The incarnation a mark names when the one its records were copied from cannot be proven (an mqctl that
 #: does not keep it wrote the mark since): in no master's history, so it vouches for nothing.
 UNPROVEN_INCARNATION = bytes(IDENTITY_SIZE)
+#: The master's next incarnation a mark names when it cannot be told (an RM4 mark: that mqctl named the
+#: newest incarnation begun, which a master that begins its next at its first write had not begun yet):
+#: the run of the master its records were copied from is unknown, and a promoted master's mark vouches for
+#: none of them (docs/replication.md §the-replica-mark).
+UNKNOWN_FOLLOWING = b"\xff" * IDENTITY_SIZE
 #: A store's incarnations as a master (see :func:`begin_incarnation`): the file beside the identity.
 INCARNATIONS_FILE = "incarnations"
 #: A slave's copy of its master's incarnations at its last check: the master's store identity (hex) on the
@@ -207,6 +212,7 @@ def _decode_mark(data: bytes, header: bytes) -> _Mark:
         )
     else:
         incarnation = values[4] if len(values) > 4 else b""
+        following = UNKNOWN_FOLLOWING if incarnation else b""
     return _Mark(values[1], owner, master, True, incarnation, following)
 
 
@@ -315,7 +321,7 @@ def master_history(root: str) -> tuple[str, list[Incarnation]]:
     try:
         with open(os.path.join(root, REPLICA_INCARNATIONS_FILE), encoding="ascii") as f:
             identity, _, text = f.read().partition("\n")
-    except (FileNotFoundError, UnicodeDecodeError):
+    except (OSError, ValueError):  # (none, or unreadable: vouches for nothing)
         return "", []
     return identity, parse_incarnations(text.replace("\n", ";"))
 
@@ -327,7 +333,8 @@ def begin_incarnation(root: str, start: int, ident: bytes = b"") -> list[Incarna
     older copy, or copied to seed another broker, keeps the identity but not the history written since, so
     no slave takes records of an incarnation it lacks for its own. Returns the history."""
     history = read_incarnations(root)
-    history = [*history, Incarnation(ident or os.urandom(IDENTITY_SIZE), start)][-INCARNATIONS_KEPT:]
+    if not (ident and history and history[-1].id == ident):  # (on disk already: its directory's sync failed)
+        history = [*history, Incarnation(ident or os.urandom(IDENTITY_SIZE), start)][-INCARNATIONS_KEPT:]
     _write_incarnations(root, history)
     return history
 

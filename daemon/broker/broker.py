@@ -1297,6 +1297,7 @@ class Broker:
             "commitLogDiskRatio": str(usage),  # Java prints the double as is: "0.35"
             "consumeQueueDiskRatio": str(usage),
             "commitLogMinOffset": str(store.min_phy_offset),
+            # (read before haNextIncarnation: while that one is due, this is where it begins)
             "commitLogMaxOffset": str(store.max_phy_offset),
             # mqctl's additions: the role and the replication state
             **ha_runtime_info(

@@ -43,6 +43,7 @@ from daemon.remoting.server import TLS_HANDSHAKE_TIMEOUT, bind_listener
 from store import fastjson
 from store.checkpoint import (
     IDENTITY_SIZE,
+    UNKNOWN_FOLLOWING,
     UNPROVEN_INCARNATION,
     Incarnation,
     incarnation_end,
@@ -639,6 +640,10 @@ class HAMaster:
 _DESCRIBE_REPORT = encode_report(DESCRIBE)
 #: A mark's incarnation that cannot be proven (hex), as a store and a promoted master's runtime info show it.
 _UNPROVEN = UNPROVEN_INCARNATION.hex()
+_UNKNOWN = UNKNOWN_FOLLOWING.hex()
+#: ``haReplicaNextIncarnation`` of a mark that names no next one (the key absent: it cannot be told, as from
+#: an older mqctl or an RM4 mark)
+_NO_FOLLOWING = bytes(IDENTITY_SIZE).hex()
 
 
 class TailUnknown(Exception):
@@ -698,7 +703,7 @@ def master_log(table: dict[str, str], addr: str) -> MasterLog:
     lineage = table.get("haReplicaMaster", "")
     mark = table.get("haReplicaMark", "")
     incarnation = table.get("haReplicaIncarnation", "")
-    replica_following = table.get("haReplicaNextIncarnation", "")
+    replica_following = table.get("haReplicaNextIncarnation", _UNKNOWN)
     if not (_is_identity(lineage) and mark.isascii() and mark.isdigit()):
         lineage, mark, incarnation = "", "0", ""
     incarnation = incarnation if _is_identity(incarnation) else ""
@@ -714,8 +719,23 @@ def master_log(table: dict[str, str], addr: str) -> MasterLog:
         incarnation,
         addr,
         following if history and _is_identity(following) else "",
-        replica_following if incarnation and _is_identity(replica_following) else "",
+        _replica_following(replica_following) if incarnation else "",
     )
+
+
+def _replica_following(shown: str) -> str:
+    """A promoted master's ``haReplicaNextIncarnation``: the id, "" for none (zeros), or, absent or not an id,
+    :data:`_UNKNOWN`."""
+    if shown == _NO_FOLLOWING:
+        return ""
+    return shown if _is_identity(shown) else _UNKNOWN
+
+
+def _run(incarnation: str, following: str) -> str:
+    """The run of its master a mark's records were copied from: the next incarnation that run announced, else
+    the one it ran in ("": it cannot be told, an RM4 mark's). Two marks that name one run hold the same
+    records up to the lower of them."""
+    return "" if following == _UNKNOWN else following or incarnation
 
 
 class MasterRecords:
@@ -1084,10 +1104,33 @@ class HASlave:
         return True
 
     async def _keep_history(self, master: MasterLog) -> None:
-        """The master's history as this check read it, kept beside the store when the mark names it."""
-        if self.store.replica_incarnation and master.incarnations:
-            root = self.config.store_path_root_dir
-            await asyncio.to_thread(keep_master_history, root, master.identity, list(master.incarnations))
+        """The master's history as this check read it, kept beside the store when the mark names it, with
+        the next incarnation it announced where that begins: its log's end now (no change moved it before
+        that one began; the master shows its end before it), which ends every earlier one there, however
+        far past it they began (a log back shorter). Nothing is kept for a run whose end is not shown.
+        Written when it changed; a failure to keep it leaves the copy of another run, which vouches for
+        none of this one's records (:meth:`_shared_end`), and the check goes on."""
+        if not (self.store.replica_incarnation and master.incarnations) or (
+            master.following and master.end < 0
+        ):
+            return
+        history = list(master.incarnations)
+        if master.following:
+            history.append(Incarnation(bytes.fromhex(master.following), master.end))
+        root = self.config.store_path_root_dir
+
+        def keep() -> None:
+            if master_history(root) != (master.identity, history):
+                keep_master_history(root, master.identity, history)
+
+        try:
+            await asyncio.to_thread(keep)
+        except OSError as exc:
+            log.warning(
+                "HA: this slave could not keep its master's incarnations as this check read them (%s): a master "
+                "restored from an older copy vouches for none of the records copied from this run",
+                exc,
+            )
 
     def _vouched(self, master: MasterLog) -> int:
         """Up to where the replica mark vouches for this master's records: all of it, unless the mark
@@ -1103,8 +1146,8 @@ class HASlave:
             copied = store.replica_incarnation
             theirs = master.replica_incarnation
             unproven = _UNPROVEN in (copied, theirs)
-            # (the same run of the master: its incarnation then and the next one it announced)
-            other = (copied, store.replica_following) != (theirs, master.replica_following)
+            run = _run(copied, store.replica_following)
+            other = not run or run != _run(theirs, master.replica_following)
             if unproven or (copied and theirs and other):
                 log.warning(
                     "HA: this slave's replica mark counts what it copied from incarnation %s of store %s, the "
@@ -1126,27 +1169,32 @@ class HASlave:
 
     def _incarnation_end(self, master: MasterLog) -> int:
         """Where the master's history says the incarnation the mark's records were copied from ended: the
-        earliest start of those after it, or nowhere (the one it runs in now). A mark from before incarnations, or naming
+        earliest start of those after it, or nowhere (the one it runs in now), and no further than where the
+        next one the mark names was to begin, when the master does not hold that one (it has not begun, or
+        a restore lost it: the records past its start were its). A mark from before incarnations, or naming
         none, vouches as far as it reaches; one the master does not know (its store restored from an older
-        copy, a copy of it started as another master, a history that dropped it) vouches for nothing."""
-        copied = self.store.replica_incarnation
+        copy, a copy of it started as another master, a history that dropped it), or whose run cannot be
+        told (an RM4 mark), vouches for nothing."""
+        store = self.store
+        copied, following = store.replica_incarnation, store.replica_following
         if not copied:
-            return self.store.replica_mark
-        if copied == _UNPROVEN:
+            return store.replica_mark
+        if copied == _UNPROVEN or following == _UNKNOWN:
             log.warning(
-                "HA: this slave's replica mark cannot prove which incarnation of its master's store %s its "
-                "records were copied from (an mqctl that does not keep it wrote the mark since): none below "
-                "the master's first offset is taken as its own",
+                "HA: this slave's replica mark cannot prove which run of its master's store %s its records "
+                "were copied from (an mqctl that does not keep it wrote the mark since, or one that named "
+                "only the newest incarnation begun): none below the master's first offset is taken as its own",
                 master.identity,
             )
             return 0
-        history = master.incarnations
+        history = list(master.incarnations)
         ids = [i.id.hex() for i in history]
         # the master's next one then, once begun, holds every record the slave copied from that run
-        for named in (self.store.replica_following, copied):
+        for named in (following, copied):
             if named and named in ids:
-                ended = incarnation_end(list(history), ids.index(named))
-                return self.store.replica_mark if ended is None else ended
+                ended = incarnation_end(history, ids.index(named))
+                vouched = store.replica_mark if ended is None else ended
+                return min(vouched, self._announced_start()) if named != following and following else vouched
         shared = self._shared_end(master)
         if shared is not None:
             return shared
@@ -1159,15 +1207,31 @@ class HASlave:
         )
         return 0
 
+    def _announced_start(self) -> int:
+        """Where the next incarnation the mark names was to begin, as the slave's copy of its master's history
+        keeps it (:meth:`_keep_history`); 0 when it does not."""
+        kept = self._kept()
+        return kept[-1].start if kept else 0
+
+    def _kept(self) -> list[Incarnation]:
+        """The slave's copy of its master's history when it was kept for the run the mark names (its newest
+        the next one the mark names, else its incarnation), of the store it names; else none."""
+        identity, kept = master_history(self.config.store_path_root_dir)
+        store = self.store
+        run = _run(store.replica_incarnation, store.replica_following)
+        if identity != store.replica_master or not (run and kept) or kept[-1].id.hex() != run:
+            return []  # (a copy kept for another run, or none)
+        return kept
+
     def _shared_end(self, master: MasterLog) -> int | None:
         """Where the last incarnation that both the master's history and the slave's copy of it (as its
         last check read it, the one its mark names the newest) hold ended, in either: the slave's records
         below it were that incarnation's, and the master's log still is (a restore or a copy lost only
         what came after). None when they share none."""
-        identity, kept = master_history(self.config.store_path_root_dir)
-        store = self.store
-        if identity != store.replica_master or not kept or kept[-1].id.hex() != store.replica_incarnation:
+        kept = self._kept()
+        if not kept:
             return None
+        store = self.store
         history = list(master.incarnations)
         held = {(h.id, h.start): i for i, h in enumerate(history)}
         for j in range(len(kept) - 2, -1, -1):
@@ -1495,8 +1559,8 @@ def ha_runtime_info(
         info["haReplicaMark"] = str(store.replica_mark)
         if store.replica_incarnation:
             info["haReplicaIncarnation"] = store.replica_incarnation
-        if store.replica_following:
-            info["haReplicaNextIncarnation"] = store.replica_following
+            if store.replica_following != _UNKNOWN:
+                info["haReplicaNextIncarnation"] = store.replica_following or _NO_FOLLOWING
     if quarantines:
         info["storeQuarantines"] = str(len(quarantines))
         info["storeQuarantinedRecords"] = str(sum(max(0, m.records) + max(0, m.damaged) for m in quarantines))

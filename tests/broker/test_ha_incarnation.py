@@ -16,8 +16,14 @@ from typing import Any
 
 import pytest
 
-from daemon.broker.ha import HASlave, MasterLog
-from store.checkpoint import INCARNATIONS_KEPT, UNPROVEN_INCARNATION, Incarnation, keep_master_history
+from daemon.broker.ha import HASlave, MasterLog, master_log
+from store.checkpoint import (
+    INCARNATIONS_KEPT,
+    UNKNOWN_FOLLOWING,
+    UNPROVEN_INCARNATION,
+    Incarnation,
+    keep_master_history,
+)
 from store.config import StoreConfig
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
@@ -277,15 +283,18 @@ async def test_a_slave_whose_mark_an_older_mqctl_wrote_since_vouches_for_none_of
         await slave_back(g, tmp_path / "slave", 60)
 
 
-def test_an_unproven_incarnation_vouches_for_nothing_and_a_begun_next_one_as_far_as_it_ran() -> None:
+def test_an_unproven_incarnation_vouches_for_nothing_and_a_begun_next_one_as_far_as_it_ran(
+    tmp_path: Path,
+) -> None:
     """A mark whose incarnation an older mqctl's write left unproven vouches for none of the slave's records
     below the first offset of the master its mark names, nor of a master promoted in its place; neither
     does a promoted master's own unproven one. A mark named with the master's next incarnation vouches as
-    far as that one ran once it began. (No traffic: the decision alone.)"""
+    far as that one ran once it began; until then the one it names vouches no further than where the next
+    one was to begin, as the slave kept it. (No traffic: the decision alone.)"""
     store = SimpleNamespace(
         replica_master="ab" * 16, replica_mark=5000, replica_incarnation="cd" * 16, replica_following=""
     )
-    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
+    slave = HASlave(StoreConfig(store_path_root_dir=str(tmp_path)), store)  # type: ignore[arg-type]
     own = MasterLog(0, "ab" * 16, incarnations=(Incarnation(bytes.fromhex("cd" * 16), 0),))
     promoted = MasterLog(0, "ef" * 16, "ab" * 16, 3000, replica_incarnation="cd" * 16)
     assert (slave._vouched(own), slave._vouched(promoted)) == (5000, 3000)
@@ -300,7 +309,9 @@ def test_an_unproven_incarnation_vouches_for_nothing_and_a_begun_next_one_as_far
     store.replica_incarnation, store.replica_following = "cd" * 16, "12" * 16
     nxt, later = Incarnation(bytes.fromhex("12" * 16), 4000), Incarnation(bytes(range(16)), 4500)
     assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, nxt, later))) == 4500
-    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, later))) == 4500
+    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, later))) == 0
+    keep_master_history(str(tmp_path), "ab" * 16, [*own.incarnations, nxt])
+    assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, later))) == 4000
     assert slave._vouched(dataclasses.replace(own, incarnations=(*own.incarnations, nxt))) == 5000
     assert slave._vouched(dataclasses.replace(promoted, replica_following="12" * 16)) == 3000
     assert slave._vouched(dataclasses.replace(promoted, replica_following="34" * 16)) == 0
@@ -366,4 +377,102 @@ def test_the_last_incarnation_both_histories_hold_vouches_up_to_where_either_end
     keep_master_history(root, "ab" * 16, [a, b, c, Incarnation(bytes([5]) * 16, 4500)])
     assert slave._vouched(restored) == 0
     keep_master_history(root, "cd" * 16, [a, b, c])
+    assert slave._vouched(restored) == 0
+
+
+async def test_the_kept_history_ends_the_incarnations_before_the_announced_next_one_where_the_log_ended(
+    tmp_path: Path,
+) -> None:
+    """A master back shorter after a power loss (its history still ends in one begun past its log's end)
+    announces its next incarnation, which begins where its log ends at the check: the slave keeps that one
+    too, so a later restore that kept only an earlier incarnation vouches for the slave's records no further
+    than where the announced one began (those past it were its records, which only the slave may hold). A
+    master that does not say where its log ends leaves nothing kept for that run. (No traffic.)"""
+    p, a, g = (Incarnation(bytes([n]) * 16, at) for n, at in ((1, 0), (2, 3000), (4, 2500)))
+    kept_a = MasterLog(0, "ab" * 16, incarnations=(p, a, Incarnation(bytes([5]) * 16, 4000)))
+    following = "03" * 16
+    store = SimpleNamespace(
+        replica_master="ab" * 16,
+        replica_mark=5000,
+        replica_incarnation=a.id.hex(),
+        replica_following=following,
+    )
+    slave = HASlave(StoreConfig(store_path_root_dir=str(tmp_path)), store)  # type: ignore[arg-type]
+    checked = MasterLog(0, "ab" * 16, end=1000, incarnations=(p, a), following=following)
+    restored = MasterLog(0, "ab" * 16, incarnations=(p, g))
+    await slave._keep_history(checked)
+    assert slave._vouched(restored) == 1000
+    assert slave._vouched(kept_a) == 1000  # (a restore that kept the named one, and wrote past its start)
+    # checked again once the announced one began: the same history
+    store.replica_incarnation, store.replica_following = following, ""
+    began = dataclasses.replace(checked, incarnations=(p, a, Incarnation(bytes.fromhex(following), 1000)))
+    await slave._keep_history(dataclasses.replace(began, following=""))
+    assert slave._vouched(restored) == 1000
+
+    (tmp_path / "replica-incarnations").unlink()
+    store.replica_incarnation, store.replica_following = a.id.hex(), following
+    await slave._keep_history(dataclasses.replace(checked, end=-1))
+    assert slave._vouched(restored) == 0
+
+
+def test_a_promoted_master_vouches_for_a_slaves_records_only_when_both_marks_name_one_run_of_their_master() -> (
+    None
+):
+    """A mark names the run of its master its records were copied from by the next incarnation that run
+    announced, else the one it ran in. A mark an older mqctl wrote (RM4: the newest incarnation begun,
+    which a master that begins its next at its first write had not begun yet) cannot tell which run, nor
+    can a promoted master that shows no next one: neither vouches for the other's records. A slave that
+    named the master's next one before its first write and a master promoted from a slave that named it
+    after hold the same run. (No traffic.)"""
+    a, f = "0a" * 16, "0f" * 16
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation=a, replica_following=""
+    )
+    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
+    table = {
+        "haStoreIdentity": "ef" * 16,
+        "haReplicaMaster": "ab" * 16,
+        "haReplicaMark": "4800",
+        "haReplicaIncarnation": a,
+        "commitLogMaxOffset": "6000",
+    }
+    assert slave._vouched(master_log(table, "")) == 0  # (an older mqctl's: which run, it cannot say)
+    none = {**table, "haReplicaNextIncarnation": bytes(16).hex()}
+    assert slave._vouched(master_log(none, "")) == 4800
+    assert slave._vouched(master_log({**table, "haReplicaNextIncarnation": f}, "")) == 0
+    store.replica_following = f
+    assert (
+        slave._vouched(
+            master_log({**table, "haReplicaIncarnation": f, "haReplicaNextIncarnation": bytes(16).hex()}, "")
+        )
+        == 4800
+    )
+    assert slave._vouched(master_log({**table, "haReplicaNextIncarnation": f}, "")) == 4800
+    assert slave._vouched(master_log(none, "")) == 0
+    store.replica_following = UNKNOWN_FOLLOWING.hex()  # (the slave's own mark an RM4)
+    assert slave._vouched(master_log(none, "")) == 0
+    own = MasterLog(0, "ab" * 16, incarnations=(Incarnation(bytes.fromhex(a), 0),))
+    assert slave._vouched(own) == 0
+
+
+async def test_a_copy_of_the_masters_history_that_cannot_be_kept_or_read_leaves_the_check_safe(
+    tmp_path: Path,
+) -> None:
+    """The slave's copy of its master's history cannot be written (a full disk, here a directory where its
+    temporary file goes) or read: the check goes on, and the copy kept for another run vouches for none of
+    the records of the run the mark names. (No traffic.)"""
+    p, a = Incarnation(bytes([1]) * 16, 0), Incarnation(bytes([2]) * 16, 3000)
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation=a.id.hex(), replica_following=""
+    )
+    slave = HASlave(StoreConfig(store_path_root_dir=str(tmp_path)), store)  # type: ignore[arg-type]
+    restored = MasterLog(0, "ab" * 16, incarnations=(p, Incarnation(bytes([4]) * 16, 2500)))
+    await slave._keep_history(MasterLog(0, "ab" * 16, end=5000, incarnations=(p, a)))
+    assert slave._vouched(restored) == 2500
+    (tmp_path / "replica-incarnations.tmp").mkdir()
+    store.replica_following = "03" * 16
+    await slave._keep_history(MasterLog(0, "ab" * 16, end=5000, incarnations=(p, a), following="03" * 16))
+    assert slave._vouched(restored) == 0
+    (tmp_path / "replica-incarnations").unlink()
+    (tmp_path / "replica-incarnations").mkdir()
     assert slave._vouched(restored) == 0
