@@ -1091,6 +1091,12 @@ class Node:
     def _take_leadership(self, req: LeadershipTransferRequest) -> Code | None:
         self.take_leadership_wait = None
         target = req.term + 1
+        m = self.m
+        if m.term != req.term or m.role is not _FOLLOWER or m.leader_id != req.transfer_id:
+            # a request parked for its entries outlived the term it was made in (the member follows or
+            # leads a later one): raising the term now would lead a term no one voted in, or leave one
+            self.take_leadership = (target, Code.INCONSISTENT_TERM)
+            return None
         self.m.term_to_take_leadership = target
         self.take_leadership = (target, None)
         self.to_candidate(target)

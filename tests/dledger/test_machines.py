@@ -517,6 +517,33 @@ def test_a_transferee_follows_no_heartbeat_of_the_leaders_term_once_it_takes_the
     assert c.leader() is transferee
 
 
+def test_a_transfer_parked_for_its_entries_is_refused_once_the_member_is_in_a_later_term() -> None:
+    """The transferee lacks entries the request names, so it parks the request; meanwhile another member
+    leads a later term and the transferee follows it. Once its log reaches the index, the parked request
+    is answered INCONSISTENT_TERM and the member stays where it is (it moved one term further, a term no
+    one voted in, while following or leading: two leaders of one term could follow)."""
+    c, leader, transferee, out = _handing_over(9)
+    term, old, target = leader.m.term, leader.m.self_id, transferee.m.self_id
+    assert isinstance(out.request, LeadershipTransferRequest)
+    ahead = dataclasses.replace(out.request, take_leadership_ledger_index=transferee.log.last_index + 1)
+    assert transferee.on_take_leadership(ahead) is None and transferee.take_leadership_wait is not None
+    other = next(p for p in PEERS if p not in (old, target))
+    beat = HeartBeatRequest(group="g", local_id=other, remote_id=target, leader_id=other, term=term + 2)
+    for _ in range(10):
+        transferee.on_heartbeat(beat, c.now)
+        transferee.tick(c.now)
+        if transferee.m.role is Role.FOLLOWER and transferee.m.leader_id == other:
+            break
+    assert transferee.m.role is Role.FOLLOWER and transferee.m.term == term + 2
+    parked, deadline = transferee.take_leadership_wait
+    caught_up = dataclasses.replace(parked, take_leadership_ledger_index=transferee.log.last_index)
+    transferee.take_leadership_wait = (caught_up, deadline)
+    transferee.tick(c.now)
+    assert transferee.m.term == term + 2 and transferee.m.role is Role.FOLLOWER
+    assert transferee.m.leader_id == other and transferee.m.term_to_take_leadership != term + 1
+    assert transferee.take_leadership == (term + 1, DLedgerResponseCode.INCONSISTENT_TERM)
+
+
 def test_preferred_leader_takes_over() -> None:
     c = Cluster(seed=11, loss=0.0)
     for node in c.nodes.values():
