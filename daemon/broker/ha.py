@@ -1550,10 +1550,14 @@ def ha_runtime_info(
     info = {"brokerRole": role}
     if store is not None and store.identity:
         info["haStoreIdentity"] = store.identity
-        if store.incarnations:
-            info["haIncarnations"] = ";".join(map(str, store.incarnations))
-            if store.next_incarnation:
-                info["haNextIncarnation"] = store.next_incarnation
+        # the announced id before the history: a first put between the two reads (it runs off the loop)
+        # then finds the id begun already, not a history without it and nothing announced
+        following = store.next_incarnation
+        incarnations = store.incarnations
+        if incarnations:
+            info["haIncarnations"] = ";".join(map(str, incarnations))
+            if following and all(i.id.hex() != following for i in incarnations):
+                info["haNextIncarnation"] = following
     if store is not None and store.replica_master:
         info["haReplicaMaster"] = store.replica_master
         info["haReplicaMark"] = str(store.replica_mark)
