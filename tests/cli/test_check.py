@@ -147,20 +147,24 @@ def test_disk_against_the_watermarks(mq: RunCli, daemons: LocalCluster) -> None:
 def test_a_store_that_refuses_writes_is_critical_whatever_the_thresholds(
     mq: RunCli, daemons: LocalCluster
 ) -> None:
-    """A store past diskSpaceWarningLevelRatio (the 10-s disk check's verdict, set here as it sets it) or
-    answering OS_PAGECACHE_BUSY takes no send: check disk and check cluster say CRITICAL and why, though the
-    ratio is under --crit (and check cluster reads no ratio at all)."""
+    """A store past diskSpaceWarningLevelRatio or answering OS_PAGECACHE_BUSY takes no send: check disk and
+    check cluster say CRITICAL and why, though the ratio is under --crit (and check cluster reads no ratio at
+    all). The watermark is lowered under the real usage rather than the verdict set by hand: the store's
+    periodic disk check and retention run both recompute the verdict from the disk and would undo it."""
     store = daemons.broker.store
     assert isinstance(store, DefaultMessageStore)
-    store.cleaner.disk_full = True
+    warning_level = store.config.disk_space_warning_level_ratio
+    store.config.disk_space_warning_level_ratio = 1
     try:
+        assert store.cleaner.check_disk_space(), "the disk this test runs on must be more than 1 % used"
         disk = plugin(mq("check", "disk", "--warn", "0.99", "--crit", "0.99"), "CRITICAL")
         assert "refuses writes: disk full: the CommitLog partition is" in disk
         cluster = plugin(mq("check", "cluster", "--clock-warn", "0"), "CRITICAL")
         assert "broker-a/0@" in cluster and "refuses writes: disk full" in cluster
         assert "refusing_writes=1;;;0" in cluster
     finally:
-        store.cleaner.disk_full = False
+        store.config.disk_space_warning_level_ratio = warning_level
+        store.cleaner.check_disk_space()
     store.put_refusal = lambda: PutMessageStatus.OS_PAGECACHE_BUSY
     try:
         busy = plugin(mq("check", "cluster", "--clock-warn", "0"), "CRITICAL")
