@@ -1145,7 +1145,10 @@ class HASlave:
         if master.replica_master == mine:
             copied = store.replica_incarnation
             theirs = master.replica_incarnation
-            unproven = _UNPROVEN in (copied, theirs)
+            # one mark naming none was written against that store when it showed no incarnation (before an
+            # upgrade, or by an older mqctl), the other after: which run each copied cannot be told, so
+            # neither vouches; both naming none is the time before incarnations, vouched as it was
+            unproven = _UNPROVEN in (copied, theirs) or bool(copied) != bool(theirs)
             run = _run(copied, store.replica_following)
             other = not run or run != _run(theirs, master.replica_following)
             if unproven or (copied and theirs and other):
@@ -1153,9 +1156,9 @@ class HASlave:
                     "HA: this slave's replica mark counts what it copied from incarnation %s of store %s, the "
                     "master promoted in its place from incarnation %s: none is taken as this master's unless "
                     "it holds the same",
-                    copied,
+                    copied or "(none named)",
                     mine,
-                    master.replica_incarnation,
+                    theirs or "(none named)",
                 )
                 return 0
             return min(store.replica_mark, master.replica_mark)

@@ -476,3 +476,27 @@ async def test_a_copy_of_the_masters_history_that_cannot_be_kept_or_read_leaves_
     (tmp_path / "replica-incarnations").unlink()
     (tmp_path / "replica-incarnations").mkdir()
     assert slave._vouched(restored) == 0
+
+
+def test_a_promoted_master_and_a_slave_of_which_one_mark_names_no_incarnation_vouch_for_nothing() -> None:
+    """One mark names an incarnation of the store both copied, the other none (it was written while that
+    store showed none: before its upgrade, a restart, which may have been a restore): which run each copied
+    cannot be told, so the promoted master vouches for none of the slave's records below its first offset
+    (set aside, not served as its own). Both naming none is the time before incarnations: as it was. (No
+    traffic.)"""
+    a = "0a" * 16
+    store = SimpleNamespace(replica_master="ab" * 16, replica_mark=5000, replica_incarnation=a, replica_following="")
+    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
+    table = {
+        "haStoreIdentity": "ef" * 16,
+        "haReplicaMaster": "ab" * 16,
+        "haReplicaMark": "4800",
+        "commitLogMaxOffset": "6000",
+    }
+    assert slave._vouched(master_log(table, "")) == 0
+    store.replica_incarnation = ""
+    assert slave._vouched(master_log(table, "")) == 4800
+    named = {**table, "haReplicaIncarnation": a, "haReplicaNextIncarnation": bytes(16).hex()}
+    assert slave._vouched(master_log(named, "")) == 0
+    store.replica_incarnation = a
+    assert slave._vouched(master_log(named, "")) == 4800
