@@ -1623,25 +1623,28 @@ class DefaultMessageStore:
                 self.checkpoint.replica_incarnation = bytes.fromhex(incarnation)
                 self.checkpoint.replica_following = bytes.fromhex(following)
 
-    def begin_incarnation(self, *, at_first_change: bool = False) -> None:
-        """A new incarnation at the log's end, on disk before the log changes: now (a slave has cut its
-        log), or, ``at_first_change`` (the store starts), before its first put or append from the master,
-        and now only when it has none: a start that writes nothing (a crash loop) leaves the history as it
-        was, so a slave's mark still finds its incarnation (docs/replication.md §incarnations)."""
+    def begin_incarnation(self, *, at_first_change: bool = False, at: int = -1) -> None:
+        """A new incarnation at the log's end, on disk before the log changes: now (a slave is to cut its
+        log at ``at``: begun there before the cut, so a cut whose incarnation could not be written is not
+        made, and is made again with it at the next check), or, ``at_first_change`` (the store starts),
+        before its first put or append from the master, and now only when it has none: a start that writes
+        nothing (a crash loop) leaves the history as it was, so a slave's mark still finds its incarnation
+        (docs/replication.md §incarnations)."""
         if self.read_only:
             return
         with self._put_lock:
             if at_first_change and self.incarnations:
                 self.next_incarnation = os.urandom(IDENTITY_SIZE).hex()
             else:
-                self._begin_incarnation()
+                self._begin_incarnation(at)
 
-    def _begin_incarnation(self) -> None:
-        """Under the put lock: the incarnation begins at the log's end (raises OSError when its file cannot
-        be written: the change waits)."""
+    def _begin_incarnation(self, at: int = -1) -> None:
+        """Under the put lock: the incarnation begins at the log's end, or at ``at`` below it (raises OSError
+        when its file cannot be written: the change waits)."""
         ident = bytes.fromhex(self.next_incarnation)
+        end = self.commit_log.max_offset
         self.incarnations = begin_incarnation(
-            self.config.store_path_root_dir, self.commit_log.max_offset, ident
+            self.config.store_path_root_dir, end if at < 0 else min(at, end), ident
         )
         self.next_incarnation = ""
 

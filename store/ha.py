@@ -449,9 +449,10 @@ class ReplicaStore(Protocol):
         """This store's incarnations as a master, oldest first (none: it keeps none)."""
         ...
 
-    def begin_incarnation(self, *, at_first_change: bool = False) -> None:
-        """A slave cut its log: a new incarnation at its log's end; ``at_first_change`` (the store starts):
-        before its log's next change, or now when it has none."""
+    def begin_incarnation(self, *, at_first_change: bool = False, at: int = -1) -> None:
+        """A slave cuts its log: a new incarnation at its log's end, or at ``at`` below it (where the cut is
+        to be, begun before it); ``at_first_change`` (the store starts): before its log's next change, or
+        now when it has none."""
         ...
 
     @property

@@ -237,7 +237,7 @@ class InMemoryMessageStore:
     def name_replica_master(self, identity: str, incarnation: str = "", following: str = "") -> None:
         pass
 
-    def begin_incarnation(self, *, at_first_change: bool = False) -> None:
+    def begin_incarnation(self, *, at_first_change: bool = False, at: int = -1) -> None:
         pass
 
     #: Nothing outlives the process: no identity to keep, no master's to remember.

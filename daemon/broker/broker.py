@@ -855,7 +855,9 @@ class Broker:
         the master came back from an older disk): when the master answers within a few seconds they are
         set aside before the port accepts, so no client is ever served them. A master that does not
         answer keeps the slave from nothing it knows to be the master's: it serves up to its replica mark,
-        the rest once the master is back and the check passed or cut it."""
+        the rest once the master is back and the check passed or cut it. So does a check that fails (a cut's
+        incarnation on a full disk, a peer's bad answer): logged at ERROR once, made again by the HA loop;
+        it stopped the broker's start, which left a slave serving nothing at all."""
         slave = self.ha_slave
         if slave is None or slave.master_records is None or self.store.max_phy_offset == 0:
             return
@@ -869,6 +871,14 @@ class Broker:
                 checked = await first_check()
         except TimeoutError:
             checked = False
+        except Exception as exc:  # (nothing was cut that is not kept: the loop checks again before replicating)
+            log.error(
+                "this slave's first check of its last record against its master failed: %s: %s; serving up "
+                "to its replica mark meanwhile, checked again before replication resumes",
+                type(exc).__name__,
+                exc,
+            )
+            return
         if not checked:
             log.warning(
                 "serving before this slave's last record is checked against its master (not answering): "

@@ -1089,10 +1089,12 @@ class HASlave:
             store.name_replica_master("")
             return True
         if cut < end:
-            await self._set_aside_tail(cut, end, master.first_offset)
             # this store's own earlier incarnations end at the cut: promoted later, its history must not
-            # vouch for what another slave copied of them past it (docs/replication.md §incarnations)
-            store.begin_incarnation()
+            # vouch for what another slave copied of them past it (docs/replication.md §incarnations). Begun
+            # before the cut: one that cannot be written (a full disk) leaves the tail uncut, held back, and
+            # the next check cuts it with its incarnation (cut first, a retry found nothing left to cut)
+            store.begin_incarnation(at=cut)
+            await self._set_aside_tail(cut, end, master.first_offset)
         if cut < master.first_offset:
             if store.min_phy_offset < cut and refusal:
                 await self._set_aside_unconfirmed(cut, master.first_offset, refusal)

@@ -137,6 +137,42 @@ async def test_a_slave_that_always_was_one_serves_everything_with_its_master_dow
 
 
 @pytest.mark.slow
+async def test_a_slave_whose_first_check_fails_starts_serving_up_to_its_mark_and_checks_again_later(
+    tmp_path: Path,
+) -> None:
+    """The slave's store ran as a master on its own (10 records its master never had) and comes back as a
+    slave with its master up: the check finds the divergent tail, but the incarnation its cut begins cannot
+    be written (here a directory where its file's temporary copy goes, as a full disk fails it). The broker
+    stopped its start on that error; now it starts, serves the 20 it took from its master and holds the 10
+    back, and once the file can be written the HA loop's next check cuts them, with the incarnation begun
+    at the cut, and replicates."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        mark = await slave_stopped_after(g, 20)
+        alone = await start_broker(tmp_path / "slave", **SMALL)
+        for i in range(10):
+            assert (await g.on(alone).send(TOPIC, f"foreign-{i}".encode() * 20, queue_id=i % 4)).code == 0
+        await alone.stop()
+        blocked = tmp_path / "slave" / "incarnations.tmp"
+        blocked.mkdir()
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        assert (g.slave.store.replica_mark, g.slave.store.max_phy_offset > mark) == (mark, True)
+        served = await everything(g, g.slave)
+        assert [len(q) for q in served] == [5, 5, 5, 5]
+        assert all(b.startswith(b"common") for q in served for b in q)
+        assert not diverged_quarantines(str(tmp_path / "slave"))
+
+        blocked.rmdir()
+        await send_common(g, 4, "after")
+        await replicated(g.master, g.slave, timeout=90.0)
+        [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
+        assert quarantine.records == 10
+        assert g.slave.store.incarnations[-1].start == mark
+        assert await everything(g, g.slave) == await everything(g, g.master)
+
+
+@pytest.mark.slow
 async def test_a_slave_promoted_and_demoted_back_holds_its_own_records_until_checked(tmp_path: Path) -> None:
     """An operator made the slave a master (its records, the old master's, stay matched), it took sends of
     its own, then was made a slave again with its old master down: the sends it took as a master are held
