@@ -19,6 +19,7 @@ it read it.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -26,6 +27,8 @@ import zlib
 from dataclasses import dataclass
 
 from store.durability import sync_directory
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE_SIZE = 4096
 _LAYOUT = struct.Struct(">qqq")
@@ -261,27 +264,45 @@ class Incarnation:
 
 def read_incarnations(root: str) -> list[Incarnation]:
     """The store's incarnations as a master, oldest first (none: a store that never started as one since it
-    was made, or one from before them). Lines of ``ID@START``; one that does not parse ends the list."""
+    was made, or one from before them). Lines of ``ID@START``; a file that does not parse reads as none, at
+    ERROR: a master then vouches for none of its slaves' records below its first offset (they are set aside,
+    not deleted) and begins a new history at its start."""
+    path = os.path.join(root, INCARNATIONS_FILE)
     try:
-        with open(os.path.join(root, INCARNATIONS_FILE), encoding="ascii") as f:
-            text = f.read()
-    except (FileNotFoundError, UnicodeDecodeError):
+        with open(path, encoding="ascii") as f:
+            history = _parse_incarnations(f.read().replace("\n", ";"))
+    except FileNotFoundError:
         return []
-    return parse_incarnations(text.replace("\n", ";"))
+    except UnicodeDecodeError:
+        history = None
+    if history is None:
+        log.error(
+            "%s does not parse: read as no incarnations; a master on this store vouches for none of its "
+            "slaves' records below its first offset (set aside, not deleted) and begins a new history",
+            path,
+        )
+        return []
+    return history
 
 
 def parse_incarnations(text: str) -> list[Incarnation]:
-    """``ID@START`` joined by ``;`` (as a master shows them, ``haIncarnations``), oldest first; what does
-    not parse ends the list."""
+    """``ID@START`` joined by ``;`` (as a master shows them, ``haIncarnations``), oldest first; none when an
+    item does not parse."""
+    return _parse_incarnations(text) or []
+
+
+def _parse_incarnations(text: str) -> list[Incarnation] | None:
+    """See :func:`parse_incarnations`; None when an item does not parse. Not the items before it: the last of
+    them would end at a later start than the dropped one's (a log cut or back shorter), and vouch for more."""
     out: list[Incarnation] = []
     for item in filter(None, text.split(";")):
         ident, _, start = item.strip().partition("@")
         try:
             raw = bytes.fromhex(ident)
         except ValueError:
-            break
+            return None
         if len(raw) != IDENTITY_SIZE or not (start.isascii() and start.isdigit()) or len(start) > 19:
-            break
+            return None
         # a start below an earlier one is kept: a log cut, or recovered shorter than it was (a power loss
         # after a restart), ends every earlier incarnation there (see the slave's `_incarnation_end`)
         out.append(Incarnation(raw, int(start)))
@@ -317,13 +338,27 @@ def keep_master_history(root: str, identity: str, history: list[Incarnation]) ->
 
 def master_history(root: str) -> tuple[str, list[Incarnation]]:
     """What :func:`keep_master_history` kept: the master's store identity (hex) and its history; ("", [])
-    when there is none, or it does not parse."""
+    when there is none, or (at WARNING) it cannot be read or does not parse: it only ever vouches for
+    records its mark's incarnation alone would not, so without it the slave vouches for less."""
+    path = os.path.join(root, REPLICA_INCARNATIONS_FILE)
     try:
-        with open(os.path.join(root, REPLICA_INCARNATIONS_FILE), encoding="ascii") as f:
+        with open(path, encoding="ascii") as f:
             identity, _, text = f.read().partition("\n")
-    except (OSError, ValueError):  # (none, or unreadable: vouches for nothing)
+        history = _parse_incarnations(text.replace("\n", ";"))
+        if history is not None and len(bytes.fromhex(identity)) == IDENTITY_SIZE:
+            return identity, history
+        problem = "does not parse"
+    except FileNotFoundError:
         return "", []
-    return identity, parse_incarnations(text.replace("\n", ";"))
+    except (OSError, ValueError) as exc:  # (UnicodeDecodeError is one)
+        problem = f"cannot be read ({exc})" if isinstance(exc, OSError) else "does not parse"
+    log.warning(
+        "%s %s: this slave's copy of its master's incarnations vouches for none of its records below the "
+        "master's first offset (set aside, not deleted) until its next check keeps it again",
+        path,
+        problem,
+    )
+    return "", []
 
 
 def begin_incarnation(root: str, start: int, ident: bytes = b"") -> list[Incarnation]:

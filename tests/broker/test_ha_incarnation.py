@@ -23,6 +23,7 @@ from store.checkpoint import (
     UNPROVEN_INCARNATION,
     Incarnation,
     keep_master_history,
+    read_incarnations,
 )
 from store.config import StoreConfig
 from store.replica_tail import diverged_quarantines
@@ -500,3 +501,20 @@ def test_a_promoted_master_and_a_slave_of_which_one_mark_names_no_incarnation_vo
     assert slave._vouched(master_log(named, "")) == 0
     store.replica_incarnation = a
     assert slave._vouched(master_log(named, "")) == 4800
+
+
+def test_a_masters_history_with_a_line_that_does_not_parse_vouches_for_nothing(tmp_path: Path) -> None:
+    """The slave copied 5000 bytes from incarnation P; its master's log came back shorter (a power loss) and
+    began G at 1000, which ends P there. The history's line of G is damaged: read up to it, P was the
+    newest, had not ended, and vouched for all 5000 (the 4000 past G's start, which only the slave holds,
+    deleted as the master's expired records). The history reads as none: the slave's records below the
+    master's first offset are set aside. (No traffic.)"""
+    p, g = Incarnation(bytes([1]) * 16, 0), Incarnation(bytes([7]) * 16, 1000)
+    (tmp_path / "incarnations").write_text(f"{p}\n{str(g).replace('@', '#')}\n")
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation=p.id.hex(), replica_following=""
+    )
+    slave = HASlave(StoreConfig(store_path_root_dir=str(tmp_path / "slave")), store)  # type: ignore[arg-type]
+    assert slave._vouched(MasterLog(0, "ab" * 16, incarnations=(p, g))) == 1000
+    master = MasterLog(0, "ab" * 16, incarnations=tuple(read_incarnations(str(tmp_path))))
+    assert slave._vouched(master) == 0

@@ -21,6 +21,8 @@ from store.checkpoint import (
     StoreCheckpoint,
     begin_incarnation,
     incarnation_end,
+    keep_master_history,
+    master_history,
     parse_incarnations,
     read_incarnations,
 )
@@ -396,8 +398,41 @@ def test_an_incarnation_ends_at_the_earliest_later_start_and_a_history_going_bac
     assert incarnation_end(history, 0) == 3000
     assert incarnation_end(history, 1) == 3000
     assert incarnation_end(history, 2) is None
-    # a start no long can hold ends the list (int() of thousands of digits raises)
-    assert parse_incarnations(f"{a.hex()}@0;{b.hex()}@{'9' * 5000}") == history[:1]
+    # a start no long can hold leaves none (int() of thousands of digits raises)
+    assert parse_incarnations(f"{a.hex()}@0;{b.hex()}@{'9' * 5000}") == []
+
+
+def test_a_history_that_does_not_parse_reads_as_none_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store's incarnations file with a line that does not parse (a damaged block) was read up to that line,
+    silently: its last incarnation then ended at a later start than the one dropped, and vouched for more.
+    It reads as none now, at ERROR naming the file; bytes that are no ASCII too. A slave's copy of its
+    master's (replica-incarnations) that does not parse, or cannot be read, reads as none at WARNING."""
+    a, b = (bytes([n]) * 16 for n in (1, 2))
+    path = tmp_path / "incarnations"
+    path.write_text(f"{a.hex()}@0\n{b.hex()}@40x0\n")
+    with caplog.at_level("WARNING", logger="store.checkpoint"):
+        assert read_incarnations(str(tmp_path)) == []
+    assert [(r.levelname, str(path) in r.getMessage()) for r in caplog.records] == [("ERROR", True)]
+    path.write_bytes(f"{a.hex()}@0\n".encode() + b"\xff@1\n")
+    caplog.clear()
+    assert read_incarnations(str(tmp_path)) == []
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+
+    copy = tmp_path / "replica-incarnations"
+    keep_master_history(str(tmp_path), "ab" * 16, [Incarnation(a, 0), Incarnation(b, 4096)])
+    assert master_history(str(tmp_path)) == ("ab" * 16, [Incarnation(a, 0), Incarnation(b, 4096)])
+    for damaged in (f"{'ab' * 16}\n{a.hex()}@0\n{b.hex()[:-2]}@4096\n", f"ab\n{a.hex()}@0\n"):
+        copy.write_text(damaged)
+        caplog.clear()
+        assert master_history(str(tmp_path)) == ("", [])
+        assert [(r.levelname, str(copy) in r.getMessage()) for r in caplog.records] == [("WARNING", True)]
+    copy.unlink()
+    copy.mkdir()
+    caplog.clear()
+    assert master_history(str(tmp_path)) == ("", [])
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
 
 
 # The mark as an mqctl that knows its identity layout (RM3) and not incarnations reads and writes it: at byte
