@@ -679,10 +679,15 @@ class MasterLog:
     #: promoted slave, the one its own mark names with its ``replica_incarnation``.
     following: str = ""
     replica_following: str = ""
+    #: It shows a history that does not parse (a damaged one, a broken peer): which run it is cannot be told.
+    damaged: bool = False
 
     @property
     def incarnation(self) -> str:
-        """The incarnation it runs in now (hex; "": it shows none)."""
+        """The incarnation it runs in now (hex; "": it shows none; unproven: its history does not parse, and
+        a mark naming it vouches for nothing until a check names one again)."""
+        if self.damaged:
+            return _UNPROVEN
         return self.incarnations[-1].id.hex() if self.incarnations else ""
 
 
@@ -707,7 +712,8 @@ def master_log(table: dict[str, str], addr: str) -> MasterLog:
     if not (_is_identity(lineage) and mark.isascii() and mark.isdigit()):
         lineage, mark, incarnation = "", "0", ""
     incarnation = incarnation if _is_identity(incarnation) else ""
-    history = tuple(parse_incarnations(table.get("haIncarnations", ""))) if _is_identity(identity) else ()
+    shown = table.get("haIncarnations", "") if _is_identity(identity) else ""
+    history = tuple(parse_incarnations(shown))
     following = table.get("haNextIncarnation", "")
     return MasterLog(
         first,
@@ -720,6 +726,7 @@ def master_log(table: dict[str, str], addr: str) -> MasterLog:
         addr,
         following if history and _is_identity(following) else "",
         _replica_following(replica_following) if incarnation else "",
+        bool(shown.strip(" ;")) and not history,
     )
 
 

@@ -518,3 +518,16 @@ def test_a_masters_history_with_a_line_that_does_not_parse_vouches_for_nothing(t
     assert slave._vouched(MasterLog(0, "ab" * 16, incarnations=(p, g))) == 1000
     master = MasterLog(0, "ab" * 16, incarnations=tuple(read_incarnations(str(tmp_path))))
     assert slave._vouched(master) == 0
+
+
+def test_a_shown_history_that_does_not_parse_names_an_unproven_incarnation() -> None:
+    """A master (a broken peer) shows its identity and a history that does not parse: read as none, the
+    slave's mark named no incarnation and vouched for all it counts at the next check (a mark from before
+    incarnations). It names the unproven one, which vouches for nothing, until a check names one again.
+    (No traffic.)"""
+    good = f"{Incarnation(bytes([1]) * 16, 0)}"
+    table = {"haStoreIdentity": "ab" * 16, "commitLogMaxOffset": "6000"}
+    assert master_log({**table, "haIncarnations": good}, "").incarnation == "01" * 16
+    damaged = master_log({**table, "haIncarnations": f"{good};zz@1"}, "")
+    assert (damaged.incarnations, damaged.incarnation) == ((), UNPROVEN_INCARNATION.hex())
+    assert master_log(table, "").incarnation == ""  # (one that keeps none: an older mqctl's)
