@@ -950,6 +950,8 @@ class HASlave:
         #: Held while dispatch runs in its thread, and while a divergent tail is set aside.
         self._dispatching = asyncio.Lock()
         self._checking = asyncio.Lock()
+        #: The master's store and run the last check named (None: none), which the connection must find.
+        self._named_run: tuple[str, str] | None = None
         #: Called on the loop after each round of dispatch (the broker derives configs of new topics).
         self.on_dispatched: Callable[[], None] | None = None
 
@@ -1020,6 +1022,12 @@ class HASlave:
                     await self._ask_again()
                 await asyncio.sleep(RECONNECT_DELAY)
                 continue
+            if not await self._same_run(addr):
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+                await asyncio.sleep(RECONNECT_DELAY)
+                continue
             log.info("HA connected to master %s, reporting offset %d", addr, self.store.max_phy_offset)
             self.connected = True
             self._serve_unchecked()
@@ -1051,6 +1059,39 @@ class HASlave:
         except Exception:  # the loop must go on: the next refused connect asks again
             log.exception("HA: asking the NameServers for the master's HA address failed")
 
+    async def _same_run(self, addr: str) -> bool:
+        """Whether the master still runs as the check named it (its broker port asked again, now that the HA
+        connection is made): a master restarted between the check and the connection is another run, whose
+        records the mark would count as the named one's (checked again first). A connection to a run
+        that ended before the question is closed and copies nothing of the next. True when the check named
+        no run (a master that shows none: 4.9.8's, an older mqctl's)."""
+        named = self._named_run
+        if not named or self.master_records is None:
+            return True
+        try:
+            master = await self.master_records.log()
+        except TailUnknown as exc:
+            log.warning("HA: master %s: not known to run as it was checked, checked again: %s", addr, exc)
+            return False
+        now = master.identity, _run(master.incarnation, master.following)
+        if now == named:
+            return True
+        log.warning(
+            "HA: master %s restarted between this slave's check and its connection (run %s, checked in %s): "
+            "checked again before anything is copied",
+            addr,
+            now[1] or "(none shown)",
+            named[1],
+        )
+        return False
+
+    def _name(self, master: MasterLog) -> None:
+        """The mark counts ``master``'s records from now on, of the run it showed (none: a master that
+        cannot be asked, or does not name its store)."""
+        self.store.name_replica_master(master.identity, master.incarnation, master.following)
+        run = _run(master.incarnation, master.following) if master.identity else ""
+        self._named_run = (master.identity, run) if run else None
+
     async def check_tail(self) -> bool:
         """Whether the slave may report its end now: its last record is the master's, or what is not was
         set aside. False when the master cannot be asked yet (the caller tries again). One at a time: the
@@ -1062,15 +1103,15 @@ class HASlave:
         store = self.store
         end = store.max_phy_offset
         if self.master_records is None:
-            store.name_replica_master("")  # (what it appends at its mark is a master's it cannot name)
+            self._name(MasterLog(0))  # (what it appends at its mark is a master's it cannot name)
             return True
         if end == 0:  # nothing to check: the master's store is named, if it says, for what follows
             with contextlib.suppress(TailUnknown, TailUncheckable):
                 master = await self.master_records.log()
-                store.name_replica_master(master.identity, master.incarnation, master.following)
+                self._name(master)
                 await self._keep_history(master)
                 return True
-            store.name_replica_master("")
+            self._name(MasterLog(0))
             return True
         try:
             master = await self.master_records.log()
@@ -1093,7 +1134,7 @@ class HASlave:
             return False
         except TailUncheckable as exc:
             log.warning("HA: this slave's last record cannot be checked against its master: %s", exc)
-            store.name_replica_master("")
+            self._name(MasterLog(0))
             return True
         if cut < end:
             # this store's own earlier incarnations end at the cut: promoted later, its history must not
@@ -1107,7 +1148,7 @@ class HASlave:
                 await self._set_aside_unconfirmed(cut, master.first_offset, refusal)
             await self._restart_log(cut, master.first_offset)
             cut = master.first_offset
-        store.name_replica_master(master.identity, master.incarnation, master.following)
+        self._name(master)
         await self._keep_history(master)
         await self._checked(cut)
         return True

@@ -531,3 +531,51 @@ def test_a_shown_history_that_does_not_parse_names_an_unproven_incarnation() -> 
     damaged = master_log({**table, "haIncarnations": f"{good};zz@1"}, "")
     assert (damaged.incarnations, damaged.incarnation) == ((), UNPROVEN_INCARNATION.hex())
     assert master_log(table, "").incarnation == ""  # (one that keeps none: an older mqctl's)
+
+
+async def test_a_master_restarted_between_the_check_and_the_connection_is_checked_again_first(
+    tmp_path: Path,
+) -> None:
+    """The slave's check asks the master's broker port which run it is (the next incarnation it announced);
+    the master restarts before the slave's HA connection is made, and announces another. The slave reported
+    its offset at once and copied the new run's records under the run its check named; now it asks again
+    once connected, closes without a report, and checks again: the report goes to the connection that
+    found the run its check named. (A fake master: its broker port's answers, and a port that counts the
+    reports.)"""
+    identity, x = "ab" * 16, Incarnation(bytes([1]) * 16, 0)
+    runs = ["02" * 16, "03" * 16]  # checked in one run, connected in the next, which it stays
+
+    class Port:
+        async def log(self) -> MasterLog:
+            following = runs.pop(0) if len(runs) > 1 else runs[0]
+            return MasterLog(0, identity, end=0, incarnations=(x,), following=following)
+
+    reports: list[tuple[bytes, str]] = []  # (the report, or none; the run named then)
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        report = await reader.read(8)
+        reports.append((report, named[-1]))
+        writer.close()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    named: list[str] = []
+    store = SimpleNamespace(
+        max_phy_offset=0,
+        commit_log_file_size=FILE,
+        held_back=0,
+        replica_master="",
+        replica_incarnation="",
+        replica_following="",
+        replica_mark=0,
+        name_replica_master=lambda identity, incarnation="", following="": named.append(following),
+    )
+    config = StoreConfig(store_path_root_dir=str(tmp_path), ha_master_address=f"127.0.0.1:{port}")
+    slave = HASlave(config, store, Port())  # type: ignore[arg-type]
+    slave.start()
+    try:
+        await wait_until(lambda: any(report for report, _ in reports))
+    finally:
+        await slave.stop()
+        server.close()
+    assert reports[:2] == [(b"", "02" * 16), (bytes(8), "03" * 16)]
