@@ -579,3 +579,119 @@ async def test_a_master_restarted_between_the_check_and_the_connection_is_checke
         await slave.stop()
         server.close()
     assert reports[:2] == [(b"", "02" * 16), (bytes(8), "03" * 16)]
+
+
+def snapshot(root: Path, dest: Path) -> None:
+    """The running master's store as a disk snapshot taken now (a backup made so, or what a power loss then
+    leaves): its log as far as it was written, its incarnations as they were; started, it recovers as after
+    a crash."""
+    shutil.copytree(root, dest)
+
+
+async def back_shorter(g: Group, tmp_path: Path, fixed: dict[str, Any], image: str) -> int:
+    """The master loses power and comes back with its log as the snapshot ``image`` holds it and its
+    incarnations as written since (the history is on disk before the log changes); its slave, connected,
+    checks before the master's first write (it names the next incarnation announced) and cuts the records
+    it no longer holds. Returns where the master's log ends."""
+    await g.master.stop()
+    history = (tmp_path / "master" / "incarnations").read_bytes()
+    shutil.rmtree(tmp_path / "master")
+    shutil.copytree(tmp_path / image, tmp_path / "master")
+    (tmp_path / "master" / "incarnations").write_bytes(history)
+    await restart_master(g, tmp_path, fixed)
+    end, announced = g.master.store.max_phy_offset, g.master.store.next_incarnation
+    assert announced
+    await wait_until(lambda: (g.slave.store.replica_following, g.slave.store.max_phy_offset) == (announced, end))
+    return end
+
+
+async def restored_and_expired(g: Group, tmp_path: Path, fixed: dict[str, Any], cli: RunCli) -> None:
+    """The slave stopped, the master's store replaced by its backup; the master writes, and its retention
+    deletes all but its newest file, past the slave's whole log."""
+    await g.slave.stop()
+    await g.master.stop()
+    shutil.rmtree(tmp_path / "master")
+    shutil.copytree(tmp_path / "backup", tmp_path / "master")
+    await restart_master(g, tmp_path, fixed)
+    await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
+    await restart_master(g, tmp_path, fixed)
+
+
+async def only_the_slaves_set_aside(g: Group, tmp_path: Path, cli: RunCli, cut: int, only: int) -> None:
+    """The slave back with its master up: the ``cut`` records its check took when the master came back
+    shorter and the ``only`` records it alone held are in quarantines, none deleted; it holds and serves
+    what its master does, and salvage gets every one of those ``only`` back."""
+    g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+    await send_common(g, 8, "after")
+    await replicated(g.master, g.slave)
+    assert set_aside(tmp_path / "slave") == [cut, only]
+    assert await served(g, g.slave) == await served(g, g.master)
+    await g.slave.stop()
+    salvaged = await asyncio.to_thread(
+        cli, "store", "salvage", "--store", str(tmp_path / "slave"), "--out", str(tmp_path / "salvaged.json")
+    )
+    assert salvaged.code == 0, salvaged.stderr
+    bodies = [json.loads(line)["body"] for line in (tmp_path / "salvaged.json").read_text().splitlines()]
+    assert sorted(b for b in bodies if b.startswith("only-")) == sorted(f"only-{i}" * 20 for i in range(only))
+
+
+@pytest.mark.slow
+async def test_a_restore_of_the_named_incarnations_run_sets_aside_what_the_slave_copied_of_the_next(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """Processes, disks and kills: incarnation X writes 30 records, a backup is taken of it; the master loses
+    power and comes back after 10 (X still its newest) and announces its next, which its slave, cutting the
+    20 it no longer holds, names. 30 records of that next one follow, copied by the slave alone: the master
+    is restored from the backup (X's 30) and its retention deletes past the slave's whole log. The mark
+    names X, which the restored history holds: it vouched as far as X ran there, past the next one's start,
+    and the slave deleted the records only it held as the master's expired ones. X vouches no further than
+    where the next one was to begin: they are set aside, never deleted."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 10, "x")
+        await replicated(g.master, g.slave)
+        snapshot(tmp_path / "master", tmp_path / "short")
+        await send_common(g, 20, "x2")
+        await replicated(g.master, g.slave)
+        snapshot(tmp_path / "master", tmp_path / "backup")
+        await back_shorter(g, tmp_path, fixed, "short")
+        await send_common(g, 30, "only")
+        await replicated(g.master, g.slave)
+        assert len(g.master.store.incarnations) == 2
+        await restored_and_expired(g, tmp_path, fixed, cli)
+        assert len(g.master.store.incarnations) == 2  # (X, and the one the restored copy began)
+        await only_the_slaves_set_aside(g, tmp_path, cli, 20, 30)
+
+
+@pytest.mark.slow
+async def test_a_restore_of_an_earlier_run_after_a_power_loss_sets_aside_what_the_slave_copied_since(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """Processes, disks and kills: incarnation P writes 30 records (a backup after 25), the master restarts
+    and begins A with 10 more, then loses power and comes back after P's tenth, its history still ending
+    in A, and announces its next, which its slave, cutting the 30 it no longer holds, names. 30 records of
+    that one follow, copied by the slave alone: the master is restored from the backup (P's 25) and its
+    retention deletes past the slave's whole log. The last incarnation the restored history and the
+    slave's copy of it both hold is P, which ended where the announced one began (the master's log end at
+    the check): the 30 are set aside, never deleted (the copy that ended P at A's start only vouched for
+    those below the backup's end, and the slave deleted them)."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await send_common(g, 10, "p")
+        await replicated(g.master, g.slave)
+        snapshot(tmp_path / "master", tmp_path / "short")
+        await send_common(g, 15, "p2")
+        await replicated(g.master, g.slave)
+        snapshot(tmp_path / "master", tmp_path / "backup")
+        await send_common(g, 5, "p3")
+        await g.master.stop()
+        await restart_master(g, tmp_path, fixed)
+        await send_common(g, 10, "a")
+        await replicated(g.master, g.slave)
+        assert len(g.master.store.incarnations) == 2
+        end = await back_shorter(g, tmp_path, fixed, "short")
+        assert end < g.master.store.incarnations[-1].start
+        await send_common(g, 30, "only")
+        await replicated(g.master, g.slave)
+        await restored_and_expired(g, tmp_path, fixed, cli)
+        await only_the_slaves_set_aside(g, tmp_path, cli, 30, 30)
