@@ -871,7 +871,7 @@ class Broker:
                 checked = await first_check()
         except TimeoutError:
             checked = False
-        except Exception as exc:  # (nothing was cut that is not kept: the loop checks again before replicating)
+        except Exception as exc:  # (nothing cut that is not kept: checked again before replicating)
             log.error(
                 "this slave's first check of its last record against its master failed: %s: %s; serving up "
                 "to its replica mark meanwhile, checked again before replication resumes",

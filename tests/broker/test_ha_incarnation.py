@@ -486,7 +486,9 @@ def test_a_promoted_master_and_a_slave_of_which_one_mark_names_no_incarnation_vo
     (set aside, not served as its own). Both naming none is the time before incarnations: as it was. (No
     traffic.)"""
     a = "0a" * 16
-    store = SimpleNamespace(replica_master="ab" * 16, replica_mark=5000, replica_incarnation=a, replica_following="")
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation=a, replica_following=""
+    )
     slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
     table = {
         "haStoreIdentity": "ef" * 16,
@@ -601,7 +603,9 @@ async def back_shorter(g: Group, tmp_path: Path, fixed: dict[str, Any], image: s
     await restart_master(g, tmp_path, fixed)
     end, announced = g.master.store.max_phy_offset, g.master.store.next_incarnation
     assert announced
-    await wait_until(lambda: (g.slave.store.replica_following, g.slave.store.max_phy_offset) == (announced, end))
+    await wait_until(
+        lambda: (g.slave.store.replica_following, g.slave.store.max_phy_offset) == (announced, end)
+    )
     return end
 
 
