@@ -416,6 +416,21 @@ async def test_the_kept_history_ends_the_incarnations_before_the_announced_next_
     assert slave._vouched(restored) == 0
 
 
+def slave_of_a_promoted_master(incarnation: str) -> tuple[SimpleNamespace, HASlave, dict[str, str]]:
+    """A slave's mark (to 5000, of store ab, copied from ``incarnation``) and the runtime info of the master
+    promoted in its place (ef, its own mark to 4800 of ab; no incarnation named)."""
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation=incarnation, replica_following=""
+    )
+    table = {
+        "haStoreIdentity": "ef" * 16,
+        "haReplicaMaster": "ab" * 16,
+        "haReplicaMark": "4800",
+        "commitLogMaxOffset": "6000",
+    }
+    return store, HASlave(StoreConfig(), store), table  # type: ignore[arg-type]
+
+
 def test_a_promoted_master_vouches_for_a_slaves_records_only_when_both_marks_name_one_run_of_their_master() -> (
     None
 ):
@@ -426,17 +441,8 @@ def test_a_promoted_master_vouches_for_a_slaves_records_only_when_both_marks_nam
     named the master's next one before its first write and a master promoted from a slave that named it
     after hold the same run. (No traffic.)"""
     a, f = "0a" * 16, "0f" * 16
-    store = SimpleNamespace(
-        replica_master="ab" * 16, replica_mark=5000, replica_incarnation=a, replica_following=""
-    )
-    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
-    table = {
-        "haStoreIdentity": "ef" * 16,
-        "haReplicaMaster": "ab" * 16,
-        "haReplicaMark": "4800",
-        "haReplicaIncarnation": a,
-        "commitLogMaxOffset": "6000",
-    }
+    store, slave, promoted = slave_of_a_promoted_master(a)
+    table = {**promoted, "haReplicaIncarnation": a}
     assert slave._vouched(master_log(table, "")) == 0  # (an older mqctl's: which run, it cannot say)
     none = {**table, "haReplicaNextIncarnation": bytes(16).hex()}
     assert slave._vouched(master_log(none, "")) == 4800
@@ -486,16 +492,7 @@ def test_a_promoted_master_and_a_slave_of_which_one_mark_names_no_incarnation_vo
     (set aside, not served as its own). Both naming none is the time before incarnations: as it was. (No
     traffic.)"""
     a = "0a" * 16
-    store = SimpleNamespace(
-        replica_master="ab" * 16, replica_mark=5000, replica_incarnation=a, replica_following=""
-    )
-    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
-    table = {
-        "haStoreIdentity": "ef" * 16,
-        "haReplicaMaster": "ab" * 16,
-        "haReplicaMark": "4800",
-        "commitLogMaxOffset": "6000",
-    }
+    store, slave, table = slave_of_a_promoted_master(a)
     assert slave._vouched(master_log(table, "")) == 0
     store.replica_incarnation = ""
     assert slave._vouched(master_log(table, "")) == 4800
@@ -583,11 +580,13 @@ async def test_a_master_restarted_between_the_check_and_the_connection_is_checke
     assert reports[:2] == [(b"", "02" * 16), (bytes(8), "03" * 16)]
 
 
-def snapshot(root: Path, dest: Path) -> None:
-    """The running master's store as a disk snapshot taken now (a backup made so, or what a power loss then
-    leaves): its log as far as it was written, its incarnations as they were; started, it recovers as after
-    a crash."""
-    shutil.copytree(root, dest)
+async def snapshot_after(g: Group, tmp_path: Path, n: int, what: str, name: str) -> None:
+    """``n`` records sent and copied by the slave, then the running master's store copied to ``name`` as a
+    disk snapshot taken now (a backup made so, or what a power loss then leaves): its log as far as it was
+    written, its incarnations as they were; started, it recovers as after a crash."""
+    await send_common(g, n, what)
+    await replicated(g.master, g.slave)
+    shutil.copytree(tmp_path / "master", tmp_path / name)
 
 
 async def back_shorter(g: Group, tmp_path: Path, fixed: dict[str, Any], image: str) -> int:
@@ -652,12 +651,8 @@ async def test_a_restore_of_the_named_incarnations_run_sets_aside_what_the_slave
     where the next one was to begin: they are set aside, never deleted."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await send_common(g, 10, "x")
-        await replicated(g.master, g.slave)
-        snapshot(tmp_path / "master", tmp_path / "short")
-        await send_common(g, 20, "x2")
-        await replicated(g.master, g.slave)
-        snapshot(tmp_path / "master", tmp_path / "backup")
+        await snapshot_after(g, tmp_path, 10, "x", "short")
+        await snapshot_after(g, tmp_path, 20, "x2", "backup")
         await back_shorter(g, tmp_path, fixed, "short")
         await send_common(g, 30, "only")
         await replicated(g.master, g.slave)
@@ -681,12 +676,8 @@ async def test_a_restore_of_an_earlier_run_after_a_power_loss_sets_aside_what_th
     those below the backup's end, and the slave deleted them)."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await send_common(g, 10, "p")
-        await replicated(g.master, g.slave)
-        snapshot(tmp_path / "master", tmp_path / "short")
-        await send_common(g, 15, "p2")
-        await replicated(g.master, g.slave)
-        snapshot(tmp_path / "master", tmp_path / "backup")
+        await snapshot_after(g, tmp_path, 10, "p", "short")
+        await snapshot_after(g, tmp_path, 15, "p2", "backup")
         await send_common(g, 5, "p3")
         await g.master.stop()
         await restart_master(g, tmp_path, fixed)
