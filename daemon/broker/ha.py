@@ -1225,13 +1225,16 @@ class HASlave:
         earliest start of those after it, or nowhere (the one it runs in now), and no further than where the
         next one the mark names was to begin, when the master does not hold that one (it has not begun, or
         a restore lost it: the records past its start were its). A mark from before incarnations, or naming
-        none, vouches as far as it reaches; one the master does not know (its store restored from an older
-        copy, a copy of it started as another master, a history that dropped it), or whose run cannot be
-        told (an RM4 mark), vouches for nothing."""
+        none, vouches as far as it reaches, and no further than the lowest start in the master's history; one
+        the master does not know (its store restored from an older copy, a copy of it started as another
+        master, a history that dropped it), or whose run cannot be told (an RM4 mark), vouches for nothing."""
         store = self.store
         copied, following = store.replica_incarnation, store.replica_following
         if not copied:
-            return store.replica_mark
+            # (copied while the master showed no history: its log changed nowhere below where its history,
+            # begun since, first began; past that, a log back shorter at the start that began it, or a
+            # restore then, holds other records than the slave's)
+            return min([store.replica_mark, *(i.start for i in master.incarnations)])
         if copied == _UNPROVEN or following == _UNKNOWN:
             log.warning(
                 "HA: this slave's replica mark cannot prove which run of its master's store %s its records "

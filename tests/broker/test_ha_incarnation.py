@@ -690,3 +690,20 @@ async def test_a_restore_of_an_earlier_run_after_a_power_loss_sets_aside_what_th
         await replicated(g.master, g.slave)
         await restored_and_expired(g, tmp_path, fixed, cli)
         await only_the_slaves_set_aside(g, tmp_path, cli, 30, 30)
+
+
+def test_a_mark_naming_no_incarnation_vouches_no_further_than_where_the_masters_history_begins() -> None:
+    """The slave's mark was written while its master showed no incarnation (before its upgrade); the master
+    now shows a history, begun at its log's end at the start that began it: 3000, where a restore (or a
+    power loss) had left its log then, below the slave's mark. The mark vouched for all 5000, and the slave
+    deleted the 2000 past 3000, which only it held, as the master's expired records; it vouches up to the
+    lowest start in the history. A master that shows none: as before. (No traffic.)"""
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation="", replica_following=""
+    )
+    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
+    upgraded = MasterLog(0, "ab" * 16, incarnations=(Incarnation(bytes([1]) * 16, 3000),))
+    assert slave._vouched(upgraded) == 3000
+    later = (*upgraded.incarnations, Incarnation(bytes([2]) * 16, 2500), Incarnation(bytes([3]) * 16, 9000))
+    assert slave._vouched(dataclasses.replace(upgraded, incarnations=later)) == 2500
+    assert slave._vouched(dataclasses.replace(upgraded, incarnations=())) == 5000
