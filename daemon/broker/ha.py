@@ -952,6 +952,8 @@ class HASlave:
         self._checking = asyncio.Lock()
         #: The master's store and run the last check named (None: none), which the connection must find.
         self._named_run: tuple[str, str] | None = None
+        #: Where the last cut was to be and the incarnation begun for it (None: none yet).
+        self._cut_begun: tuple[int, bytes] | None = None
         #: Called on the loop after each round of dispatch (the broker derives configs of new topics).
         self.on_dispatched: Callable[[], None] | None = None
 
@@ -1140,8 +1142,13 @@ class HASlave:
             # this store's own earlier incarnations end at the cut: promoted later, its history must not
             # vouch for what another slave copied of them past it (docs/replication.md §incarnations). Begun
             # before the cut: one that cannot be written (a full disk) leaves the tail uncut, held back, and
-            # the next check cuts it with its incarnation (cut first, a retry found nothing left to cut)
-            store.begin_incarnation(at=cut)
+            # the next check cuts it with its incarnation (cut first, a retry found nothing left to cut); one
+            # begun for this cut by a check whose set-aside failed is not begun again at each retry
+            newest = store.incarnations[-1] if store.incarnations else None
+            if newest is None or (cut, newest.id) != self._cut_begun:
+                store.begin_incarnation(at=cut)
+                newest = store.incarnations[-1] if store.incarnations else None
+                self._cut_begun = (cut, newest.id) if newest is not None else None
             await self._set_aside_tail(cut, end, master.first_offset)
         if cut < master.first_offset:
             if store.min_phy_offset < cut and refusal:

@@ -16,7 +16,7 @@ from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from store.checkpoint import StoreCheckpoint
+from store.checkpoint import StoreCheckpoint, read_incarnations
 from store.record import decode_msg_id, decode_records
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import SMALL, Group, master_and_slave, pull_all, start_slave
@@ -137,15 +137,17 @@ async def test_a_slave_that_always_was_one_serves_everything_with_its_master_dow
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("blocked", ["incarnations.tmp", "quarantine"])
 async def test_a_slave_whose_first_check_fails_starts_serving_up_to_its_mark_and_checks_again_later(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, blocked: str
 ) -> None:
     """The slave's store ran as a master on its own (10 records its master never had) and comes back as a
     slave with its master up: the check finds the divergent tail, but the incarnation its cut begins cannot
-    be written (here a directory where its file's temporary copy goes, as a full disk fails it). The broker
-    stopped its start on that error; now it starts, serves the 20 it took from its master and holds the 10
-    back, and once the file can be written the HA loop's next check cuts them, with the incarnation begun
-    at the cut, and replicates."""
+    be written (a directory where its file's temporary copy goes), or the quarantine that keeps the tail
+    cannot be made (a file where its directory goes), as on a full disk. The broker stopped its start on
+    that error; now it starts, serves the 20 it took from its master and holds the 10 back, and the HA loop
+    checks again, beginning the cut's incarnation once however often the quarantine fails; once they can be
+    written, it cuts the 10, with the incarnation begun at the cut, and replicates."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
         mark = await slave_stopped_after(g, 20)
@@ -153,21 +155,27 @@ async def test_a_slave_whose_first_check_fails_starts_serving_up_to_its_mark_and
         for i in range(10):
             assert (await g.on(alone).send(TOPIC, f"foreign-{i}".encode() * 20, queue_id=i % 4)).code == 0
         await alone.stop()
-        blocked = tmp_path / "slave" / "incarnations.tmp"
-        blocked.mkdir()
+        # (its first write as a master began one there too)
+        before = [i.start for i in read_incarnations(str(tmp_path / "slave"))].count(mark)
+        path = tmp_path / "slave" / blocked
+        path.mkdir() if blocked.endswith(".tmp") else path.write_bytes(b"")
 
         g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         assert (g.slave.store.replica_mark, g.slave.store.max_phy_offset > mark) == (mark, True)
         served = await everything(g, g.slave)
         assert [len(q) for q in served] == [5, 5, 5, 5]
         assert all(b.startswith(b"common") for q in served for b in q)
-        assert not diverged_quarantines(str(tmp_path / "slave"))
+        await wait_until(lambda: sum("task ha-client failed" in r.getMessage() for r in caplog.records) >= 2)
+        begun = [i.start for i in g.slave.store.incarnations].count(mark)
+        assert begun == before + (0 if blocked.endswith(".tmp") else 1)
+        assert not any(path.parent.glob("quarantine/*"))
 
-        blocked.rmdir()
+        path.rmdir() if blocked.endswith(".tmp") else path.unlink()
         await send_common(g, 4, "after")
         await replicated(g.master, g.slave, timeout=90.0)
         [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
         assert quarantine.records == 10
+        assert [i.start for i in g.slave.store.incarnations].count(mark) == before + 1
         assert g.slave.store.incarnations[-1].start == mark
         assert await everything(g, g.slave) == await everything(g, g.master)
 
