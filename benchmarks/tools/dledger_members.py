@@ -25,7 +25,8 @@ leader's profile less the single broker's is what DLedger adds to a send.
 ``--perf`` records the member with kernel stacks (``perf record -g``, ``cpu-clock`` where the machine has no
 PMU) into ``perf-ROLE.data``, with ``--dwarf`` its user stacks too (``--call-graph dwarf``: the compiled
 modules have no frame pointers); ``--strace`` writes each of its socket reads and writes with its size to
-``strace-ROLE.txt`` (slow: for how many syscalls and how many bytes, not for time); ``--sched`` records the
+``strace-ROLE.txt`` (slow: for how many syscalls and how many bytes, not for time), ``--strace-count`` every
+system call of its threads, counted by name (``strace -c -f``: ``syscalls-ROLE.txt``); ``--sched`` records the
 machine's wake-ups and context switches (``perf record -a -e sched:...``) into ``sched.data`` and prints
 whom the leader woke and who preempted it. Each goes to ``--out`` (default: the current directory).
 """
@@ -270,6 +271,17 @@ def tracer(args: argparse.Namespace, pids: list[int]) -> subprocess.Popen[bytes]
             "-o",
             str(out / f"strace-{role(args, args.strace)}.txt"),
         ]
+    elif args.strace_count:
+        pid = pids[0 if args.strace_count == "leader" or args.single else 1]
+        cmd = [
+            "strace",
+            "-c",
+            "-f",
+            "-p",
+            str(pid),
+            "-o",
+            str(out / f"syscalls-{role(args, args.strace_count)}.txt"),
+        ]
     elif args.sched:
         cmd = [
             "perf",
@@ -421,6 +433,9 @@ def main() -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--perf", choices=("leader", "follower"))
     which.add_argument("--strace", choices=("leader", "follower"))
+    which.add_argument(
+        "--strace-count", choices=("leader", "follower"), help="every system call of the member, counted"
+    )
     which.add_argument("--sched", action="store_true")
     parser.add_argument(
         "--syscalls", action="store_true", help="count each member's loop thread's polls, reads and writes"
