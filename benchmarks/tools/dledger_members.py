@@ -243,45 +243,19 @@ def role(args: argparse.Namespace, which: str) -> str:
 
 def tracer(args: argparse.Namespace, pids: list[int]) -> subprocess.Popen[bytes] | None:
     out = Path(args.out)
-    if args.perf:
-        pid = pids[0 if args.perf == "leader" or args.single else 1]
-        cmd = [
-            "perf",
-            "record",
-            "-F",
-            "2999",
-            *(["--call-graph", "dwarf,16384"] if args.dwarf else ["-g"]),
-            "-p",
-            str(pid),
-            "-o",
-            str(out / f"perf-{role(args, args.perf)}.data"),
-        ]
-    elif args.strace:
-        pid = pids[0 if args.strace == "leader" or args.single else 1]
-        calls = "trace=write,writev,sendmsg,sendto,read,recvfrom,epoll_wait,epoll_pwait"
-        cmd = [
-            "strace",
-            "-f",
-            "-s",
-            "0",
-            "-e",
-            calls,
-            "-p",
-            str(pid),
-            "-o",
-            str(out / f"strace-{role(args, args.strace)}.txt"),
-        ]
-    elif args.strace_count:
-        pid = pids[0 if args.strace_count == "leader" or args.single else 1]
-        cmd = [
-            "strace",
-            "-c",
-            "-f",
-            "-p",
-            str(pid),
-            "-o",
-            str(out / f"syscalls-{role(args, args.strace_count)}.txt"),
-        ]
+    which = args.perf or args.strace or args.strace_count
+    if which:
+        name = role(args, which)
+        if args.perf:
+            dwarf = ["--call-graph", "dwarf,16384"] if args.dwarf else ["-g"]
+            tool, file = ["perf", "record", "-F", "2999", *dwarf], f"perf-{name}.data"
+        elif args.strace:
+            calls = "trace=write,writev,sendmsg,sendto,read,recvfrom,epoll_wait,epoll_pwait"
+            tool, file = ["strace", "-f", "-s", "0", "-e", calls], f"strace-{name}.txt"
+        else:
+            tool, file = ["strace", "-c", "-f"], f"syscalls-{name}.txt"
+        pid = pids[0 if which == "leader" or args.single else 1]
+        cmd = [*tool, "-p", str(pid), "-o", str(out / file)]
     elif args.sched:
         cmd = [
             "perf",
