@@ -465,11 +465,15 @@ class CommitLog:
             entry_header=self.entry_header,
         )
 
-    def warm_ahead(self, nbytes: int) -> None:
-        """Pre-fault the next ``nbytes`` of the active file (called from a background thread)."""
+    def warm_ahead(self, nbytes: int) -> int:
+        """Pre-fault the next ``nbytes`` of the active file (called from a background thread); the bytes now
+        ready ahead of the writer (to the file's end at most: the next file is warmed once it is the last)."""
         last = self.files.last_file()
-        if last is not None and last.prepared_position < last.file_size:
+        if last is None:
+            return 0
+        if last.prepared_position < last.file_size:
             last.prepare(min(last.wrote_position + nbytes, last.file_size), populate=True)
+        return last.prepared_position - last.wrote_position
 
     @property
     def dispatch_on_put(self) -> bool:

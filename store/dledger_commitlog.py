@@ -151,12 +151,13 @@ class DLedgerCommitLog(CommitLog):
     def dispatch_on_put(self) -> bool:
         return self.auto_commit
 
-    def warm_ahead(self, nbytes: int) -> None:
+    def warm_ahead(self, nbytes: int) -> int:
         """The data file's next pages zero-filled by the store's warm-up thread, at most `WARM_AHEAD_BYTES`
         ahead of the writer: a store into a page of the fallocated file that was never written faults and
         has the file system zero it first, a page at a time on the event loop."""
-        if self.log is not None:
-            super().warm_ahead(min(nbytes, WARM_AHEAD_BYTES))
+        if self.log is None:
+            return 0
+        return super().warm_ahead(min(nbytes, WARM_AHEAD_BYTES))
 
     @property
     def dlog(self) -> DLedgerLog:

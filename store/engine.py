@@ -120,6 +120,9 @@ __all__ = [
 
 _PUT_OK: Final = PutMessageStatus.PUT_OK  # read on every put (store/native.py: enum members as Final names)
 _WARM_AHEAD_BYTES = 8 * 1024 * 1024
+#: The warm-up thread's shortest and longest sleep between two looks at the writer (``warm_delay``).
+WARM_MIN_DELAY_S = 0.005
+WARM_MAX_DELAY_S = 0.05
 _RETRY_CHUNK = 1024 * 1024  # CommitLog bytes the flush loop's dispatch retry takes per hold of the put lock
 #: The least time between two writes of a replicating slave's replica mark: what a slave that crashed holds
 #: back, at most, until its master answers again.
@@ -241,6 +244,16 @@ def dispatch_rules(
         index_keys(info.topic, info.properties) if index_enabled and tran != TRANSACTION_ROLLBACK_TYPE else []
     )
     return code, keys
+
+
+def warm_delay(ahead: int, rate: float) -> float:
+    """How long the warm-up thread may sleep with ``ahead`` bytes zero-filled before a writer going at
+    ``rate`` bytes a second: half the time the writer takes to reach their end, within
+    `WARM_MIN_DELAY_S` and `WARM_MAX_DELAY_S` (an idle store: the longest; a writer faster than the window
+    is wide: as often as before, every `WARM_MIN_DELAY_S`)."""
+    if rate <= 0:
+        return WARM_MAX_DELAY_S
+    return min(WARM_MAX_DELAY_S, max(WARM_MIN_DELAY_S, ahead / rate / 2))
 
 
 class DefaultMessageStore:
@@ -1338,18 +1351,26 @@ class DefaultMessageStore:
         return len(doomed)
 
     def _warm_loop(self) -> None:
-        """Keep zeroed page-cache pages ahead of the CommitLog writer (see ``MappedFile.prepare``)."""
-        delay = 0.005
+        """Keep zeroed page-cache pages ahead of the CommitLog writer (see ``MappedFile.prepare``), waking as
+        the writer's pace asks (:func:`warm_delay`): each wake takes the GIL from a busy event loop, and most
+        find the window still wide."""
+        cl = self.commit_log
+        delay = WARM_MIN_DELAY_S
+        written, at = cl.max_offset, time.monotonic()
         while not self._stop.wait(delay):
-            delay = 0.005
             try:
-                self.commit_log.warm_ahead(_WARM_AHEAD_BYTES)
+                ahead = cl.warm_ahead(_WARM_AHEAD_BYTES)
             except OSError as e:
                 if not is_no_space(e):
                     log.exception("commit log warm-up failed")
                 delay = 1.0  # a full disk: the put path reports it (once); try again later
+                continue
             except ValueError:
                 log.exception("commit log warm-up failed")
+                ahead = 0
+            end, now = cl.max_offset, time.monotonic()
+            delay = warm_delay(ahead, (end - written) / max(now - at, WARM_MIN_DELAY_S))
+            written, at = end, now
 
     def _write_mark(self, mark: int) -> None:
         """Write the replica mark, ``mark`` being flushed in the CommitLog already. Composed under the put

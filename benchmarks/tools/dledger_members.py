@@ -25,7 +25,8 @@ leader's profile less the single broker's is what DLedger adds to a send.
 ``--perf`` records the member with kernel stacks (``perf record -g``, ``cpu-clock`` where the machine has no
 PMU) into ``perf-ROLE.data``, with ``--dwarf`` its user stacks too (``--call-graph dwarf``: the compiled
 modules have no frame pointers); ``--strace`` writes each of its socket reads and writes with its size to
-``strace-ROLE.txt`` (slow: for how many syscalls and how many bytes, not for time); ``--sched`` records the
+``strace-ROLE.txt`` (slow: for how many syscalls and how many bytes, not for time), ``--strace-count`` every
+system call of its threads, counted by name (``strace -c -f``: ``syscalls-ROLE.txt``); ``--sched`` records the
 machine's wake-ups and context switches (``perf record -a -e sched:...``) into ``sched.data`` and prints
 whom the leader woke and who preempted it. Each goes to ``--out`` (default: the current directory).
 """
@@ -242,34 +243,19 @@ def role(args: argparse.Namespace, which: str) -> str:
 
 def tracer(args: argparse.Namespace, pids: list[int]) -> subprocess.Popen[bytes] | None:
     out = Path(args.out)
-    if args.perf:
-        pid = pids[0 if args.perf == "leader" or args.single else 1]
-        cmd = [
-            "perf",
-            "record",
-            "-F",
-            "2999",
-            *(["--call-graph", "dwarf,16384"] if args.dwarf else ["-g"]),
-            "-p",
-            str(pid),
-            "-o",
-            str(out / f"perf-{role(args, args.perf)}.data"),
-        ]
-    elif args.strace:
-        pid = pids[0 if args.strace == "leader" or args.single else 1]
-        calls = "trace=write,writev,sendmsg,sendto,read,recvfrom,epoll_wait,epoll_pwait"
-        cmd = [
-            "strace",
-            "-f",
-            "-s",
-            "0",
-            "-e",
-            calls,
-            "-p",
-            str(pid),
-            "-o",
-            str(out / f"strace-{role(args, args.strace)}.txt"),
-        ]
+    which = args.perf or args.strace or args.strace_count
+    if which:
+        name = role(args, which)
+        if args.perf:
+            dwarf = ["--call-graph", "dwarf,16384"] if args.dwarf else ["-g"]
+            tool, file = ["perf", "record", "-F", "2999", *dwarf], f"perf-{name}.data"
+        elif args.strace:
+            calls = "trace=write,writev,sendmsg,sendto,read,recvfrom,epoll_wait,epoll_pwait"
+            tool, file = ["strace", "-f", "-s", "0", "-e", calls], f"strace-{name}.txt"
+        else:
+            tool, file = ["strace", "-c", "-f"], f"syscalls-{name}.txt"
+        pid = pids[0 if which == "leader" or args.single else 1]
+        cmd = [*tool, "-p", str(pid), "-o", str(out / file)]
     elif args.sched:
         cmd = [
             "perf",
@@ -421,6 +407,9 @@ def main() -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--perf", choices=("leader", "follower"))
     which.add_argument("--strace", choices=("leader", "follower"))
+    which.add_argument(
+        "--strace-count", choices=("leader", "follower"), help="every system call of the member, counted"
+    )
     which.add_argument("--sched", action="store_true")
     parser.add_argument(
         "--syscalls", action="store_true", help="count each member's loop thread's polls, reads and writes"

@@ -12,7 +12,13 @@ from store import dledger as dl
 from store.config import ASYNC_FLUSH, SYNC_FLUSH
 from store.dledger_commitlog import WARM_AHEAD_BYTES, DLedgerCommitLog
 from store.dledger_log import DLedgerLog
-from store.engine import DefaultMessageStore, GetMessageStatus
+from store.engine import (
+    WARM_MAX_DELAY_S,
+    WARM_MIN_DELAY_S,
+    DefaultMessageStore,
+    GetMessageStatus,
+    warm_delay,
+)
 from store.mapped_file import PREPARE_CHUNK
 from store.message import TRANSACTION_PREPARED_TYPE, Message
 from store.record import decode_record
@@ -291,6 +297,30 @@ def test_the_data_file_is_zero_filled_ahead_of_the_writer(tmp_path: Path) -> Non
     for read_only, flush in ((True, ASYNC_FLUSH), (False, SYNC_FLUSH)):
         cold = DefaultMessageStore(dledger_config(tmp_path, flush_disk_type=flush), read_only=read_only)
         assert not cold.commit_log.prefault  # (every fsync would write the zeros too; nothing to write)
+
+
+def test_the_warm_up_thread_sleeps_by_the_writers_pace(tmp_path: Path) -> None:
+    """The warm-up thread wakes about twice before the writer could reach the end of what is zero-filled:
+    an idle store's (or a slow writer's) the least often, one whose window a writer would cross within a
+    wake as often as it always did; ``warm_ahead`` says how wide the window is."""
+    mib = 1024 * 1024
+    assert warm_delay(mib, 0.0) == WARM_MAX_DELAY_S
+    assert warm_delay(mib, 1000.0) == WARM_MAX_DELAY_S
+    assert warm_delay(mib, 20.0 * mib) == pytest.approx(1 / 40)  # (a twentieth of a second to cross it)
+    assert warm_delay(0, 20.0 * mib) == WARM_MIN_DELAY_S
+    assert warm_delay(mib, 1e6 * mib) == WARM_MIN_DELAY_S
+    store = _open(tmp_path, mapped_file_size_commit_log=8 * 1024 * 1024)
+    try:
+        log = store.commit_log
+        assert isinstance(log, DLedgerCommitLog)
+        for i in range(100):
+            assert store.put_message(Message("D", bytes(1024), queue_id=0, properties={"KEYS": f"w{i}"})).ok
+        mf = log.files.last_file()
+        assert mf is not None
+        ahead = log.warm_ahead(WARM_AHEAD_BYTES)
+        assert ahead == mf.prepared_position - mf.wrote_position >= WARM_AHEAD_BYTES
+    finally:
+        store.shutdown()
 
 
 def test_consume_queues_are_rebuilt_past_the_last_dispatched(tmp_path: Path) -> None:
