@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mqctl.errors import ConflictError, UsageError
+from tests.daemons import local_cluster
 from tests.support.bounded import finish
 from tests.support.cli import RunCli
 from tests.support.paths import ROOT
@@ -101,6 +102,32 @@ def test_a_closed_pipe_exits_0_silently(cli: RunCli, cli_env: dict[str, str], ar
     _, err = finish(proc, 60)
     assert proc.returncode == 0, err
     assert err == ""
+
+
+@pytest.mark.slow
+def test_a_tail_whose_reader_left_exits_0_though_no_message_comes(
+    cli: RunCli, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``mqctl msg tail -t T | head -1``: the tail learnt that ``head`` had left only at its next write,
+    and on a quiet topic none came: it waited as long as the topic stayed quiet."""
+    with local_cluster(tmp_path) as local:
+        ns = ["-n", local.namesrv_addr]
+        assert cli("topic", "create", "-t", "Quiet", *ns).code == 0
+        assert cli("msg", "send", "-t", "Quiet", "only", *ns).code == 0  # no later write to fail
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mqctl", "msg", "tail", "-t", "Quiet", "--from", "earliest", *ns],
+            env=cli_env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        assert proc.stdout.readline().rstrip().endswith("only")  # what head -1 takes, then it leaves
+        proc.stdout.close()
+        _, err = finish(proc, 60)
+    assert proc.returncode == 0, err
+    assert "error" not in err and "Traceback" not in err, err
 
 
 @pytest.mark.parametrize(
