@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,6 +102,18 @@ def set_flags(
     _state["context"] = None  # a context chosen by an earlier invocation in this process is not this one's
     _withheld.update(why=None, warned=None)
     _sign["anywhere"] = sign
+
+
+@contextmanager
+def signing_as(credentials: Credentials | None) -> Iterator[None]:
+    """``credentials`` in force for the block, as if given by flag (a Spark task's, from its options:
+    a refusal's hint then says whether anything signed)."""
+    saved = _state["flags"]
+    _state["flags"] = credentials
+    try:
+        yield
+    finally:
+        _state["flags"] = saved
 
 
 def sign_anywhere(on: bool) -> None:

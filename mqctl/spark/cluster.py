@@ -22,7 +22,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -426,6 +426,23 @@ def read_range(part: QueueRange, connection: Connection, *, with_body: bool) -> 
             runner.run(admin.client.close())
 
 
+def told(connection: Connection, work: Callable[[], Iterable[T]]) -> Iterator[T]:
+    """What ``work()`` yields, a failure in it raised as the :class:`~mqctl.errors.MqctlError` mqctl would report (a
+    refusal's hint knowing what signed): the driver finds its class and line at the end of the worker's
+    traceback (:func:`mqctl.spark.export.spark_failure`) and exits as the command would have."""
+    from mqctl import auth
+    from mqctl.errors import MqctlError, translate
+
+    try:
+        yield from work()
+    except MqctlError:
+        raise
+    except Exception as exc:
+        with auth.signing_as(connection.credentials):
+            error = translate(exc)
+        raise error from exc
+
+
 class ClusterReader(DataSourceReader):
     """Partitions planned on the driver; each task pulls its queue range."""
 
@@ -433,12 +450,13 @@ class ClusterReader(DataSourceReader):
         self.spec = spec
 
     def partitions(self) -> list[InputPartition]:
-        return list(plan_read(self.spec))
+        return list(told(self.spec.connection, lambda: plan_read(self.spec)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, QueueRange):  # Spark's single placeholder when nothing is planned
             return iter(())
-        return read_range(partition, self.spec.connection, with_body=self.spec.with_body)
+        spec = self.spec
+        return told(spec.connection, lambda: read_range(partition, spec.connection, with_body=spec.with_body))
 
 
 class RocketMQDataSource(DataSource):

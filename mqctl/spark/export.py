@@ -322,11 +322,24 @@ def _watch(spark: SparkSession, scan: ScanPlan, callback: ProgressCallback | Non
 
 
 def spark_failure(exc: Exception) -> MqctlError:
-    """A failed Spark job as one line: a corrupt record keeps its file and offset."""
+    """A failed Spark job as one line: a corrupt record keeps its file and offset, and an mqctl error a
+    worker raised (the last line of its traceback: :func:`mqctl.spark.cluster.told`) is raised again here,
+    its class and line kept, so the command exits as it would have without Spark (9 for an ACL refusal,
+    not 1 and the traceback's first line)."""
+    from mqctl import errors
+
     text = str(exc)
     corrupt = re.search(r"corrupt record at [^\n]*", text)
     if corrupt:
         return StoreError(corrupt.group(0).strip())
+    raised = re.findall(r"^mqctl\.errors\.(\w+): (.+)$", text, re.MULTILINE)
+    cls = getattr(errors, raised[-1][0], None) if raised else None
+    if isinstance(cls, type) and issubclass(cls, MqctlError):
+        message = raised[-1][1].strip()
+        if issubclass(cls, errors.BrokerError):
+            code = re.search(r"\(response code (-?\d+)\)", message)
+            return cls(message, code=int(code.group(1)) if code else 1)
+        return cls(message)
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     return MqctlError(f"Spark job failed: {first}")
 

@@ -19,7 +19,7 @@ from daemon.broker.broker import Broker
 from daemon.remoting.tls import write_local_ca
 from mqctl.admin.client import Admin
 from mqctl.auth import write_secret
-from mqctl.errors import NotFoundError, UsageError
+from mqctl.errors import AuthError, NotFoundError, UsageError
 from mqctl.spark.cluster import QueueRange, connection_of, plan_read, read_range, read_spec
 from store.config import SLAVE
 from tests.daemons import LocalCluster, local_cluster
@@ -338,6 +338,17 @@ def test_acl_the_right_secret_reads_and_a_wrong_one_is_refused(spark: Any, tmp_p
         assert READER_SK not in str(refused.value)
 
 
+NO_TOOLS_GROUP = """\
+  - accessKey: nogroup
+    secretKey: nogroup-secret
+    admin: false
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms:
+      - SparkAcl=SUB
+"""
+
+
 def test_spark_export_reads_over_the_root_s_tls_and_key_and_shows_no_secret(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -353,7 +364,7 @@ def test_spark_export_reads_over_the_root_s_tls_and_key_and_shows_no_secret(
         "tls_server_key_path": str(certs["server_key"]),
         "tls_test_mode_enable": False,
     }
-    write_acl(tmp_path / "home", ACL)
+    write_acl(tmp_path / "home", ACL + NO_TOOLS_GROUP)
     private = tmp_path / "tmp"
     private.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(private))
@@ -384,6 +395,13 @@ def test_spark_export_reads_over_the_root_s_tls_and_key_and_shows_no_secret(
             ]
             assert READER_SK not in shown.out + shown.err
             assert list(private.iterdir()) == []  # the secret's file lived as long as the command
+        # planned on the driver, refused in the tasks (no SUB on the tools group): the command's exit and
+        # one line saying why, not exit 1 ("a bug") and the first line of a worker's traceback
+        code = main([*root, "--access-key", "nogroup", "--secret-key", "nogroup-secret", "spark-export",
+                     "--cluster", "-t", "SparkAcl", "--out", str(tmp_path / "refused")])  # fmt: skip
+        refused = capsys.readouterr().err
+        assert code == AuthError.exit_code, refused
+        assert refused.count("\n") == 1 and "TOOLS_CONSUMER" in refused and "Traceback" not in refused
 
 
 # ------------------------------------------------------------------------------- master down: slave
