@@ -350,3 +350,24 @@ def test_a_namesrv_address_that_answers_a_frame_that_never_completes_fails_at_on
     assert result.code == 7, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("mqctl: error: ") and addr in line and "not a NameServer" in line, line
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("topics:\n  - name: X\n    read_queues: 4\n  bad", "line 4, column 6: could not find expected ':'"),
+        ('{"kind": "mqctl-metadata",\n "topics": [}', "line 2, column 13: Expecting value"),
+    ],
+)
+def test_a_file_that_does_not_parse_is_one_line_saying_where(
+    cli: RunCli, tmp_path: Path, text: str, where: str
+) -> None:
+    """YAML's message drew the file's line and a caret over several lines, escaped into one as '\\n', and
+    named the file '<unicode string>'."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    for args in (["apply", "-f", str(bad)], ["topic", "apply", "-f", str(bad)]):
+        refused = cli(*args, "-n", NOWHERE)
+        assert refused.code == UsageError.exit_code, refused.stderr
+        assert f"{bad}: " in refused.stderr and where in refused.stderr, refused.stderr
+        assert "\\n" not in refused.stderr and "<unicode string>" not in refused.stderr
