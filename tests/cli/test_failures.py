@@ -89,14 +89,7 @@ def test_a_closed_pipe_exits_0_silently(cli: RunCli, cli_env: dict[str, str], ar
     """``mqctl topic list | head -1``: the reader left; that is not an error."""
     for i in range(3):  # rows to write into the closed pipe
         assert cli("context", "add", f"ctx{i}", "-n", f"10.0.0.{i}:9876").code == 0
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mqctl", *args],
-        env=cli_env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _piped(cli_env, *args)
     assert proc.stdout is not None
     proc.stdout.close()
     _, err = finish(proc, 60)
@@ -114,20 +107,25 @@ def test_a_tail_whose_reader_left_exits_0_though_no_message_comes(
         ns = ["-n", local.namesrv_addr]
         assert cli("topic", "create", "-t", "Quiet", *ns).code == 0
         assert cli("msg", "send", "-t", "Quiet", "only", *ns).code == 0  # no later write to fail
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mqctl", "msg", "tail", "-t", "Quiet", "--from", "earliest", *ns],
-            env=cli_env,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = _piped(cli_env, "msg", "tail", "-t", "Quiet", "--from", "earliest", *ns)
         assert proc.stdout is not None
         assert proc.stdout.readline().rstrip().endswith("only")  # what head -1 takes, then it leaves
         proc.stdout.close()
         _, err = finish(proc, 60)
     assert proc.returncode == 0, err
     assert "error" not in err and "Traceback" not in err, err
+
+
+def _piped(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """``mqctl ARGS`` in a process of its own, its stdout and stderr pipes to this test."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mqctl", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize(

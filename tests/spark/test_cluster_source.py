@@ -22,7 +22,7 @@ from mqctl.auth import write_secret
 from mqctl.errors import AuthError, NotFoundError, UsageError
 from mqctl.spark.cluster import QueueRange, connection_of, plan_read, read_range, read_spec
 from store.config import SLAVE
-from tests.daemons import LocalCluster, local_cluster
+from tests.daemons import LocalCluster, local_cluster, tls_only
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
 from tests.support.broker import replicated, start_broker
 from tests.support.cluster_data import QUEUES, Sent, create_topics, send_known, sha
@@ -358,20 +358,15 @@ def test_spark_export_reads_over_the_root_s_tls_and_key_and_shows_no_secret(
     from mqctl.cli.app import main
 
     certs = write_local_ca(tmp_path / "certs")
-    tls_only = {
-        "tls_server_mode": "enforcing",
-        "tls_server_cert_path": str(certs["server_cert"]),
-        "tls_server_key_path": str(certs["server_key"]),
-        "tls_test_mode_enable": False,
-    }
+    server = tls_only(certs)
     write_acl(tmp_path / "home", ACL + NO_TOOLS_GROUP)
     private = tmp_path / "tmp"
     private.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(private))
     monkeypatch.setenv("MQCTL_CONFIG_DIR", str(tmp_path / "config"))
     with local_cluster(
-        tmp_path, namesrv_overrides=tls_only, tls_enable=True, tls_client_trust_cert_path=str(certs["ca"]),
-        acl_enable=True, rocketmq_home=str(tmp_path / "home"), **tls_only,
+        tmp_path, namesrv_overrides=server, tls_enable=True, tls_client_trust_cert_path=str(certs["ca"]),
+        acl_enable=True, rocketmq_home=str(tmp_path / "home"), **server,
     ) as local:  # fmt: skip
         root = ["--ca", str(certs["ca"]), "-n", local.namesrv_addr]
         admin = [*root, "--access-key", ADMIN_AK, "--secret-key", ADMIN_SK]
