@@ -131,7 +131,7 @@ def _source(store: Path | None, cluster: bool) -> Iterator[Source]:
     given = {"namesrv": namesrv, "context": context, "timeout": None if timeout is None else repr(timeout)}
     connection = connection_of({k: v for k, v in given.items() if v is not None})
     if connection.credentials is None or connection.credentials.secret_file is not None:
-        yield ClusterSource(connection.options())
+        yield ClusterSource(connection.options(), connection)
         return
     import shutil
     import tempfile
@@ -141,7 +141,7 @@ def _source(store: Path | None, cluster: bool) -> Iterator[Source]:
     private = Path(tempfile.mkdtemp(prefix="mqctl-spark-"))
     try:
         write_secret(private / "secret", connection.credentials.secret_key)
-        yield ClusterSource(connection.options(str(private / "secret")))
+        yield ClusterSource(connection.options(str(private / "secret")), connection)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 

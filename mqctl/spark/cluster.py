@@ -121,9 +121,12 @@ class ReadSpec:
     with_body: bool = True
 
 
-def read_spec(options: Mapping[str, str], *, streaming: bool = False) -> ReadSpec:
+def read_spec(
+    options: Mapping[str, str], *, streaming: bool = False, connection: Connection | None = None
+) -> ReadSpec:
     """The options of a read (names case-insensitive, as Spark hands them over). A stream starts at
-    ``latest`` unless told otherwise and has no end, as Spark's Kafka source."""
+    ``latest`` unless told otherwise and has no end, as Spark's Kafka source. ``connection``: one resolved
+    already (the driver's), in place of the options' resolved again."""
     opts = {k.lower(): v for k, v in options.items()}
     if streaming and opts.get("endingoffsets"):
         raise UsageError("option endingOffsets: a stream has no end (it is for spark.read only)")
@@ -150,7 +153,7 @@ def read_spec(options: Mapping[str, str], *, streaming: bool = False) -> ReadSpe
     if max_messages < 1:
         raise UsageError("option maxMessagesPerPartition: expected a positive number of messages")
     return ReadSpec(
-        connection_of(opts),
+        connection or connection_of(opts),
         topics,
         pattern,
         opts.get("group") or None,

@@ -26,6 +26,8 @@ from mqctl.spark import CLUSTER_FORMAT_NAME, FORMAT_NAME
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from mqctl.spark.connection import Connection
+
 log = logging.getLogger(__name__)
 
 EXPORT_FORMATS = ("parquet", "json", "csv")
@@ -52,9 +54,11 @@ class ScanPlan:
 @dataclass(frozen=True)
 class ClusterSource:
     """A running cluster read through the ``rocketmq`` source, in place of a store directory: ``options``
-    are the source's connection options (``namesrv`` or ``context``, credentials, TLS)."""
+    are the source's connection options (``namesrv`` or ``context``, credentials, TLS); ``connection``,
+    where the caller resolved them already, is what they say (the driver plans with it)."""
 
     options: Mapping[str, str]
+    connection: Connection | None = None
 
     def __str__(self) -> str:
         where = self.options.get("namesrv") or f"context {self.options.get('context') or '(current)'}"
@@ -250,7 +254,7 @@ def cluster_frame(
         options["startingOffsets"] = str(since_ms)
     if until_ms is not None:
         options["endingOffsets"] = str(until_ms + 1)  # the first offset stored after the window
-    spec = read_spec(options)
+    spec = read_spec(options, connection=source.connection)
     found = in_session(spec.connection, lambda admin: bounds(admin, spec))
     starts: dict[str, dict[str, int]] = {}
     ends: dict[str, dict[str, int]] = {}
