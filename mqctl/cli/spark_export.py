@@ -130,8 +130,9 @@ def _source(store: Path | None, cluster: bool) -> Iterator[Source]:
     timeout = flags().timeout
     given = {"namesrv": namesrv, "context": context, "timeout": None if timeout is None else repr(timeout)}
     connection = connection_of({k: v for k, v in given.items() if v is not None})
+    named = {"context": context} if context else {}  # the current one is the workers' current one too
     if connection.credentials is None or connection.credentials.secret_file is not None:
-        yield ClusterSource(connection.options(), connection)
+        yield ClusterSource({**connection.options(), **named}, connection)
         return
     import shutil
     import tempfile
@@ -141,7 +142,7 @@ def _source(store: Path | None, cluster: bool) -> Iterator[Source]:
     private = Path(tempfile.mkdtemp(prefix="mqctl-spark-"))
     try:
         write_secret(private / "secret", connection.credentials.secret_key)
-        yield ClusterSource(connection.options(str(private / "secret")), connection)
+        yield ClusterSource({**connection.options(str(private / "secret")), **named}, connection)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 

@@ -33,8 +33,6 @@ class Connection:
     tls: TlsOptions | None = None
     """None: plaintext."""
     timeout: float = 5.0
-    context: str | None = None
-    """The context whose TLS, timeout and key rule applied, if any."""
 
     def admin(self) -> Any:
         """A new admin session on its own connections (one per event loop)."""
@@ -49,7 +47,9 @@ class Connection:
 
     def options(self, secret_file: str | None = None) -> dict[str, str]:
         """This connection as the source's options, every setting explicit, so that the readers Spark
-        starts elsewhere (its planning worker, which knows no root flag) connect exactly so. The secret
+        starts elsewhere (its planning worker, which knows no root flag) connect exactly so; where no key
+        signs, they apply the rule of where a context's key goes as the driver did (the same ``namesrv``
+        and TLS; a ``context`` option, where the command named one, beside them). The secret
         goes by its file, never as a value: options travel in plans, which Spark sends, keeps and may log.
         ``secret_file``: where a secret given inline was written for them."""
         opts = {"namesrv": ";".join(self.namesrv), "timeout": repr(self.timeout)}
@@ -58,8 +58,6 @@ class Connection:
             opts.update(
                 {k: "true" if v is True else _absolute(str(v)) for k, v in self.tls.as_json().items()}
             )
-        if self.context is not None:
-            opts["context"] = self.context
         if self.credentials is not None:
             file = self.credentials.secret_file or secret_file
             if file is None:
@@ -120,5 +118,4 @@ def connection_of(opts: Mapping[str, str]) -> Connection:
         credentials,
         in_force[0] if in_force is not None else None,
         resolve_timeout(5.0, flag=timeout, target=target).seconds,
-        target.context,
     )

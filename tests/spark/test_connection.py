@@ -37,13 +37,14 @@ def contexts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_options_of_a_connection_resolve_to_it_and_carry_no_secret(contexts: Path) -> None:
-    for resolved in (
-        connection_of({"context": "secure", "timeout": "2.5"}),
-        connection_of({"namesrv": "10.0.0.1:9876"}),  # the current context's key, its file
-        connection_of({"namesrv": "10.9.9.9:9876"}),  # withheld: unsigned
-        connection_of({"namesrv": "10.9.9.9:9876", "tls": "true", "insecure": "true", "timeout": "1"}),
+    for named, resolved in (
+        ({"context": "secure"}, connection_of({"context": "secure", "timeout": "2.5"})),
+        ({}, connection_of({"namesrv": "10.0.0.1:9876"})),  # the current context's key, its file
+        ({}, connection_of({"namesrv": "10.9.9.9:9876"})),  # withheld: unsigned
+        ({"context": "secure"}, connection_of({"namesrv": "10.9.9.9:9876", "context": "secure"})),
+        ({}, connection_of({"namesrv": "10.9.9.9:9876", "tls": "true", "insecure": "true", "timeout": "1"})),
     ):
-        options = resolved.options()
+        options = {**resolved.options(), **named}
         assert "prod-secret" not in options.values()
         assert _what(connection_of({k.lower(): v for k, v in options.items()})) == _what(resolved), options
     inline = Connection(("10.0.0.1:9876",), Credentials("ak", "inline-secret", "--access-key/--secret-key"))
@@ -60,7 +61,7 @@ def test_the_options_of_a_connection_resolve_to_it_and_carry_no_secret(contexts:
 def _what(c: Connection) -> tuple[object, ...]:
     """A connection less where its key came from (a worker's is the options')."""
     key = c.credentials
-    return c.namesrv, c.tls, c.timeout, c.context, key and (key.access_key, key.secret_key, key.secret_file)
+    return c.namesrv, c.tls, c.timeout, key and (key.access_key, key.secret_key, key.secret_file)
 
 
 def test_tls_false_is_plaintext_whatever_the_context_says(contexts: Path) -> None:
