@@ -93,17 +93,21 @@ def connection_of(opts: Mapping[str, str]) -> Connection:
     on = None if opts.get("tls") is None else flag(opts.get("tls"), "tls", False)
     ca, cert, key = (opts.get(k) or None for k in ("ca", "cert", "key"))
     given = on is not None or insecure or bool(ca or cert or key)
+    pair = auth.given_pair(
+        opts.get("accesskey"), opts.get("secretkey"), opts.get("secretkeyfile"),
+        "options accessKey/secretKey", ("option secretKey", "option secretKeyFile"),
+    )  # fmt: skip
     anywhere = auth.signs_anywhere()
     auth.sign_anywhere(flag(opts.get("sign"), "sign", anywhere))
-    try:
-        with tls.flags_in_force(on, ca, cert, key, insecure) if given else nullcontext():
+    try:  # the pair signs as a flag's would: no warning that the context's key stays home
+        with (
+            tls.flags_in_force(on, ca, cert, key, insecure) if given else nullcontext(),
+            auth.signing_as(pair) if pair is not None else nullcontext(),
+        ):
             target = resolve_target(
                 namesrv_flag=opts.get("namesrv") or None, context_flag=opts.get("context")
             )
-            credentials = auth.given_pair(
-                opts.get("accesskey"), opts.get("secretkey"), opts.get("secretkeyfile"),
-                "options accessKey/secretKey", ("option secretKey", "option secretKeyFile"),
-            ) or auth.current()  # fmt: skip
+            credentials = auth.current()
             in_force = tls.current()
     finally:
         auth.sign_anywhere(anywhere)  # one read's option is not the next one's in a reused worker
