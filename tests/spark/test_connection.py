@@ -4,6 +4,7 @@ is applied. No Spark, no daemon: options in, a connection out."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,15 @@ from mqctl.auth import Credentials, write_secret
 from mqctl.config import ContextFile
 from mqctl.spark.connection import Connection, connection_of
 from mqctl.tls import TlsOptions
+from tests.support.cli import reset_module_state
+
+
+@pytest.fixture(autouse=True)
+def fresh_state() -> Iterator[None]:
+    """``connection_of`` records the context in force, as a command does: no later test sees it."""
+    reset_module_state()
+    yield
+    reset_module_state()
 
 
 @pytest.fixture
