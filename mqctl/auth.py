@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +39,8 @@ class Credentials:
     access_key: str
     secret_key: str
     source: str
+    secret_file: str | None = None
+    """The file the secret was read from (None: given inline), for a reader elsewhere to read it too."""
 
     def __repr__(self) -> str:
         return f"Credentials(access_key={self.access_key!r}, source={self.source!r})"
@@ -57,31 +61,59 @@ _withheld: dict[str, str | None] = {"why": None, "warned": None}
 _sign = {"anywhere": False}
 
 
-def pair(access_key: str | None, secret_key: str | None, source: str) -> Credentials | None:
-    """A key pair given somewhere (``source`` names it in errors); None when neither half is."""
+def pair(
+    access_key: str | None, secret_key: str | None, source: str, secret_file: str | None = None
+) -> Credentials | None:
+    """A key pair given somewhere (``source`` names it in errors; ``secret_file``: where the secret was
+    read from); None when neither half is."""
     if not access_key and not secret_key:
         return None
     if not access_key or not secret_key:
         raise UsageError(f"{source}: an access key needs its secret key and the other way round")
-    return Credentials(access_key, secret_key, source)
+    return Credentials(access_key, secret_key, source, secret_file)
 
 
-def _secret(secret_key: str | None, secret_key_file: str | None, names: tuple[str, str]) -> str | None:
-    """The secret given inline or as a file (``names``: how the two are spelled, for the error)."""
+def given_pair(
+    access_key: str | None,
+    secret_key: str | None,
+    secret_key_file: str | None,
+    source: str,
+    secret_names: tuple[str, str],
+) -> Credentials | None:
+    """An access key with its secret given inline or as a file (``secret_names``: how those two are spelled,
+    for the error); None when none is."""
     if secret_key and secret_key_file:
-        raise UsageError(f"give {names[0]} or {names[1]}, not both")
-    return read_secret(Path(secret_key_file)) if secret_key_file else secret_key
+        raise UsageError(f"give {secret_names[0]} or {secret_names[1]}, not both")
+    secret = read_secret(Path(secret_key_file)) if secret_key_file else secret_key
+    return pair(access_key, secret, source, secret_key_file or None)
 
 
 def set_flags(
     access_key: str | None, secret_key: str | None, secret_key_file: str | None = None, *, sign: bool = False
 ) -> None:
     """Record the global flags (the root command calls this once)."""
-    secret = _secret(secret_key, secret_key_file, ("--secret-key", "--secret-key-file"))
-    _state["flags"] = pair(access_key, secret, "--access-key/--secret-key")
+    _state["flags"] = given_pair(
+        access_key,
+        secret_key,
+        secret_key_file,
+        "--access-key/--secret-key",
+        ("--secret-key", "--secret-key-file"),
+    )
     _state["context"] = None  # a context chosen by an earlier invocation in this process is not this one's
     _withheld.update(why=None, warned=None)
     _sign["anywhere"] = sign
+
+
+@contextmanager
+def signing_as(credentials: Credentials | None) -> Iterator[None]:
+    """``credentials`` in force for the block, as if given by flag (a Spark task's, from its options:
+    a refusal's hint then says whether anything signed)."""
+    saved = _state["flags"]
+    _state["flags"] = credentials
+    try:
+        yield
+    finally:
+        _state["flags"] = saved
 
 
 def sign_anywhere(on: bool) -> None:
@@ -100,7 +132,8 @@ def use_context(name: str, access_key: str | None, secret_key_file: str | None) 
     _state["context"] = None
     _withheld["why"] = None
     if access_key and secret_key_file:
-        _state["context"] = Credentials(access_key, read_secret(Path(secret_key_file)), f"context {name}")
+        secret = read_secret(Path(secret_key_file))
+        _state["context"] = Credentials(access_key, secret, f"context {name}", secret_key_file)
     elif access_key or secret_key_file:
         raise UsageError(
             f"context {name} has an incomplete credential; re-add it with --access-key and a secret"
@@ -138,12 +171,13 @@ def current() -> Credentials | None:
 
 def from_env() -> Credentials | None:
     """``$MQCTL_ACCESS_KEY`` with ``$MQCTL_SECRET_KEY`` or ``$MQCTL_SECRET_KEY_FILE``, or None."""
-    secret = _secret(
+    return given_pair(
+        os.environ.get("MQCTL_ACCESS_KEY"),
         os.environ.get("MQCTL_SECRET_KEY"),
         os.environ.get("MQCTL_SECRET_KEY_FILE"),
+        "$MQCTL_ACCESS_KEY",
         ("$MQCTL_SECRET_KEY", "$MQCTL_SECRET_KEY_FILE"),
     )
-    return pair(os.environ.get("MQCTL_ACCESS_KEY"), secret, "$MQCTL_ACCESS_KEY")
 
 
 def read_secret(path: Path) -> str:

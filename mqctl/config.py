@@ -46,9 +46,36 @@ def parse_namesrv(value: str) -> list[str]:
         raise UsageError(f"empty NameServer address list {value!r}: expected HOST:PORT[;HOST:PORT]")
     for addr in addrs:
         host, sep, port = addr.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        # ASCII digits: str.isdigit also takes '²' (which int refuses) and other scripts' digits
+        if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
             raise UsageError(f"bad NameServer address {addr!r}: expected HOST:PORT")
     return addrs
+
+
+#: What RFC 6761 reserves the name ``localhost`` for, and the hosts file gives it: the loopback addresses.
+_LOCALHOST = frozenset({"127.0.0.1", "::1"})
+
+
+def endpoints(addr: str) -> frozenset[tuple[str, int]]:
+    """The endpoints a NameServer address (as :func:`parse_namesrv` checked it) names, for comparing two
+    spellings: an IP literal in its one written form (brackets off, an IPv4-mapped IPv6 one as IPv4), a
+    name lowercased (a trailing dot kept: ``ns1.`` is not the ``ns1`` a search domain completes),
+    ``localhost`` as the loopback addresses, the port as a number. No name is resolved: a DNS answer now
+    says nothing of where the next connection goes."""
+    import ipaddress
+
+    host, _, port = addr.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        name = host.lower()
+        hosts = _LOCALHOST if name == "localhost" else {f"name:{name}"}
+    else:
+        mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+        hosts = {str(mapped or ip)}
+    return frozenset((h, int(port)) for h in hosts)
 
 
 @dataclass(frozen=True)
@@ -366,6 +393,7 @@ def _namesrv_only(namesrv: list[str], source: str, context_flag: str | None) -> 
     if context is None:
         return Target(namesrv, source)
     _use(context)
+    namesrv = _as_the_context_writes(namesrv, context) or namesrv
     strangers = _unvouched(namesrv, context)
     if strangers and context.access_key:
         from mqctl import auth
@@ -397,8 +425,23 @@ def _unvouched(namesrv: list[str], context: Context) -> list[str]:
     own_ca = context.tls.ca if context.tls is not None else None
     if in_force is not None and own_ca and in_force[0].ca == own_ca and not in_force[0].insecure:
         return []
-    own = {addr.lower() for addr in parse_namesrv(context.namesrv)}
-    return [addr for addr in namesrv if addr.lower() not in own]
+    own = [endpoints(a) for a in parse_namesrv(context.namesrv)]
+    return [addr for addr in namesrv if not any(endpoints(addr) & ends for ends in own)]
+
+
+def _as_the_context_writes(namesrv: list[str], context: Context) -> list[str] | None:
+    """``namesrv`` as the context writes it when every address names one of its NameServers
+    (:func:`endpoints`), else None: its key then goes to them only as the context itself reaches them
+    (``localhost`` may reach ``::1`` first where the context names ``127.0.0.1``)."""
+    own = [(endpoints(a), a) for a in parse_namesrv(context.namesrv)]
+    out: list[str] = []
+    for addr in namesrv:
+        written = next((a for ends, a in own if endpoints(addr) & ends), None)
+        if written is None:
+            return None
+        if written not in out:
+            out.append(written)
+    return out
 
 
 def _use(context: Context | None) -> None:

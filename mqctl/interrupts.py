@@ -40,19 +40,22 @@ under it (flushed at each newline, as unbuffered output is seen).
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import select
 import signal
+import stat
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 FORCED = b"mqctl: error: interrupted twice while writing output: exiting now, output cut short\n"
 
 Handler = Callable[[int, FrameType | None], Any]
+T = TypeVar("T")
 
 #: ``signal``'s C functions: its Python wrappers try to turn every handler into an enum member (a
 #: ValueError raised and caught per call), most of the cost of a row written inside ``whole_output``.
@@ -159,3 +162,40 @@ def buffered_stdout() -> None:
         line_buffering=True,
         write_through=True,
     )
+
+
+async def unless_reader_leaves(work: Awaitable[T], every: float = 0.5) -> T:
+    """``work``, or BrokenPipeError once the reader of a piped stdout has closed it: ``msg tail | head -1``
+    waited, after the line ``head`` took, for another message to write before it learnt that, and on a
+    quiet topic never did. A terminal or a file has no reader to leave: ``work`` alone then."""
+    import asyncio
+
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_reader_gone(every))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, gone):
+            pending.cancel()
+        await asyncio.gather(task, gone, return_exceptions=True)
+    if task.done() and not task.cancelled():
+        return task.result()
+    raise BrokenPipeError(errno.EPIPE, "the reader of stdout has gone")
+
+
+async def _reader_gone(every: float) -> None:
+    """Return once stdout is a pipe whose reader has closed it (poll() then reports POLLERR on our end),
+    looking every ``every`` seconds; never for anything else."""
+    import asyncio
+
+    try:
+        fd = sys.stdout.fileno()
+        piped = stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except (AttributeError, OSError, ValueError):  # no real stdout (a test's StringIO, closed)
+        piped = False
+    if not piped:
+        await asyncio.Event().wait()
+    poller = select.poll()
+    poller.register(fd, 0)  # no event asked for: POLLERR and POLLHUP are reported whatever the mask
+    while not poller.poll(0):
+        await asyncio.sleep(every)

@@ -9,6 +9,8 @@ RocketMQ's clients are without ``-Dtls.enable=true``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -97,6 +99,20 @@ def set_flags(tls: bool | None, ca: str | None, cert: str | None, key: str | Non
         _state["flags"] = (TlsOptions(ca, cert, key, insecure), "--tls")
     else:
         _state["flags"] = None
+
+
+@contextmanager
+def flags_in_force(
+    tls: bool | None, ca: str | None, cert: str | None, key: str | None, insecure: bool
+) -> Iterator[None]:
+    """These TLS flags in force for the block, as if given on the command line (the Spark source's
+    options, in a worker that serves reads of other options next); the process's own again after it."""
+    saved = dict(_state)
+    try:
+        set_flags(tls, ca, cert, key, insecure)
+        yield
+    finally:
+        _state.update(saved)
 
 
 def use_context(name: str, options: TlsOptions | None) -> None:

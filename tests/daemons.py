@@ -85,19 +85,23 @@ def local_cluster(
         loop.close()
 
 
+def tls_only(certs: dict[str, Path]) -> dict[str, Any]:
+    """A listener's settings (by field name) to serve TLS alone on ``write_local_ca``'s server certificate."""
+    return {
+        "tls_server_mode": "enforcing",
+        "tls_server_cert_path": str(certs["server_cert"]),
+        "tls_server_key_path": str(certs["server_key"]),
+        "tls_test_mode_enable": False,
+    }
+
+
 @contextmanager
 def namesrv_alone(root: Path, certs: dict[str, Path] | None = None, **overrides: Any) -> Iterator[str]:
     """A NameServer with no broker under ``root``, on a loop thread of its own; its address. ``certs``
     (``write_local_ca``'s): its listener serves their server certificate (``tls_server_mode`` enforcing
     unless ``overrides`` say otherwise); ``overrides``: more settings by field name."""
     if certs is not None:
-        overrides = {
-            "tls_server_mode": "enforcing",
-            "tls_server_cert_path": str(certs["server_cert"]),
-            "tls_server_key_path": str(certs["server_key"]),
-            "tls_test_mode_enable": False,
-            **overrides,
-        }
+        overrides = {**tls_only(certs), **overrides}
     loop = LoopThread()
     namesrv = NamesrvController(
         NamesrvConfig(listen_host="127.0.0.1", listen_port=0, data_dir=root / "namesrv", **overrides)

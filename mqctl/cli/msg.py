@@ -452,6 +452,7 @@ def tail(
     import time
 
     from mqctl.admin.client import run_admin
+    from mqctl.interrupts import unless_reader_leaves
     from mqctl.output import RowStream, set_raw, stderr_console
     from mqctl.services.messages import Window, tail as tail_messages
     from mqctl.timespec import iso, parse_time
@@ -498,18 +499,20 @@ def tail(
     try:
         count = run_admin(
             target.namesrv,
-            lambda admin: tail_messages(
-                admin,
-                topic,
-                emit,
-                group=group,
-                start=start,
-                subscription=tag or "*",
-                max_messages=max_messages,
-                exit_at_end=exit_at_end,
-                since_ms=since_ms,
-                until_ms=until_ms,
-                on_start=started,
+            lambda admin: unless_reader_leaves(
+                tail_messages(
+                    admin,
+                    topic,
+                    emit,
+                    group=group,
+                    start=start,
+                    subscription=tag or "*",
+                    max_messages=max_messages,
+                    exit_at_end=exit_at_end,
+                    since_ms=since_ms,
+                    until_ms=until_ms,
+                    on_start=started,
+                )
             ),
             timeout=request_timeout(10.0, target),
         )

@@ -108,26 +108,43 @@ def _check_local(
         raise ConflictError(f"{out} already exists", hint="use --overwrite to replace it")
 
 
-def _source(store: Path | None, cluster: bool) -> Source:
-    """``--store DIR`` or ``--cluster`` (where it connects: ``-n``, ``--context``, else as every online
-    command); exactly one."""
+@contextmanager
+def _source(store: Path | None, cluster: bool) -> Iterator[Source]:
+    """``--store DIR`` or ``--cluster``; exactly one. A cluster is reached as every online command reaches
+    it (``-n``, ``--context``, the root's TLS, key and ``--timeout``, ``$MQCTL_*``, the context), resolved
+    here and handed to the source whole: Spark's workers know no root flag. A secret given inline goes
+    to them in an owner-only file that lives as long as the command."""
     from mqctl.errors import UsageError
 
     namesrv, context = flags().namesrv, flags().context
-    from mqctl.spark.export import ClusterSource
-
     if cluster == (store is not None):
         raise UsageError("spark-export reads either --store DIR or --cluster (with -n NAMESRV or a context)")
     if store is not None:
         if namesrv or context:
             raise UsageError("-n/--context go with --cluster; --store reads a directory")
-        return store
-    from mqctl import auth
+        yield store
+        return
+    from mqctl.spark.connection import connection_of
+    from mqctl.spark.export import ClusterSource
 
-    options = {"namesrv": namesrv} if namesrv else {}
-    options.update({"context": context} if context else {})
-    options.update({"sign": "true"} if auth.signs_anywhere() else {})
-    return ClusterSource(options)
+    timeout = flags().timeout
+    given = {"namesrv": namesrv, "context": context, "timeout": None if timeout is None else repr(timeout)}
+    connection = connection_of({k: v for k, v in given.items() if v is not None})
+    named = {"context": context} if context else {}  # the current one is the workers' current one too
+    if connection.credentials is None or connection.credentials.secret_file is not None:
+        yield ClusterSource({**connection.options(), **named}, connection)
+        return
+    import shutil
+    import tempfile
+
+    from mqctl.auth import write_secret
+
+    private = Path(tempfile.mkdtemp(prefix="mqctl-spark-"))
+    try:
+        write_secret(private / "secret", connection.credentials.secret_key)
+        yield ClusterSource({**connection.options(str(private / "secret")), **named}, connection)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _window(since: str | None, until: str | None) -> tuple[int | None, int | None]:
@@ -183,20 +200,20 @@ def export(
         raise UsageError(
             "spark-export needs --store DIR (or --cluster) and --out PATH (or the 'report' command)"
         )
-    source = _source(store, cluster)
     from mqctl.output import render
     from mqctl.spark.export import check_source, export as run_export
 
-    check_source(source, partitions)
-    first, last = _window(since, until)
-    _check_local(master, remote, source, out, overwrite=overwrite)
-    started = time.perf_counter()
-    with _progress_bar() as progress, _session(master, remote, "mqctl spark-export") as spark:
-        startup = time.perf_counter() - started
-        result = run_export(
-            spark, source, out, fmt=fmt, topics=topic or (), since_ms=first, until_ms=last, with_body=with_body,
-            partitions=partitions, overwrite=overwrite, progress=progress,
-        )  # fmt: skip
+    with _source(store, cluster) as source:
+        check_source(source, partitions)
+        first, last = _window(since, until)
+        _check_local(master, remote, source, out, overwrite=overwrite)
+        started = time.perf_counter()
+        with _progress_bar() as progress, _session(master, remote, "mqctl spark-export") as spark:
+            startup = time.perf_counter() - started
+            result = run_export(
+                spark, source, out, fmt=fmt, topics=topic or (), since_ms=first, until_ms=last,
+                with_body=with_body, partitions=partitions, overwrite=overwrite, progress=progress,
+            )  # fmt: skip
     render(result.over(_process_seconds(), startup), flags().output)
 
 
@@ -249,16 +266,22 @@ def report(
     from mqctl.spark.export import check_source
     from mqctl.spark.report import build_report, write_charts, write_json
 
-    source = _source(store, cluster)
-    check_source(source, partitions)
-    first, last = _window(since, until)
-    _check_local(master, remote, source)
-    started = time.perf_counter()
-    with _session(master, remote, "mqctl spark-export report") as spark:
-        startup = time.perf_counter() - started
-        result = build_report(
-            spark, source, topics=topic or (), since_ms=first, until_ms=last, partitions=partitions, top=top
-        )
+    with _source(store, cluster) as source:
+        check_source(source, partitions)
+        first, last = _window(since, until)
+        _check_local(master, remote, source)
+        started = time.perf_counter()
+        with _session(master, remote, "mqctl spark-export report") as spark:
+            startup = time.perf_counter() - started
+            result = build_report(
+                spark,
+                source,
+                topics=topic or (),
+                since_ms=first,
+                until_ms=last,
+                partitions=partitions,
+                top=top,
+            )
     result.timed(_process_seconds(), startup)
     if json_out is not None:
         write_json(result, json_out)

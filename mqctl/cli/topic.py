@@ -323,13 +323,13 @@ def _load_specs(file: Path) -> list[Any]:
 
     from mqctl.cli.common import name_problem
     from mqctl.errors import UsageError
-    from mqctl.services.metadata import parse_document
+    from mqctl.services.metadata import parse_document, parse_problem
     from mqctl.services.topics import TopicSpec
 
     try:
         raw = parse_document(file.read_text(encoding="utf-8"))
     except (ValueError, yaml.YAMLError) as exc:
-        raise UsageError(f"{file}: not YAML or JSON: {exc}") from None
+        raise UsageError(f"{file}: not YAML or JSON: {parse_problem(exc)}") from None
     items = raw.get("topics") if isinstance(raw, dict) else raw
     if not isinstance(items, list):
         raise UsageError(f"{file}: expected a list of topics")

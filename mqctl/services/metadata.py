@@ -331,8 +331,10 @@ def load(path: Path, name_problem: NameCheck) -> Metadata:
 
     try:
         raw = parse_document(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not a metadata file: {exc}") from None
+    except (ValueError, yaml.YAMLError) as exc:
+        raise UsageError(f"{path}: not a metadata file: {parse_problem(exc)}") from None
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: expected a mapping ('mqctl export' or mqadmin exportMetadata output)")
     try:
@@ -360,6 +362,20 @@ def parse_document(text: str) -> Any:
             return yaml.safe_load(text)
         except yaml.YAMLError:
             raise exc from None
+
+
+def parse_problem(exc: Exception) -> str:
+    """Why :func:`parse_document` failed, in one line: where (line, column) and what. YAML's own message
+    draws the file's line and a caret over several lines and calls the file ``<unicode string>``."""
+    import yaml
+
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    mark = exc.problem_mark if isinstance(exc, yaml.MarkedYAMLError) else None
+    if mark is not None and isinstance(exc, yaml.MarkedYAMLError):
+        context = f" ({exc.context})" if exc.context else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}{context}"
+    return " ".join(str(exc).split())
 
 
 def _from_mqadmin(raw: dict[str, Any]) -> Metadata:

@@ -22,9 +22,9 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -32,12 +32,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 from mqctl.errors import NotFoundError, UsageError
 from mqctl.spark import CLUSTER_FORMAT_NAME
+from mqctl.spark.connection import Connection, connection_of, flag
 from mqctl.spark.decode import batches, scan, spark_ddl
 from store import CorruptRecordError
-
-if TYPE_CHECKING:
-    from mqctl.auth import Credentials
-    from mqctl.tls import TlsOptions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,29 +47,6 @@ _PULL_BATCH = 32  # what a broker answers at most per pull (maxTransferCountOnMe
 _PULLS_IN_FLIGHT = 16  # a task's pulls at once: one at a time, a read waits a round trip per 32 messages
 _DECODE_BYTES = 8 << 20  # pulled bytes decoded together into one Arrow batch
 _EARLIEST, _LATEST = -2, -1  # per-queue JSON values, as Kafka's
-
-
-@dataclass(frozen=True)
-class Connection:
-    """Where the tasks connect and how: resolved once on the driver, then shipped with the reader."""
-
-    namesrv: tuple[str, ...]
-    credentials: Credentials | None = None
-    """None: requests go unsigned."""
-    tls: TlsOptions | None = None
-    """None: plaintext."""
-    timeout: float = 5.0
-
-    def admin(self) -> Any:
-        """A new admin session on its own connections (one per event loop)."""
-        from daemon.remoting.client import RemotingClient
-        from mqctl.admin.client import Admin
-
-        client = RemotingClient(
-            signer=self.credentials.signer() if self.credentials is not None else None,
-            ssl=self.tls.context() if self.tls is not None else None,
-        )
-        return Admin(list(self.namesrv), timeout=self.timeout, client=client)
 
 
 @dataclass(frozen=True)
@@ -147,53 +121,12 @@ class ReadSpec:
     with_body: bool = True
 
 
-def _flag(value: str | None, name: str, default: bool) -> bool:
-    if value is None:
-        return default
-    text = value.strip().lower()
-    if text not in ("true", "false", "1", "0", "yes", "no"):
-        raise UsageError(f"option {name}: expected true or false, not {value!r}")
-    return text in ("true", "1", "yes")
-
-
-def connection_of(opts: Mapping[str, str]) -> Connection:
-    """Where mqctl connects, resolved as its commands resolve it: ``namesrv`` as ``-n`` (the current or
-    ``context`` option's context still gives its TLS, timeout and, where it vouches for the NameServers,
-    credentials: mqctl.auth), ``context`` as ``--context``, else ``$MQCTL_NAMESRV``, the current context,
-    ``$NAMESRV_ADDR``. ``accessKey``/``secretKey`` and TLS as mqctl's flags (``tls``, ``ca``,
-    ``cert``/``key``, ``insecure``) beat them; ``sign`` is ``--sign``."""
-    from mqctl import auth, tls
-    from mqctl.config import resolve_target, resolve_timeout
-
-    anywhere = auth.signs_anywhere()
-    auth.sign_anywhere(_flag(opts.get("sign"), "sign", anywhere))
-    try:
-        target = resolve_target(namesrv_flag=opts.get("namesrv") or None, context_flag=opts.get("context"))
-        credentials = auth.pair(opts.get("accesskey"), opts.get("secretkey"), "options accessKey/secretKey")
-        if credentials is None:
-            credentials = auth.current()
-    finally:
-        auth.sign_anywhere(anywhere)  # one read's option is not the next one's in a reused worker
-    insecure = _flag(opts.get("insecure"), "insecure", False)
-    chosen: TlsOptions | None = None
-    if any(opts.get(k) for k in ("ca", "cert", "key")) or insecure or _flag(opts.get("tls"), "tls", False):
-        chosen = tls.TlsOptions(opts.get("ca"), opts.get("cert"), opts.get("key"), insecure)
-    elif (in_force := tls.current()) is not None:
-        chosen = in_force[0]
-    try:
-        timeout = float(opts["timeout"]) if opts.get("timeout") else None
-    except ValueError:
-        timeout = -1.0
-    if timeout is not None and not timeout >= 0.1:
-        raise UsageError(f"option timeout {opts['timeout']!r}: expected seconds, at least 0.1")
-    return Connection(
-        tuple(target.namesrv), credentials, chosen, resolve_timeout(5.0, flag=timeout, target=target).seconds
-    )
-
-
-def read_spec(options: Mapping[str, str], *, streaming: bool = False) -> ReadSpec:
+def read_spec(
+    options: Mapping[str, str], *, streaming: bool = False, connection: Connection | None = None
+) -> ReadSpec:
     """The options of a read (names case-insensitive, as Spark hands them over). A stream starts at
-    ``latest`` unless told otherwise and has no end, as Spark's Kafka source."""
+    ``latest`` unless told otherwise and has no end, as Spark's Kafka source. ``connection``: one resolved
+    already (the driver's), in place of the options' resolved again."""
     opts = {k.lower(): v for k, v in options.items()}
     if streaming and opts.get("endingoffsets"):
         raise UsageError("option endingOffsets: a stream has no end (it is for spark.read only)")
@@ -220,14 +153,14 @@ def read_spec(options: Mapping[str, str], *, streaming: bool = False) -> ReadSpe
     if max_messages < 1:
         raise UsageError("option maxMessagesPerPartition: expected a positive number of messages")
     return ReadSpec(
-        connection_of(opts),
+        connection or connection_of(opts),
         topics,
         pattern,
         opts.get("group") or None,
         Bound.parse(opts.get("startingoffsets"), "latest" if streaming else "earliest", "startingOffsets"),
         Bound.parse(opts.get("endingoffsets"), "latest", "endingOffsets"),
         max_messages,
-        _flag(opts.get("with_body"), "with_body", True),
+        flag(opts.get("with_body"), "with_body", True),
     )
 
 
@@ -496,6 +429,23 @@ def read_range(part: QueueRange, connection: Connection, *, with_body: bool) -> 
             runner.run(admin.client.close())
 
 
+def told(connection: Connection, work: Callable[[], Iterable[T]]) -> Iterator[T]:
+    """What ``work()`` yields, a failure in it raised as the :class:`~mqctl.errors.MqctlError` mqctl would report (a
+    refusal's hint knowing what signed): the driver finds its class and line at the end of the worker's
+    traceback (:func:`mqctl.spark.export.spark_failure`) and exits as the command would have."""
+    from mqctl import auth
+    from mqctl.errors import MqctlError, translate
+
+    try:
+        yield from work()
+    except MqctlError:
+        raise
+    except Exception as exc:
+        with auth.signing_as(connection.credentials):
+            error = translate(exc)
+        raise error from exc
+
+
 class ClusterReader(DataSourceReader):
     """Partitions planned on the driver; each task pulls its queue range."""
 
@@ -503,12 +453,13 @@ class ClusterReader(DataSourceReader):
         self.spec = spec
 
     def partitions(self) -> list[InputPartition]:
-        return list(plan_read(self.spec))
+        return list(told(self.spec.connection, lambda: plan_read(self.spec)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, QueueRange):  # Spark's single placeholder when nothing is planned
             return iter(())
-        return read_range(partition, self.spec.connection, with_body=self.spec.with_body)
+        spec = self.spec
+        return told(spec.connection, lambda: read_range(partition, spec.connection, with_body=spec.with_body))
 
 
 class RocketMQDataSource(DataSource):
@@ -521,7 +472,7 @@ class RocketMQDataSource(DataSource):
 
     def schema(self) -> str:
         opts = {k.lower(): v for k, v in self.options.items()}
-        return spark_ddl(_flag(opts.get("with_body"), "with_body", True))
+        return spark_ddl(flag(opts.get("with_body"), "with_body", True))
 
     def reader(self, schema: Any) -> DataSourceReader:
         return ClusterReader(read_spec(self.options))

@@ -26,6 +26,8 @@ from mqctl.spark import CLUSTER_FORMAT_NAME, FORMAT_NAME
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from mqctl.spark.connection import Connection
+
 log = logging.getLogger(__name__)
 
 EXPORT_FORMATS = ("parquet", "json", "csv")
@@ -52,9 +54,11 @@ class ScanPlan:
 @dataclass(frozen=True)
 class ClusterSource:
     """A running cluster read through the ``rocketmq`` source, in place of a store directory: ``options``
-    are the source's connection options (``namesrv`` or ``context``, credentials, TLS)."""
+    are the source's connection options (``namesrv`` or ``context``, credentials, TLS); ``connection``,
+    where the caller resolved them already, is what they say (the driver plans with it)."""
 
     options: Mapping[str, str]
+    connection: Connection | None = None
 
     def __str__(self) -> str:
         where = self.options.get("namesrv") or f"context {self.options.get('context') or '(current)'}"
@@ -250,7 +254,7 @@ def cluster_frame(
         options["startingOffsets"] = str(since_ms)
     if until_ms is not None:
         options["endingOffsets"] = str(until_ms + 1)  # the first offset stored after the window
-    spec = read_spec(options)
+    spec = read_spec(options, connection=source.connection)
     found = in_session(spec.connection, lambda admin: bounds(admin, spec))
     starts: dict[str, dict[str, int]] = {}
     ends: dict[str, dict[str, int]] = {}
@@ -322,11 +326,24 @@ def _watch(spark: SparkSession, scan: ScanPlan, callback: ProgressCallback | Non
 
 
 def spark_failure(exc: Exception) -> MqctlError:
-    """A failed Spark job as one line: a corrupt record keeps its file and offset."""
+    """A failed Spark job as one line: a corrupt record keeps its file and offset, and an mqctl error a
+    worker raised (the last line of its traceback: :func:`mqctl.spark.cluster.told`) is raised again here,
+    its class and line kept, so the command exits as it would have without Spark (9 for an ACL refusal,
+    not 1 and the traceback's first line)."""
+    from mqctl import errors
+
     text = str(exc)
     corrupt = re.search(r"corrupt record at [^\n]*", text)
     if corrupt:
         return StoreError(corrupt.group(0).strip())
+    raised = re.findall(r"^mqctl\.errors\.(\w+): (.+)$", text, re.MULTILINE)
+    cls = getattr(errors, raised[-1][0], None) if raised else None
+    if isinstance(cls, type) and issubclass(cls, MqctlError):
+        message = raised[-1][1].strip()
+        if issubclass(cls, errors.BrokerError):
+            code = re.search(r"\(response code (-?\d+)\)", message)
+            return cls(message, code=int(code.group(1)) if code else 1)
+        return cls(message)
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     return MqctlError(f"Spark job failed: {first}")
 

@@ -2,8 +2,10 @@
 TLS with its own CA. A ``-n`` beyond both is sent unsigned (RocketMQ 4.x signatures replay), with one
 warning; ``--sign`` or a key given on the command line signs anyway.
 
-One NameServer with ACL on serves plaintext and TLS (permissive) on loopback: ``localhost:PORT`` reaches
-it but is not the ``127.0.0.1:PORT`` a context lists, so a write to it passes only when signed.
+One NameServer with ACL on serves plaintext and TLS (permissive) on loopback: ``127.1:PORT`` reaches it
+(the resolver reads it as ``127.0.0.1``) but is a name to mqctl, which resolves none to compare it, so
+not the ``127.0.0.1:PORT`` a context lists: a write to it passes only when signed. ``localhost:PORT``,
+``[::ffff:127.0.0.1]:PORT`` or ``127.0.0.1:0PORT`` are that address written otherwise, and sign.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def test_a_namesrv_the_context_does_not_list_gets_no_signature_over_plaintext(
 ) -> None:
     port, _ = acl_namesrv
     _prod(cli, tmp_path, f"127.0.0.1:{port}")
-    stranger = f"localhost:{port}"
+    stranger = f"127.1:{port}"
     unsigned = _kv_set(cli, "-n", stranger)
     assert unsigned.code == AuthError.exit_code, unsigned.stderr
     assert unsigned.stderr.count(WARNING) == 1 and stranger in unsigned.stderr, unsigned.stderr
@@ -63,8 +65,9 @@ def test_a_namesrv_the_context_does_not_list_gets_no_signature_over_plaintext(
     shown = cli("--print-config", "-n", stranger, "-o", "json").json()
     assert shown["access_key"] is None and "withheld from " + stranger in shown["access_key_source"], shown
 
-    own = _kv_set(cli, "-n", f"127.0.0.1:{port}")  # the context's own NameServer
-    assert own.code == 0 and WARNING not in own.stderr, own.stderr
+    for own_namesrv in (f"127.0.0.1:{port}", f"localhost:{port}", f" [::ffff:127.0.0.1]:0{port} ;"):
+        own = _kv_set(cli, "-n", own_namesrv)  # the context's own NameServer, however written
+        assert own.code == 0 and WARNING not in own.stderr, (own_namesrv, own.stderr)
     chosen = _kv_set(cli)  # the context chose it
     assert chosen.code == 0 and WARNING not in chosen.stderr, chosen.stderr
     allowed = _kv_set(cli, "--sign", "-n", stranger)
@@ -78,7 +81,7 @@ def test_the_context_s_own_ca_vouches_for_any_namesrv_it_signed(
 ) -> None:
     port, certs = acl_namesrv
     _prod(cli, tmp_path, "127.0.0.1:1", "--ca", str(certs["ca"]))  # lists another NameServer
-    over_tls = _kv_set(cli, "-n", f"localhost:{port}")
+    over_tls = _kv_set(cli, "-n", f"localhost:{port}")  # not the 127.0.0.1:1 it lists
     assert over_tls.code == 0 and WARNING not in over_tls.stderr, over_tls.stderr
     # TLS that checks nothing, or plaintext, vouches for nothing
     for flag in ("--insecure", "--no-tls"):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mqctl.errors import ConflictError, UsageError
 from tests.support.cli import RunCli
 
@@ -216,3 +218,62 @@ def test_set_turns_tls_on_and_off_and_keeps_what_it_does_not_name(cli: RunCli, t
     assert cli("--print-config", "--context", "prod", "-o", "json").json()["tls"] is False
     both = cli("context", "set", "prod", "--no-tls", "--ca", str(tmp_path / "pki" / "ca.pem"))
     assert both.code == UsageError.exit_code
+
+
+@pytest.mark.parametrize(
+    ("namesrv", "connects"),
+    [
+        ("localhost:9876", "127.0.0.1:9876"),  # the loopback name: connected as the context writes it
+        ("LOCALHOST:9876", "127.0.0.1:9876"),
+        ("[::1]:9876", "::1:9876"),
+        ("[0:0::1]:9876;localhost:9876", "::1:9876;127.0.0.1:9876"),
+        ("[::ffff:127.0.0.1]:09876", "127.0.0.1:9876"),
+        ("NS1.Example.com:9876", "ns1.example.com:9876"),
+        ("ns1.example.com:9876, 127.0.0.1:9876 ;", "ns1.example.com:9876;127.0.0.1:9876"),
+        ("127.0.0.1:9876;ns1.example.com:9876", "127.0.0.1:9876;ns1.example.com:9876"),
+    ],
+)
+def test_the_context_s_own_namesrv_however_written_keeps_its_key(
+    cli: RunCli, tmp_path: Path, namesrv: str, connects: str
+) -> None:
+    """``-n`` was compared as written: ``localhost`` for ``127.0.0.1``, ``[::1]`` for ``::1``, ``09876``,
+    a host in capitals each withheld the context's key from its own NameServers."""
+    _keyed_context(cli, tmp_path, "127.0.0.1:9876;ns1.example.com:9876;::1:9876")
+    shown = cli("--print-config", "-n", namesrv, "-o", "json")
+    assert shown.code == 0 and "warning" not in shown.stderr, shown.stderr
+    assert (shown.json()["access_key"], shown.json()["namesrv"]) == ("ctx-ak", connects)
+
+
+@pytest.mark.parametrize(
+    "namesrv",
+    [
+        "127.0.0.1:9877",  # another port
+        "127.0.0.1:9876;10.0.0.9:9876",  # one stranger in the list withholds it from all
+        "127.1:9876",  # loopback to the resolver, a name here: names are not resolved to compare them
+        "ns1.example.com.:9876",  # absolute: not the ns1.example.com a search domain may complete
+        "ns1.example.co:9876",
+        "[::2]:9876",
+        "127.0.0.2:9876",  # loopback, but not what localhost names
+    ],
+)
+def test_a_namesrv_the_context_does_not_name_gets_no_key(cli: RunCli, tmp_path: Path, namesrv: str) -> None:
+    _keyed_context(cli, tmp_path, "localhost:9876;ns1.example.com:9876")
+    shown = cli("--print-config", "-n", namesrv, "-o", "json")
+    assert shown.code == 0 and "not signing with context acl's access key" in shown.stderr, shown.stderr
+    assert shown.json()["access_key"] is None and shown.json()["namesrv"] == namesrv
+
+
+def test_a_port_not_in_ascii_digits_is_a_usage_error(cli: RunCli) -> None:
+    for port in ("²", "٩٨٧٦"):  # str.isdigit takes both; int refused the first (exit 1, a ValueError)
+        refused = cli("--print-config", "-n", f"127.0.0.1:{port}")
+        assert refused.code == UsageError.exit_code and "bad NameServer address" in refused.stderr
+
+
+def _keyed_context(cli: RunCli, tmp_path: Path, namesrv: str) -> None:
+    secret = tmp_path / "ctx.secret"
+    secret.write_text("ctx-secret\n")
+    secret.chmod(0o600)
+    added = cli(
+        "context", "add", "acl", "-n", namesrv, "--access-key", "ctx-ak", "--secret-key-file", str(secret)
+    )
+    assert added.code == 0, added.stderr

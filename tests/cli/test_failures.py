@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mqctl.errors import ConflictError, UsageError
+from tests.daemons import local_cluster
 from tests.support.bounded import finish
 from tests.support.cli import RunCli
 from tests.support.paths import ROOT
@@ -88,19 +89,43 @@ def test_a_closed_pipe_exits_0_silently(cli: RunCli, cli_env: dict[str, str], ar
     """``mqctl topic list | head -1``: the reader left; that is not an error."""
     for i in range(3):  # rows to write into the closed pipe
         assert cli("context", "add", f"ctx{i}", "-n", f"10.0.0.{i}:9876").code == 0
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mqctl", *args],
-        env=cli_env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _piped(cli_env, *args)
     assert proc.stdout is not None
     proc.stdout.close()
     _, err = finish(proc, 60)
     assert proc.returncode == 0, err
     assert err == ""
+
+
+@pytest.mark.slow
+def test_a_tail_whose_reader_left_exits_0_though_no_message_comes(
+    cli: RunCli, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``mqctl msg tail -t T | head -1``: the tail learnt that ``head`` had left only at its next write,
+    and on a quiet topic none came: it waited as long as the topic stayed quiet."""
+    with local_cluster(tmp_path) as local:
+        ns = ["-n", local.namesrv_addr]
+        assert cli("topic", "create", "-t", "Quiet", *ns).code == 0
+        assert cli("msg", "send", "-t", "Quiet", "only", *ns).code == 0  # no later write to fail
+        proc = _piped(cli_env, "msg", "tail", "-t", "Quiet", "--from", "earliest", *ns)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().rstrip().endswith("only")  # what head -1 takes, then it leaves
+        proc.stdout.close()
+        _, err = finish(proc, 60)
+    assert proc.returncode == 0, err
+    assert "error" not in err and "Traceback" not in err, err
+
+
+def _piped(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """``mqctl ARGS`` in a process of its own, its stdout and stderr pipes to this test."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mqctl", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize(
@@ -323,3 +348,24 @@ def test_a_namesrv_address_that_answers_a_frame_that_never_completes_fails_at_on
     assert result.code == 7, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("mqctl: error: ") and addr in line and "not a NameServer" in line, line
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("topics:\n  - name: X\n    read_queues: 4\n  bad", "line 4, column 6: could not find expected ':'"),
+        ('{"kind": "mqctl-metadata",\n "topics": [}', "line 2, column 13: Expecting value"),
+    ],
+)
+def test_a_file_that_does_not_parse_is_one_line_saying_where(
+    cli: RunCli, tmp_path: Path, text: str, where: str
+) -> None:
+    """YAML's message drew the file's line and a caret over several lines, escaped into one as '\\n', and
+    named the file '<unicode string>'."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    for args in (["apply", "-f", str(bad)], ["topic", "apply", "-f", str(bad)]):
+        refused = cli(*args, "-n", NOWHERE)
+        assert refused.code == UsageError.exit_code, refused.stderr
+        assert f"{bad}: " in refused.stderr and where in refused.stderr, refused.stderr
+        assert "\\n" not in refused.stderr and "<unicode string>" not in refused.stderr

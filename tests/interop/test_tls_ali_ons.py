@@ -14,6 +14,7 @@ import pytest
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.tls import write_local_ca
 from store.engine import DefaultMessageStore
+from tests.daemons import tls_only
 from tests.support.ali_ons import INTEROP, node
 from tests.support.broker import start_broker
 from tests.support.namesrv import namesrv_config
@@ -26,12 +27,7 @@ COUNT = 20
 
 async def test_ali_ons_produces_over_tls_to_an_enforcing_cluster(tmp_path: Path) -> None:
     certs = write_local_ca(tmp_path / "certs")
-    server = {
-        "tls_server_mode": "enforcing",
-        "tls_server_cert_path": str(certs["server_cert"]),
-        "tls_server_key_path": str(certs["server_key"]),
-        "tls_test_mode_enable": False,
-    }
+    server = tls_only(certs)
     namesrv = NamesrvController(namesrv_config(tmp_path, **server))
     await namesrv.start()
     ns = f"127.0.0.1:{namesrv.port}"

@@ -3,6 +3,7 @@ each, a few thousand messages with known bodies, read back through the shared lo
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -15,11 +16,13 @@ import pytest
 
 from daemon.acl.signature import Signer
 from daemon.broker.broker import Broker
+from daemon.remoting.tls import write_local_ca
 from mqctl.admin.client import Admin
-from mqctl.errors import NotFoundError, UsageError
+from mqctl.auth import write_secret
+from mqctl.errors import AuthError, NotFoundError, UsageError
 from mqctl.spark.cluster import QueueRange, connection_of, plan_read, read_range, read_spec
 from store.config import SLAVE
-from tests.daemons import LocalCluster, local_cluster
+from tests.daemons import LocalCluster, local_cluster, tls_only
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
 from tests.support.broker import replicated, start_broker
 from tests.support.cluster_data import QUEUES, Sent, create_topics, send_known, sha
@@ -333,6 +336,67 @@ def test_acl_the_right_secret_reads_and_a_wrong_one_is_refused(spark: Any, tmp_p
         with pytest.raises(Exception, match=f"signature check failed for accessKey={READER_AK}") as refused:
             read(spark, {**options, "secretKey": "not-the-secret"})
         assert READER_SK not in str(refused.value)
+
+
+NO_TOOLS_GROUP = """\
+  - accessKey: nogroup
+    secretKey: nogroup-secret
+    admin: false
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms:
+      - SparkAcl=SUB
+"""
+
+
+def test_spark_export_reads_over_the_root_s_tls_and_key_and_shows_no_secret(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``mqctl --ca CA --access-key AK --secret-key SK spark-export --cluster``: the driver planned with
+    the root's flags, and Spark's planning worker, which knows none, read in plaintext and unsigned. The
+    tasks get what the driver resolved; the secret reaches them by an owner-only file, gone after."""
+    from mqctl.cli.app import main
+
+    certs = write_local_ca(tmp_path / "certs")
+    server = tls_only(certs)
+    write_acl(tmp_path / "home", ACL + NO_TOOLS_GROUP)
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    monkeypatch.setenv("MQCTL_CONFIG_DIR", str(tmp_path / "config"))
+    with local_cluster(
+        tmp_path, namesrv_overrides=server, tls_enable=True, tls_client_trust_cert_path=str(certs["ca"]),
+        acl_enable=True, rocketmq_home=str(tmp_path / "home"), **server,
+    ) as local:  # fmt: skip
+        root = ["--ca", str(certs["ca"]), "-n", local.namesrv_addr]
+        admin = [*root, "--access-key", ADMIN_AK, "--secret-key", ADMIN_SK]
+        assert main([*admin, "topic", "create", "-t", "SparkAcl", "-r", "2", "-w", "2"]) == 0
+        for i in range(3):
+            assert main([*admin, "msg", "send", "-t", "SparkAcl", f"secure {i}"]) == 0
+        capsys.readouterr()
+        reader = [*root, "--access-key", READER_AK]
+        secret = tmp_path / "reader.secret"
+        write_secret(secret, READER_SK)
+        for key in (["--secret-key", READER_SK], ["--secret-key-file", str(secret)]):
+            out = tmp_path / f"out{len(key[1])}"
+            code = main([*reader, *key, "spark-export", "--cluster", "-t", "SparkAcl", "--with-body",
+                         "--out", str(out), "-o", "json"])  # fmt: skip
+            shown = capsys.readouterr()
+            assert code == 0, shown.err
+            assert sorted(r["body"] for r in pq.read_table(out).to_pylist()) == [
+                b"secure 0",
+                b"secure 1",
+                b"secure 2",
+            ]
+            assert READER_SK not in shown.out + shown.err
+            assert list(private.iterdir()) == []  # the secret's file lived as long as the command
+        # planned on the driver, refused in the tasks (no SUB on the tools group): the command's exit and
+        # one line saying why, not exit 1 ("a bug") and the first line of a worker's traceback
+        code = main([*root, "--access-key", "nogroup", "--secret-key", "nogroup-secret", "spark-export",
+                     "--cluster", "-t", "SparkAcl", "--out", str(tmp_path / "refused")])  # fmt: skip
+        refused = capsys.readouterr().err
+        assert code == AuthError.exit_code, refused
+        assert refused.count("\n") == 1 and "TOOLS_CONSUMER" in refused and "Traceback" not in refused
 
 
 # ------------------------------------------------------------------------------- master down: slave

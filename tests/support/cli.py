@@ -204,7 +204,7 @@ def _in_main_thread(fn: Callable[[], int]) -> int:
 _pristine: list[tuple[dict[Any, Any], dict[Any, Any]]] = []
 
 
-def _reset_module_state() -> None:
+def reset_module_state() -> None:
     """Put every private module-level dict of ``mqctl`` (the flags, credentials and output settings one
     invocation records) back as a fresh interpreter has it, so no run sees an earlier run's choices."""
     if not _pristine:
@@ -250,11 +250,11 @@ def run_in_process(
 
     blocked = sigint_blocked()
     with _lock, _process_state({**base_env, **(env or {})}, stdin, stdout, stderr):
-        _reset_module_state()
+        reset_module_state()
         try:
             code = _in_main_thread(call)
         finally:
-            _reset_module_state()  # nor does a later test's own client see this run's (TLS, credentials)
+            reset_module_state()  # nor does a later test's own client see this run's (TLS, credentials)
     if sigint_blocked() and not blocked:  # this process's later Ctrl-Cs and every program it starts
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         raise AssertionError(f"mqctl {' '.join(args)} left SIGINT blocked in the test process")
