@@ -410,6 +410,16 @@ class Node:
         self._next_probe = 0
         #: (probing) when it started, -1 before its first probe
         self._probing_since = -1
+        #: (probing, catching up) whether more peers answered its probe than a majority could leave out: it
+        #: follows no leader before (`_hear`)
+        self._heard = False
+        #: (probing, not heard yet) the latest term whose leader's heartbeat it refused, -1 when none
+        self._beaten = -1
+        #: (heard) the highest term its peers answered: it votes in no term up to it (`_may_vote`)
+        self._top = -1
+        #: (probing, catching up) per peer that answered its probe while voting (a member of ours: abstaining,
+        #: or a 4.9.8 member, it does not say), where its log ended, (-1, -1) for none (`_may_vote`)
+        self._ends: dict[str, tuple[int, int]] = {}
         #: keeps the abstention across a restart (its owner's file): the state, VOTING once it ends; a
         #: member that restarts half caught up holds a log but still lacks what it acknowledged
         self.keep_abstention: Callable[[str], None] = lambda state: None
@@ -534,7 +544,13 @@ class Node:
 
     def tick(self, now: int) -> list[Out]:
         """What DLedger's state maintainer and entry dispatchers do at `now`: the requests to send."""
-        if (self.abstaining == PROBING or self.abstaining == CHECKING) and now >= self._next_probe:
+        probing = (
+            self.abstaining == PROBING
+            or self.abstaining == CHECKING
+            or self._unheard()
+            or self._ends_pending()
+        )
+        if probing and now >= self._next_probe:
             return self._probe(now) + self._tick(now)
         return self._tick(now)
 
@@ -757,7 +773,7 @@ class Node:
             and self.log.last_index >= req.ledger_end_index
         ):
             return answer(VoteResult.REJECT_TAKING_LEADERSHIP)
-        if self.abstaining and not self_vote:
+        if self.abstaining and not self_vote and not self._may_vote(req):
             # answered as a member whose log is ahead: a candidate (4.9.8's or ours) asks again in the same
             # term a while later. (ALREADY_VOTED has it stand in a later term every round, outrunning the
             # member that could win: a group whose emptied member waits for the old leader livelocked.)
@@ -789,6 +805,14 @@ class Node:
         self._saw(req.leader_id, req.term, -1)
         if req.term > m.term and self.abstaining == CHECKING:
             return answer(Code.TERM_NOT_READY)  # (its term stays its store's until the check ends)
+        if self._unheard() and self.abstaining == PROBING:
+            self._beaten = max(self._beaten, req.term)
+        if req.term == m.term and self._unheard():
+            # (a code a leader counts neither as an acknowledgement nor as a term not ready: DLedger's and
+            # ours step down without a quorum, rather than beat again at once; the leader is up, so asked
+            # again at once: a new group's leader may be gone before the next round of probes)
+            self._next_probe = min(self._next_probe, now)
+            return answer(Code.ILLEGAL_MEMBER_STATE)
         if req.term == m.term:
             if m.leader_id is None:
                 self.to_follower(req.term, req.leader_id)
@@ -824,6 +848,9 @@ class Node:
         self._asked.clear()
         self._unanswered.clear()
         self._probing_since = self._catch_up_term = -1
+        self._heard = False
+        self._beaten = self._top = -1
+        self._ends.clear()
         # (INFO: a new member's first start probes too; a loss found is a WARNING)
         log.info("[%s] abstains from elections (%s): %s", self.m.self_id, state, why)
 
@@ -831,6 +858,20 @@ class Node:
         """Why it abstains, in words ("" when it votes): ``broker ha status`` shows it."""
         if self.abstaining == PROBING:
             return f"{self.abstain_why}: asking its peers whether the group has a history"
+        if self.abstaining == CATCHING_UP and not self._heard:
+            return (
+                f"{self.abstain_why}: until {self._needed()} of its peers answered ({len(self._probed)} so "
+                "far) and it holds, committed, an entry of its leader's term"
+            )
+        if self.abstaining == CATCHING_UP and self._floor() is not None:
+            floor_term, floor_index = self._floor() or (-1, -1)
+            floor = f"a log at least as up to date as entry {floor_index} of term {floor_term}"
+            if floor_index < 0:
+                floor = "any log"
+            return (
+                f"{self.abstain_why}: until it holds, committed, an entry of its leader's term (meanwhile it "
+                f"votes, in a term past {self._top}, for {floor})"
+            )
         if self.abstaining == CATCHING_UP:
             return f"{self.abstain_why}: until it holds, committed, an entry of its leader's term"
         if self.abstaining == CHECKING:
@@ -843,11 +884,14 @@ class Node:
         self._next_probe = now + self.t.max_vote_interval_ms
         if self.abstaining == CHECKING:
             return self._check(now)
-        if self._probed:
+        if self._probed and self.abstaining == PROBING:
             self._probe_settles(now)  # (its own log kept, it waits out an election timeout for a leader)
-            if self.abstaining != PROBING:
-                return []
-        return [self._probe_request(peer) for peer in self.others() if peer not in self._probed]
+        if self._unheard():
+            return [self._probe_request(peer) for peer in self.others() if peer not in self._probed]
+        if self._ends_pending():  # (asked again until they vote: `_may_vote`)
+            self._next_probe = now + self.t.min_vote_interval_ms
+            return [self._probe_request(peer) for peer in self.others() if peer not in self._ends]
+        return []
 
     def _probe_request(self, peer: str) -> Out:
         req = self._base(VoteRequest(), peer)
@@ -868,6 +912,8 @@ class Node:
         seen_term, seen_index = self.seen_of(req.leader_id or "")
         if seen_term >= 0:
             resp.mqctl_seen_term, resp.mqctl_seen_index = seen_term, seen_index
+        if self.abstaining == VOTING:
+            resp.mqctl_ledger_end_term, resp.mqctl_ledger_end_index = log_.last_term, log_.last_index
         return resp
 
     def _saw(self, peer: str, term: int, index: int) -> None:
@@ -923,47 +969,120 @@ class Node:
         """Its store is older than its peers saw it (restored from an older copy, or its writes lost): it may
         have voted in any term up to `term`, and acknowledged entries it no longer holds. It grants no vote
         in that term (its vote there is its own) and abstains as an emptied member does."""
-        m = self.m
-        if term > m.term or m.voted_for is None:
-            floor = max(term, m.term)
-            try:
-                m.persist(floor, m.self_id)
-            except OSError as exc:  # (a full disk) it abstains all the same
-                log.error("[%s] cannot save term %d: %s", m.self_id, floor, exc)
-            else:
-                if floor > m.term:
-                    m.known_max_term = max(m.known_max_term, floor)
-                    m.term = floor
-                    self.to_candidate(floor)
-                m.voted_for = m.self_id
-                if floor >= m.known_max_term:
-                    # (a heartbeat of that term asked it to move there: it is there now, and the
-                    # maintainer moving one term further would depose that term's leader)
-                    self.need_increase_term = False
+        if term > self.m.term or self.m.voted_for is None:
+            self._take_term(term)
         self.abstain_why = f"its store is older than its peers saw it ({why})"
+        if self.m.role is _FOLLOWER:
+            self.to_candidate(self.m.term)  # (it follows no leader before it heard: `_hear`)
         self._to_catch_up("restored from an older copy, or its writes were lost")
+
+    def _take_term(self, term: int) -> None:
+        """Moves to `term` (if later) with its own vote, kept before it counts: it may have voted there before
+        its store lost it, so it grants that term to nobody."""
+        m = self.m
+        floor = max(term, m.term)
+        try:
+            m.persist(floor, m.self_id)
+        except OSError as exc:  # (a full disk) it abstains all the same
+            log.error("[%s] cannot save term %d: %s", m.self_id, floor, exc)
+            return
+        if floor > m.term:
+            m.known_max_term = max(m.known_max_term, floor)
+            m.term = floor
+            self.to_candidate(floor)
+        m.voted_for = m.self_id
+        if floor >= m.known_max_term:
+            # (a heartbeat of that term, refused before it heard or come before the probe's answer, asked
+            # it to move there: it is there now, and the maintainer moving one term further would depose
+            # that term's leader)
+            self.need_increase_term = False
+            self.last_parse = ParseResult.WAIT_TO_REVOTE
 
     def _probe_answered(self, peer: str, resp: VoteResponse) -> None:
         """A peer's answer to a probe: a peer that saw this member later than its store says, or (an empty
         member) a peer holding a log, tells it it lost what the group holds (it catches up with a leader)."""
+        holds = resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM
+        if self.abstaining == CHECKING or holds or resp.vote_result is VoteResult.REJECT_EXPIRED_VOTE_TERM:
+            self._probed[peer] = (holds, resp.term)
+        end_term, end_index = resp.mqctl_ledger_end_term, resp.mqctl_ledger_end_index
+        if end_term is not None and end_index is not None:
+            self._ends[peer] = max((end_term, end_index), self._ends.get(peer, (-1, -1)))
         lost = self._behind_seen(peer, resp)
         if lost:
             self._restored(lost, resp.mqctl_seen_term or 0)
-            return
-        if self.abstaining == CHECKING:
-            self._probed[peer] = (resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM, resp.term)
+        elif self.abstaining == CHECKING:
             self._check_settles()
             return
-        if resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM:
-            self._probed[peer] = (True, resp.term)
-            if self.log.last_index < 0:
-                self._to_catch_up(f"{peer} holds a log (its term {resp.term})")
-                return
-        elif resp.vote_result is VoteResult.REJECT_EXPIRED_VOTE_TERM:
-            self._probed[peer] = (False, resp.term)
-        else:
+        elif self.abstaining == PROBING and holds and self.log.last_index < 0:
+            self._to_catch_up(f"{peer} holds a log (its term {resp.term})")
+        self._hear()
+        if self.abstaining == PROBING:
+            self._probe_settles(self._now)
+
+    def _needed(self) -> int:
+        """How many peers answer its probe before it knows every term a leader was elected in: more than any
+        majority could leave out (with this member: both of three, three of five's four)."""
+        return len(self.m.peers) - len(self.m.peers) // 2
+
+    def _unheard(self) -> bool:
+        """(its store lost, or behind what its peers saw) It has not heard from enough peers yet (`_hear`)."""
+        return (self.abstaining == PROBING or self.abstaining == CATCHING_UP) and not self._heard
+
+    def _hear(self) -> None:
+        """Once more peers answered its probe than a majority could leave out, every leader elected so far
+        was voted for by one of them, which kept that term before it voted: it takes the highest term they
+        answered, so that a leader deposed meanwhile (its later term forgotten with the store) is refused
+        with it and steps down. Before, it follows no leader: its acknowledgements, with a deposed leader's,
+        would be a majority, and that leader would commit its own entries where a later one committed
+        others."""
+        if self._heard or len(self._probed) < self._needed():
             return
-        self._probe_settles(self._now)
+        self._heard = True
+        # (a peer that answered while it still probed, a new group's member, votes by now: asked again at
+        # once, before a leader it may be is gone)
+        self._next_probe = self._now
+        top = self._top = max(term for _, term in self._probed.values())
+        if top > self.m.term or (top == self.m.term and self.m.voted_for is None):
+            # (its vote there kept as its own: a candidate of that term is refused ALREADY_VOTED and stands
+            # again in the next, where it may have this member's vote)
+            self._take_term(top)
+        log.info(
+            "[%s] %d peers answered: term %d, it follows a leader of it or later",
+            self.m.self_id,
+            len(self._probed),
+            self.m.term,
+        )
+
+    def _floor(self) -> tuple[int, int] | None:
+        """The most up-to-date log end that more peers than a majority could leave out answered while they
+        voted, None before that many did; none but empty logs answered (a new group's), any log."""
+        if len(self._ends) >= self._needed():
+            return max(self._ends.values())
+        if len(self._probed) >= self._needed() and not any(holds for holds, _ in self._probed.values()):
+            return (-1, -1)
+        return None
+
+    def _ends_pending(self) -> bool:
+        """(catching up, heard) Fewer peers than it needs answered while they voted (`_may_vote`)."""
+        return self.abstaining == CATCHING_UP and self._heard and self._floor() is None
+
+    def _may_vote(self, req: VoteRequest) -> bool:
+        """(abstaining) Whether it may still vote for this candidate: once it heard, in a term past every
+        term its peers answered (it may have voted in those before its loss), for a log no less up to date
+        than any that more peers than a majority could leave out answered while they voted. An entry
+        committed with its lost acknowledgement was on a majority, so on one of those peers when it
+        answered (a peer abstaining then may have lost it too: it is asked again until it votes); a log at
+        least as up to date as one holding a committed entry holds it (Raft's election rule). So a new
+        group whose late member found its leader's log, or an emptied member whose leader died before it
+        caught up, elects again without that leader."""
+        floor = self._floor()
+        return (
+            self.abstaining == CATCHING_UP
+            and self._heard
+            and floor is not None
+            and req.term > self._top
+            and (req.ledger_end_term, req.ledger_end_index) >= floor
+        )
 
     def _probe_settles(self, now: int) -> None:
         """Whether the answers so far let it vote: more peers than any majority could leave out (with this
@@ -971,8 +1090,12 @@ class Node:
         this member forgot, by its candidate, whose term is then among theirs. None holding a log (or, its
         own log kept, no leader heard for an election timeout: it would catch up with one): it goes past
         every term it may have voted in."""
-        needed = len(self.m.peers) - (len(self.m.peers) // 2 + 1) + 1
-        if len(self._probed) < needed:
+        if len(self._probed) < self._needed():
+            return
+        if self._beaten >= 0:
+            # a leader beat meanwhile (elected before its log reached this member's probe): going past its
+            # term would depose it; this member catches up with it as with a group that holds a log
+            self._to_catch_up(f"a leader of term {self._beaten} beats")
             return
         if self.log.last_index >= 0:
             timeout = self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms
@@ -1920,7 +2043,7 @@ class Node:
         if out.code is DLedgerRequestCode.VOTE:
             assert resp is None or isinstance(resp, VoteResponse)
             if out.epoch == PROBE_EPOCH:
-                if self.abstaining == PROBING or self.abstaining == CHECKING:
+                if self.abstaining == CHECKING or self._unheard() or self._ends_pending():
                     if resp is not None:
                         self._probe_answered(out.peer, resp)
                     elif self.abstaining == CHECKING:

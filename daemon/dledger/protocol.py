@@ -428,6 +428,10 @@ class VoteResponse(RequestOrResponse):
     #: from a 4.9.8 member's: fastjson leaves nulls out, and reading it ignores unknown properties.
     mqctl_seen_term: int | None = None
     mqctl_seen_index: int | None = None
+    #: (ours, likewise) where the answering member's log ends (its last entry's term and index), when it
+    #: holds one: an emptied member votes only for a candidate whose log is no less up to date
+    mqctl_ledger_end_term: int | None = None
+    mqctl_ledger_end_index: int | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -207,6 +207,14 @@ async def raft_group(
                 return await master_of(run.client, run.namesrv, TOPIC) == nodes[leader].addr
 
             await wait_until(routed)
+
+            def every_member_votes() -> bool:
+                return all(f"[{node.name}] votes:" in node.log_tail(10**7) for node in nodes)
+
+            # (a new group's member that found the leader's log votes only once it caught up: a schedule
+            # that killed or emptied it before then found it abstaining, which is the group's start, not
+            # the fault under test)
+            await wait_until(every_member_votes, 60, g.evidence)
             yield g
         finally:
             for p in g.producers:
