@@ -410,8 +410,8 @@ class Node:
         self._next_probe = 0
         #: (probing) when it started, -1 before its first probe
         self._probing_since = -1
-        #: (probing, catching up) whether more peers answered its probe than a majority could leave out: it
-        #: follows no leader before (`_hear`)
+        #: (probing, catching up) whether every other peer answered its probe: it follows no leader before
+        #: (`_hear`)
         self._heard = False
         #: (probing, not heard yet) the latest term whose leader's heartbeat it refused, -1 when none
         self._beaten = -1
@@ -1020,17 +1020,19 @@ class Node:
             self._probe_settles(self._now)
 
     def _needed(self) -> int:
-        """How many peers answer its probe before it knows every term a leader was elected in: more than any
-        majority could leave out (with this member: both of three, three of five's four)."""
-        return len(self.m.peers) - len(self.m.peers) // 2
+        """How many peers answer its probe before it knows every term a leader was elected in and every
+        entry it acknowledged: every other one (docs/dledger.md §a-deposed-leader). A majority's answers
+        are not enough past three members: a commit or an election counting this member's lost
+        acknowledgement or vote can complete after they answered, with a peer that answered before it."""
+        return len(self.m.peers) - 1
 
     def _unheard(self) -> bool:
         """(its store lost, or behind what its peers saw) It has not heard from enough peers yet (`_hear`)."""
         return (self.abstaining == PROBING or self.abstaining == CATCHING_UP) and not self._heard
 
     def _hear(self) -> None:
-        """Once more peers answered its probe than a majority could leave out, every leader elected so far
-        was voted for by one of them, which kept that term before it voted: it takes the highest term they
+        """Once every other peer answered its probe, every leader elected so far, and any candidate holding
+        this member's forgotten vote, answered in that term or a later one: it takes the highest term they
         answered, so that a leader deposed meanwhile (its later term forgotten with the store) is refused
         with it and steps down. Before, it follows no leader: its acknowledgements, with a deposed leader's,
         would be a majority, and that leader would commit its own entries where a later one committed
@@ -1054,8 +1056,7 @@ class Node:
         )
 
     def _floor(self) -> tuple[int, int] | None:
-        """The most up-to-date log end that more peers than a majority could leave out answered while they
-        voted, None before that many did; none but empty logs answered (a new group's), any log."""
+        """The most up-to-date log end that every other peer answered while they voted, None before that many did; none but empty logs answered (a new group's), any log."""
         if len(self._ends) >= self._needed():
             return max(self._ends.values())
         if len(self._probed) >= self._needed() and not any(holds for holds, _ in self._probed.values()):
@@ -1069,9 +1070,8 @@ class Node:
     def _may_vote(self, req: VoteRequest) -> bool:
         """(abstaining) Whether it may still vote for this candidate: once it heard, in a term past every
         term its peers answered (it may have voted in those before its loss), for a log no less up to date
-        than any that more peers than a majority could leave out answered while they voted. An entry
-        committed with its lost acknowledgement was on a majority, so on one of those peers when it
-        answered (a peer abstaining then may have lost it too: it is asked again until it votes); a log at
+        than any that every other peer answered while they voted. An entry it acknowledged before its loss
+        was on its leader when that leader answered (a peer abstaining then may have lost it too: it is asked again until it votes); a log at
         least as up to date as one holding a committed entry holds it (Raft's election rule). So a new
         group whose late member found its leader's log, or an emptied member whose leader died before it
         caught up, elects again without that leader."""
@@ -1085,8 +1085,7 @@ class Node:
         )
 
     def _probe_settles(self, now: int) -> None:
-        """Whether the answers so far let it vote: more peers than any majority could leave out (with this
-        member): an entry committed on a majority is held by one of them besides this member, and a vote
+        """Whether the answers so far let it vote: every other peer's: an entry committed on a majority is held by one of them besides this member, and a vote
         this member forgot, by its candidate, whose term is then among theirs. None holding a log (or, its
         own log kept, no leader heard for an election timeout: it would catch up with one): it goes past
         every term it may have voted in."""
