@@ -1139,6 +1139,11 @@ class HASlave:
             self._name(MasterLog(0))
             return True
         if cut < end:
+            # held back first: whatever fails after (the incarnation, the quarantine on a full disk), nothing
+            # from the cut on is served (a stale mark past it vouched for records the master replaced), and
+            # the next check cuts it
+            async with self._dispatching:
+                store.hold_back(cut)
             # this store's own earlier incarnations end at the cut: promoted later, its history must not
             # vouch for what another slave copied of them past it (docs/replication.md §incarnations). Begun
             # before the cut: one that cannot be written (a full disk) leaves the tail uncut, held back, and
@@ -1150,6 +1155,7 @@ class HASlave:
                 newest = store.incarnations[-1] if store.incarnations else None
                 self._cut_begun = (cut, newest.id) if newest is not None else None
             await self._set_aside_tail(cut, end, master.first_offset)
+            self._cut_begun = None
         if cut < master.first_offset:
             if store.min_phy_offset < cut and refusal:
                 await self._set_aside_unconfirmed(cut, master.first_offset, refusal)

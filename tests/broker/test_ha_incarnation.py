@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from daemon.broker.ha import HASlave, MasterLog, master_log
+from daemon.remoting.codes import RequestCode, ResponseCode
 from store.checkpoint import (
     INCARNATIONS_KEPT,
     UNKNOWN_FOLLOWING,
@@ -28,7 +29,7 @@ from store.checkpoint import (
 from store.config import StoreConfig
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
-from tests.broker.test_ha_mark import TOPIC, fixed_ports, restart_master, runtime, send_common
+from tests.broker.test_ha_mark import TOPIC, everything, fixed_ports, restart_master, runtime, send_common
 from tests.broker.test_ha_retention import served, slave_back, write_then_expire_all_but_the_newest_file
 from tests.store.test_replica_mark import rolled_back
 from tests.support.broker import replicated, start_broker
@@ -99,6 +100,48 @@ async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave
     assert salvaged.code == 0, salvaged.stderr
     bodies = [json.loads(line)["body"] for line in (tmp_path / "salvaged.json").read_text().splitlines()]
     assert sorted(b for b in bodies if b.startswith("only-")) == sorted(f"only-{i}" * 20 for i in range(40))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("blocked", ["incarnations.tmp", "quarantine"])
+async def test_a_slave_whose_check_fails_after_finding_the_cut_serves_none_of_what_its_restored_master_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, blocked: str
+) -> None:
+    """The master is restored from a backup taken after 20 records, while its slave holds 20 more it copied
+    (its mark at its end); the restored master takes 10 new records at the offsets the slave holds. The
+    slave starts with its master up, but the cut's incarnation cannot be written (a directory where its
+    temporary file goes), or its quarantine made (a file where its directory goes), as on a full disk: the
+    check found the cut and failed after it. It served all 20 the master replaced, vouched for by its stale
+    mark; now it holds them back from the cut (served neither by pull nor by offset, the mark down to the
+    cut), and once the path is writable the HA loop sets them aside and the slave serves what the master
+    does."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
+        cut = g.master.store.max_phy_offset
+        await send_common(g, 20, "only")
+        await replicated(g.master, g.slave)
+        await restored(g, tmp_path, fixed)
+        await send_common(g, 10, "new")
+        path = tmp_path / "slave" / blocked
+        path.mkdir() if blocked.endswith(".tmp") else path.write_bytes(b"")
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        assert (g.slave.store.replica_mark, g.slave.store.held_back > 0) == (cut, True)
+        queues = await everything(g, g.slave)
+        assert [len(q) for q in queues] == [5, 5, 5, 5]
+        assert all(b.startswith(b"early") for q in queues for b in q)
+        viewed = await g.on(g.slave).call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(cut)})
+        assert viewed.code != ResponseCode.SUCCESS and "holds back" in (viewed.remark or "")
+        await wait_until(lambda: sum("task ha-client failed" in r.getMessage() for r in caplog.records) >= 2)
+        assert [len(q) for q in await everything(g, g.slave)] == [5, 5, 5, 5]
+        assert not set_aside(tmp_path / "slave")
+
+        path.rmdir() if blocked.endswith(".tmp") else path.unlink()
+        await send_common(g, 4, "after")
+        await replicated(g.master, g.slave, timeout=90.0)
+        assert set_aside(tmp_path / "slave") == [20]
+        assert await everything(g, g.slave) == await everything(g, g.master)
 
 
 @pytest.mark.slow
