@@ -1243,6 +1243,13 @@ class HASlave:
         master, a history that dropped it), or whose run cannot be told (an RM4 mark), vouches for nothing."""
         store = self.store
         copied, following = store.replica_incarnation, store.replica_following
+        if master.damaged:
+            log.warning(
+                "HA: master's store %s shows an incarnation history that does not parse: which run it is cannot "
+                "be told, none of this slave's records below its first offset is taken as its own",
+                master.identity,
+            )
+            return 0
         if not copied:
             # (copied while the master showed no history: its log changed nowhere below where its history,
             # begun since, first began; past that, a log back shorter at the start that began it, or a

@@ -750,3 +750,19 @@ def test_a_mark_naming_no_incarnation_vouches_no_further_than_where_the_masters_
     later = (*upgraded.incarnations, Incarnation(bytes([2]) * 16, 2500), Incarnation(bytes([3]) * 16, 9000))
     assert slave._vouched(dataclasses.replace(upgraded, incarnations=later)) == 2500
     assert slave._vouched(dataclasses.replace(upgraded, incarnations=())) == 5000
+
+
+def test_a_master_showing_a_history_that_does_not_parse_vouches_for_none_of_a_mark_naming_no_incarnation() -> (
+    None
+):
+    """A mark naming no incarnation (copied while its master showed none) vouches no further than the lowest
+    start in the master's history; a history that does not parse holds no start, and vouched for the whole
+    mark. Which run such a master is cannot be told: it vouches for nothing. (No traffic.)"""
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation="", replica_following=""
+    )
+    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
+    table = {"haStoreIdentity": "ab" * 16, "commitLogMaxOffset": "6000", "haIncarnations": "not a history"}
+    assert master_log(table, "").damaged
+    assert slave._vouched(master_log(table, "")) == 0
+    assert slave._vouched(master_log({**table, "haIncarnations": ""}, "")) == 5000
