@@ -776,12 +776,17 @@ class MasterRecords:
 
     async def log(self) -> MasterLog:
         """Where the master's CommitLog starts and whose store it is, from its GET_BROKER_RUNTIME_INFO
-        (``commitLogMinOffset``, 4.9.8's key too; ``haStoreIdentity``, ours). A master that does not answer
-        it (an ACL that admits the slave's records check but not this) says nothing: the check is made by
-        the records alone, as before."""
+        (``commitLogMinOffset``, 4.9.8's key too; ``haStoreIdentity``, ours). A master whose ACL refuses it
+        (and admits the slave's records check) says nothing: the check is made by the records alone, as
+        before. Any other failure (a busy or failing master) raises TailUnknown, asked again: read as "no
+        store named", the mark stopped naming its master's store and vouched for all it counted."""
         addr, response = await self._ask(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
-        if response.code != ResponseCode.SUCCESS:
+        if is_acl_refusal(response.code, response.remark):
             return MasterLog(0, addr=addr)
+        if response.code != ResponseCode.SUCCESS:
+            raise TailUnknown(
+                f"master {addr} answered its runtime info with {response.code} {response.remark}"
+            )
         try:
             return master_log(KVTable.loads(response.body or b"").table, addr)
         except ValueError:
@@ -1024,10 +1029,15 @@ class HASlave:
                     await self._ask_again()
                 await asyncio.sleep(RECONNECT_DELAY)
                 continue
-            if not await self._same_run(addr):
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
+            same = False
+            try:
+                same = await self._same_run(addr)
+            finally:  # (closed whatever the question raised)
+                if not same:
+                    writer.close()
+                    with contextlib.suppress(Exception):
+                        await writer.wait_closed()
+            if not same:
                 await asyncio.sleep(RECONNECT_DELAY)
                 continue
             log.info("HA connected to master %s, reporting offset %d", addr, self.store.max_phy_offset)
@@ -1078,6 +1088,14 @@ class HASlave:
         now = master.identity, _run(master.incarnation, master.following)
         if now == named:
             return True
+        if not master.identity:
+            log.warning(
+                "HA: master %s no longer names its store (checked as store %s, run %s): checked again before "
+                "anything is copied",
+                addr,
+                *named,
+            )
+            return False
         log.warning(
             "HA: master %s restarted between this slave's check and its connection (run %s, checked in %s): "
             "checked again before anything is copied",

@@ -16,8 +16,11 @@ from typing import Any
 
 import pytest
 
-from daemon.broker.ha import HASlave, MasterLog, master_log
+from daemon.broker.ha import HASlave, MasterLog, MasterRecords, TailUnknown, master_log
+from daemon.remoting.bodies import KVTable
 from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import ACL_EXCEPTION
 from store.checkpoint import (
     INCARNATIONS_KEPT,
     UNKNOWN_FOLLOWING,
@@ -766,3 +769,31 @@ def test_a_master_showing_a_history_that_does_not_parse_vouches_for_none_of_a_ma
     assert master_log(table, "").damaged
     assert slave._vouched(master_log(table, "")) == 0
     assert slave._vouched(master_log({**table, "haIncarnations": ""}, "")) == 5000
+
+
+class Answers:
+    """A master's broker port that answers every request with ``answer``."""
+
+    def __init__(self, answer: RemotingCommand) -> None:
+        self.answer = answer
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        return self.answer
+
+
+async def test_a_runtime_info_the_master_fails_to_answer_is_asked_again_not_read_as_naming_no_store() -> None:
+    """A master that fails its runtime info (busy, an error) says nothing of its store: read as naming
+    none, the mark stopped naming it and vouched for all it counted at the next check. It is asked again;
+    an ACL's refusal (the records check admitted) and a 4.9.8 master's answer (no identity) still name no
+    store. (No traffic.)"""
+
+    def records(answer: RemotingCommand) -> MasterRecords:
+        return MasterRecords(Answers(answer), lambda: "127.0.0.1:1")  # type: ignore[arg-type]
+
+    with pytest.raises(TailUnknown, match="runtime info"):
+        await records(RemotingCommand(1, remark="busy")).log()
+    refused = await records(RemotingCommand(1, remark=f"{ACL_EXCEPTION}no permission")).log()
+    assert (refused.identity, refused.first_offset) == ("", 0)
+    rm4 = KVTable({"commitLogMinOffset": "0", "commitLogMaxOffset": "6000"}).dumps()
+    shown = await records(RemotingCommand(0, body=rm4)).log()
+    assert (shown.identity, shown.end) == ("", 6000)
