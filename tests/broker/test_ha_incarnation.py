@@ -627,16 +627,17 @@ async def test_a_master_restarted_between_the_check_and_the_connection_is_checke
 
 
 async def snapshot_after(g: Group, tmp_path: Path, n: int, what: str, name: str) -> None:
-    """``n`` records sent and copied by the slave, then the running master's store copied to ``name`` as a
-    disk snapshot taken now (a backup made so, or what a power loss then leaves): its log as far as it was
-    written, its incarnations as they were; started, it recovers as after a crash."""
+    """``n`` records sent and copied by the slave, then the running master's store directory copied file by
+    file to ``name``, standing in for a disk snapshot taken now (a backup made so, or what a power loss then
+    leaves; not a point-in-time image): its log as far as it was written, its incarnations as they were;
+    started, it recovers as after a crash."""
     await send_common(g, n, what)
     await replicated(g.master, g.slave)
     shutil.copytree(tmp_path / "master", tmp_path / name)
 
 
 async def back_shorter(g: Group, tmp_path: Path, fixed: dict[str, Any], image: str) -> int:
-    """The master loses power and comes back with its log as the snapshot ``image`` holds it and its
+    """As after a power loss: the master, stopped (gracefully), starts on the copy ``image``'s log with its
     incarnations as written since (the history is on disk before the log changes); its slave, connected,
     checks before the master's first write (it names the next incarnation announced) and cuts the records
     it no longer holds. Returns where the master's log ends."""
@@ -688,11 +689,12 @@ async def only_the_slaves_set_aside(g: Group, tmp_path: Path, cli: RunCli, cut: 
 async def test_a_restore_of_the_named_incarnations_run_sets_aside_what_the_slave_copied_of_the_next(
     tmp_path: Path, cli: RunCli
 ) -> None:
-    """Processes, disks and kills: incarnation X writes 30 records, a backup is taken of it; the master loses
-    power and comes back after 10 (X still its newest) and announces its next, which its slave, cutting the
-    20 it no longer holds, names. 30 records of that next one follow, copied by the slave alone: the master
-    is restored from the backup (X's 30) and its retention deletes past the slave's whole log. The mark
-    names X, which the restored history holds: it vouched as far as X ran there, past the next one's start,
+    """Brokers in this process, their store directories copied and swapped (no kill): incarnation X writes
+    30 records, a backup is taken of it; the master is stopped and started on a copy of its directory taken
+    after 10 (as after a power loss; X still its newest) and announces its next, which its slave, cutting
+    the 20 it no longer holds, names. 30 records of that next one follow, copied by the slave alone: the
+    master is restored from the backup (X's 30) and its retention deletes past the slave's whole log. The
+    mark names X, which the restored history holds: it vouched as far as X ran there, past the next one's start,
     and the slave deleted the records only it held as the master's expired ones. X vouches no further than
     where the next one was to begin: they are set aside, never deleted."""
     fixed = fixed_ports()
@@ -712,10 +714,11 @@ async def test_a_restore_of_the_named_incarnations_run_sets_aside_what_the_slave
 async def test_a_restore_of_an_earlier_run_after_a_power_loss_sets_aside_what_the_slave_copied_since(
     tmp_path: Path, cli: RunCli
 ) -> None:
-    """Processes, disks and kills: incarnation P writes 30 records (a backup after 25), the master restarts
-    and begins A with 10 more, then loses power and comes back after P's tenth, its history still ending
-    in A, and announces its next, which its slave, cutting the 30 it no longer holds, names. 30 records of
-    that one follow, copied by the slave alone: the master is restored from the backup (P's 25) and its
+    """Brokers in this process, their store directories copied and swapped (no kill): incarnation P writes
+    30 records (a backup after 25), the master restarts and begins A with 10 more, then is stopped and
+    started on a copy of its directory taken after P's tenth (as after a power loss), its history still
+    ending in A, and announces its next, which its slave, cutting the 30 it no longer holds, names. 30
+    records of that one follow, copied by the slave alone: the master is restored from the backup (P's 25) and its
     retention deletes past the slave's whole log. The last incarnation the restored history and the
     slave's copy of it both hold is P, which ended where the announced one began (the master's log end at
     the check): the 30 are set aside, never deleted (the copy that ended P at A's start only vouched for
