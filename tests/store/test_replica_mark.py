@@ -537,3 +537,36 @@ def test_an_incarnation_begun_again_after_its_file_was_replaced_is_not_appended_
     ident = bytes([7]) * 16
     assert begin_incarnation(root, 4096, ident) == begin_incarnation(root, 4096, ident)
     assert [i.id for i in read_incarnations(root)][1:] == [ident]
+
+
+def test_a_tail_a_check_holds_back_is_served_by_no_read_until_a_check_and_stays_held_at_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A check found the slave's log not its master's from its third record on and could not cut it yet:
+    nothing from there is served (no unit, no look-up), a connection to a master it cannot ask does not
+    release it, the mark comes down to the cut on disk too, so a restart holds it back from there, and a
+    check that passes serves it again. Not a CommitLog byte changes."""
+    root = tmp_path / "s"
+    with DefaultMessageStore(small_config(root)) as store:
+        put(store, 5)
+        end = store.max_phy_offset
+    wipe_mark(root)
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE)) as slave:
+        unit = slave.get_consume_queue("T", 0).get_unit(2)  # type: ignore[union-attr]
+        assert unit is not None and slave.replica_mark == end
+        cut = unit[0]
+        slave.hold_back(cut)
+        assert (slave.replica_mark, slave.held_back, slave.max_phy_offset) == (cut, end - cut, end)
+        assert slave.get_max_offset("T", 0) == 2
+        assert slave.look_message_by_offset(cut) is None and slave.look_message_by_offset(0) is not None
+        slave.serve_unchecked()
+        assert not slave.dispatch_replica()
+        assert (slave.held_back, slave.get_max_offset("T", 0)) == (end - cut, 2)
+    assert mark_on_disk(root) == cut
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE)) as slave:
+        assert (slave.replica_mark, slave.held_back, slave.get_max_offset("T", 0)) == (cut, end - cut, 2)
+        slave.replica_checked(end)
+        while slave.dispatch_replica():
+            pass
+        assert (slave.held_back, slave.get_max_offset("T", 0)) == (0, 5)
+        assert slave.look_message_by_offset(cut) is not None
