@@ -63,6 +63,16 @@ async def restored(g: Group, tmp_path: Path, fixed: dict[str, Any]) -> None:
     await restart_master(g, tmp_path, fixed)
 
 
+async def backed_up_then(g: Group, tmp_path: Path, fixed: dict[str, Any], n: int) -> int:
+    """20 records copied by the slave and the master's store backed up (``backup``), then ``n`` more
+    ("only") copied by the slave: where the backup's log ends."""
+    await copied_after(g, tmp_path, fixed, 20, "early", "backup")
+    end = g.master.store.max_phy_offset
+    await send_common(g, n, "only")
+    await replicated(g.master, g.slave)
+    return end
+
+
 @pytest.mark.slow
 async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave_delete_what_only_it_holds(
     tmp_path: Path, cli: RunCli
@@ -76,10 +86,8 @@ async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave
     and the slave's copy of it hold vouches for them (before the copy, they were set aside too)."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
+        await backed_up_then(g, tmp_path, fixed, 40)
         identity = g.master.store.identity
-        await send_common(g, 40, "only")
-        await replicated(g.master, g.slave)
         before = (await runtime(g, g.master))["haIncarnations"].split(";")
         assert len(before) == 2
         table = await runtime(g, g.slave)
@@ -120,10 +128,7 @@ async def test_a_slave_whose_check_fails_after_finding_the_cut_serves_none_of_wh
     does."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
-        cut = g.master.store.max_phy_offset
-        await send_common(g, 20, "only")
-        await replicated(g.master, g.slave)
+        cut = await backed_up_then(g, tmp_path, fixed, 20)
         await restored(g, tmp_path, fixed)
         await send_common(g, 10, "new")
         path = tmp_path / "slave" / blocked
@@ -253,9 +258,7 @@ async def test_a_master_whose_log_came_back_shorter_after_a_restart_vouches_for_
     it: they are set aside, never deleted."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
-        await send_common(g, 40, "only")
-        await replicated(g.master, g.slave)
+        await backed_up_then(g, tmp_path, fixed, 40)
         await g.slave.stop()
         await g.master.stop()
         await restart_master(g, tmp_path, fixed)
@@ -319,9 +322,7 @@ async def test_a_slave_whose_mark_an_older_mqctl_wrote_since_vouches_for_none_of
     records."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
-        await send_common(g, 40, "only")
-        await replicated(g.master, g.slave)
+        await backed_up_then(g, tmp_path, fixed, 40)
         await restored(g, tmp_path, fixed)
         rolled_back(tmp_path / "slave")
         await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
