@@ -385,6 +385,9 @@ class DefaultMessageStore:
         #: A slave's reads stop here until its log is checked against its master's (-1: they do not):
         #: dispatch builds no ConsumeQueue unit nor index entry past it, and a lookup by offset finds nothing.
         self.held_from = -1
+        #: Where a check found a slave's log not its master's (-1: nowhere, or cut since): held back from there
+        #: until a check cuts it or finds it the master's, also once connected to a master it cannot ask.
+        self._diverged_from = -1
         #: The mark as the checkpoint last wrote it (the flush loop writes it again when it moved).
         self._mark_on_disk = -1
         #: This store's identity (hex), made once and kept beside it: a slave's mark names its master's.
@@ -453,9 +456,7 @@ class DefaultMessageStore:
             return
         index_from = self.healer.check_on_start()
         if self.held_from >= 0:  # units a master or an unchecked tail dispatched: built again when checked
-            for cq in self._cqs.values():
-                cq.truncate_dirty(self.held_from)
-            self._rebuild_queue_table()
+            self._drop_units_from(self.held_from)
         self.reput_from_offset = max(self._max_cq_phy_offset(), self.commit_log.min_offset)
         if index_from is not None:
             self.reput_from_offset = min(self.reput_from_offset, index_from)
@@ -808,6 +809,13 @@ class DefaultMessageStore:
         queue from what was dispatched (its own uncommitted puts of an earlier term counted nothing)."""
         with self._put_lock:
             self._rebuild_queue_table()
+
+    def _drop_units_from(self, offset: int) -> None:
+        """Drop the ConsumeQueue units pointing at or past ``offset`` and continue each queue from what is
+        left (under the put lock, or before the store serves)."""
+        for cq in self._cqs.values():
+            cq.truncate_dirty(offset)
+        self._rebuild_queue_table()
 
     def _rebuild_queue_table(self) -> None:
         """Each queue's next offset from its units; fix min offsets (docs/store-format.md §start-up)."""
@@ -1674,18 +1682,40 @@ class DefaultMessageStore:
         the mark moves there, written at once, and reads are no longer held back."""
         with self._put_lock:
             self.replica_mark = max(self.replica_mark, min(end, self.commit_log.max_offset))
-            self.held_from = -1
+            self.held_from = self._diverged_from = -1
             mark = self.replica_mark
         if self.read_only or self.checkpoint is None:
             return
         self.commit_log.flush()  # (the mark never claims what the disk may not hold)
         self._write_mark(mark)
 
+    def hold_back(self, cut: int) -> None:
+        """A check found this slave's log not its master's from ``cut`` on: nothing from there is served
+        until a check cuts it or finds it the master's, whatever fails first (the cut's incarnation or its
+        quarantine on a full disk). The units dispatched past it go and dispatch goes back to it, as at a
+        start past the mark; no CommitLog byte changes. The mark comes down to it, on disk too (it only
+        vouches for less): restarted before the cut, the slave holds the tail back from there."""
+        if self.read_only:
+            return
+        with self._put_lock:
+            cut = max(min(cut, self.commit_log.max_offset), self.commit_log.min_offset)
+            if not 0 <= self.held_from <= cut:
+                self.held_from = cut
+                self._drop_units_from(cut)
+                self.reput_from_offset = min(self.reput_from_offset, cut)
+            self._diverged_from = cut if self._diverged_from < 0 else min(self._diverged_from, cut)
+            lowered = self.replica_mark > cut
+            self.replica_mark = min(self.replica_mark, cut)
+            mark = self.replica_mark
+        if lowered and self.checkpoint is not None:
+            self._write_mark(mark)
+
     def serve_unchecked(self) -> None:
         """Serve past the mark without a check (a master that refuses to be asked; a slave with no
-        NameServer to name it): what was served before the mark. The mark stays where it is."""
+        NameServer to name it): what was served before the mark. The mark stays where it is. A tail a check
+        found not the master's (:meth:`hold_back`) stays held back."""
         with self._put_lock:
-            self.held_from = -1
+            self.held_from = self._diverged_from
 
     @property
     def held_back(self) -> int:

@@ -465,8 +465,16 @@ class ReplicaStore(Protocol):
         """The identity of the master's store whose records the mark counts ("": not known)."""
         ...
 
+    def hold_back(self, cut: int) -> None:
+        """A check found the log not its master's from ``cut`` on: nothing from there is served (what was
+        dispatched from it dropped, dispatch stopped there, not a byte of the log changed) until a check
+        cuts it or finds it the master's (:meth:`replica_checked`); the mark comes down to it. Never called
+        while :meth:`dispatch_replica` runs."""
+        ...
+
     def serve_unchecked(self) -> None:
-        """Serve past the mark without a check (the master cannot be asked); the mark stays."""
+        """Serve past the mark without a check (the master cannot be asked); the mark stays, and a tail
+        :meth:`hold_back` holds stays held."""
         ...
 
     def restart_replica_log(self, start: int) -> int:

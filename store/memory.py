@@ -86,6 +86,7 @@ class InMemoryMessageStore:
         self._running = False
         self._mtime_ms = 0  # when the log was last written (a file's mtime)
         self._dispatched = 0  # the log's bytes below this are in the queues and the index (reput)
+        self._held_from = -1  # a tail a check found not the master's starts here (-1: none): not served
         #: Records a slave took from its master whose only fault is their body CRC: offset -> why (never read).
         self._set_aside: dict[int, str] = {}
 
@@ -199,6 +200,8 @@ class InMemoryMessageStore:
             data = self._log
             start = pos = self._dispatched
             limit = min(len(data), start + max_bytes)
+            if self._held_from >= 0:
+                limit = min(limit, self._held_from)
             while pos < limit and pos + 8 <= len(data):
                 size, magic = read_header(data, pos)
                 if pos + size > len(data):
@@ -232,7 +235,29 @@ class InMemoryMessageStore:
         return ""
 
     def replica_checked(self, end: int) -> None:
-        pass
+        with self._lock:
+            self._held_from = -1
+
+    def hold_back(self, cut: int) -> None:
+        """Its queue units and index entries from ``cut`` on dropped, dispatch stopped there, the log kept."""
+        with self._lock:
+            if 0 <= self._held_from <= cut:
+                return
+            self._held_from = cut
+            self._drop_derived_from(cut)
+
+    def _drop_derived_from(self, cut: int) -> None:
+        """Under the lock: the queue units and index entries of the records from ``cut`` on."""
+        for queue, units in self._queues.items():
+            self._queues[queue] = [u for u in units if u[0] < cut]
+        for key, entries in self._index.items():
+            self._index[key] = [e for e in entries if e[0] < cut]
+        self._dispatched = min(self._dispatched, cut)
+
+    @property
+    def held_back(self) -> int:
+        held = self._held_from
+        return 0 if held < 0 else max(len(self._log) - held, 0)
 
     def name_replica_master(self, identity: str, incarnation: str = "", following: str = "") -> None:
         pass
@@ -252,7 +277,7 @@ class InMemoryMessageStore:
         return []
 
     def serve_unchecked(self) -> None:
-        pass
+        """Nothing is held back but a tail a check found not the master's, which stays so."""
 
     def restart_replica_log(self, start: int) -> int:
         """Never needed: this store keeps everything, so a master of its kind retains its whole log."""
@@ -271,11 +296,9 @@ class InMemoryMessageStore:
                 pos += size
             del self._log[cut:]
             self._set_aside = {o: why for o, why in self._set_aside.items() if o < cut}
-            for queue, units in self._queues.items():
-                self._queues[queue] = [u for u in units if u[0] < cut]
-            for key, entries in self._index.items():
-                self._index[key] = [e for e in entries if e[0] < cut]
-            self._dispatched = min(self._dispatched, cut)
+            self._drop_derived_from(cut)
+            if self._held_from >= cut:
+                self._held_from = -1
         log.error(
             "set aside %s from offset %d (an in-memory store keeps none): %s",
             plural(records, "record"),
@@ -418,7 +441,7 @@ class InMemoryMessageStore:
         return read_record_info(self._log, 0).store_timestamp if self._log else -1
 
     def look_message_by_offset(self, phys_offset: int) -> SelectedMessage | None:
-        if not 0 <= phys_offset < len(self._log):
+        if not 0 <= phys_offset < len(self._log) or 0 <= self._held_from <= phys_offset:
             return None
         size, _magic = read_header(self._log, phys_offset)
         found = self._read(phys_offset, size)
@@ -450,9 +473,8 @@ class InMemoryMessageStore:
     def max_phy_offset(self) -> int:
         return len(self._log)
 
-    #: Nothing outlives the process: whatever this store holds it took from its master, none held back.
+    #: Nothing outlives the process: whatever this store holds it took from its master.
     replica_mark = max_phy_offset
-    held_back = 0
 
     @property
     def min_phy_offset(self) -> int:

@@ -46,6 +46,8 @@ def set_aside_replica_tail(store: DefaultMessageStore, cut: int, why: str) -> tu
         store.replica_mark = min(store.replica_mark, cut)
         if store.held_from > cut:
             store.held_from = cut
+        if store._diverged_from >= cut:  # (the tail a check held back is what goes)
+            store._diverged_from = -1
         held = store.commit_log.set_aside  # records set aside in place that were cut go with the cut
         for offset in [o for o in held if o >= cut]:
             del held[offset]
@@ -95,7 +97,7 @@ def restart_replica_log(store: DefaultMessageStore, start: int) -> int:
         store.index.files = []
         store.reput_from_offset = start
         store.replica_mark = start
-        store.held_from = -1
+        store.held_from = store._diverged_from = -1
     for mf in old:
         log.info("deleting commit log file %s (its master's retention deleted it)", mf.path)
         mf.destroy()

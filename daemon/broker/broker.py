@@ -857,7 +857,9 @@ class Broker:
         answer keeps the slave from nothing it knows to be the master's: it serves up to its replica mark,
         the rest once the master is back and the check passed or cut it. So does a check that fails (a cut's
         incarnation on a full disk, a peer's bad answer): logged at ERROR once, made again by the HA loop;
-        it stopped the broker's start, which left a slave serving nothing at all."""
+        it stopped the broker's start, which left a slave serving nothing at all. One that found the cut
+        first holds back from it (:meth:`ReplicaStore.hold_back`): the mark, stale, served what its master
+        replaced."""
         slave = self.ha_slave
         if slave is None or slave.master_records is None or self.store.max_phy_offset == 0:
             return
@@ -874,9 +876,10 @@ class Broker:
         except Exception as exc:  # (nothing cut that is not kept: checked again before replicating)
             log.error(
                 "this slave's first check of its last record against its master failed: %s: %s; serving up "
-                "to its replica mark meanwhile, checked again before replication resumes",
+                "to its replica mark (offset %d) meanwhile, checked again before replication resumes",
                 type(exc).__name__,
                 exc,
+                slave.store.replica_mark,
             )
             return
         if not checked:

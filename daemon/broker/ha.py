@@ -776,12 +776,17 @@ class MasterRecords:
 
     async def log(self) -> MasterLog:
         """Where the master's CommitLog starts and whose store it is, from its GET_BROKER_RUNTIME_INFO
-        (``commitLogMinOffset``, 4.9.8's key too; ``haStoreIdentity``, ours). A master that does not answer
-        it (an ACL that admits the slave's records check but not this) says nothing: the check is made by
-        the records alone, as before."""
+        (``commitLogMinOffset``, 4.9.8's key too; ``haStoreIdentity``, ours). A master whose ACL refuses it
+        (and admits the slave's records check) says nothing: the check is made by the records alone, as
+        before. Any other failure (a busy or failing master) raises TailUnknown, asked again: read as "no
+        store named", the mark stopped naming its master's store and vouched for all it counted."""
         addr, response = await self._ask(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
-        if response.code != ResponseCode.SUCCESS:
+        if is_acl_refusal(response.code, response.remark):
             return MasterLog(0, addr=addr)
+        if response.code != ResponseCode.SUCCESS:
+            raise TailUnknown(
+                f"master {addr} answered its runtime info with {response.code} {response.remark}"
+            )
         try:
             return master_log(KVTable.loads(response.body or b"").table, addr)
         except ValueError:
@@ -1024,10 +1029,15 @@ class HASlave:
                     await self._ask_again()
                 await asyncio.sleep(RECONNECT_DELAY)
                 continue
-            if not await self._same_run(addr):
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
+            same = False
+            try:
+                same = await self._same_run(addr)
+            finally:  # (closed whatever the question raised)
+                if not same:
+                    writer.close()
+                    with contextlib.suppress(Exception):
+                        await writer.wait_closed()
+            if not same:
                 await asyncio.sleep(RECONNECT_DELAY)
                 continue
             log.info("HA connected to master %s, reporting offset %d", addr, self.store.max_phy_offset)
@@ -1078,6 +1088,14 @@ class HASlave:
         now = master.identity, _run(master.incarnation, master.following)
         if now == named:
             return True
+        if not master.identity:
+            log.warning(
+                "HA: master %s no longer names its store (checked as store %s, run %s): checked again before "
+                "anything is copied",
+                addr,
+                *named,
+            )
+            return False
         log.warning(
             "HA: master %s restarted between this slave's check and its connection (run %s, checked in %s): "
             "checked again before anything is copied",
@@ -1139,6 +1157,11 @@ class HASlave:
             self._name(MasterLog(0))
             return True
         if cut < end:
+            # held back first: whatever fails after (the incarnation, the quarantine on a full disk), nothing
+            # from the cut on is served (a stale mark past it vouched for records the master replaced), and
+            # the next check cuts it
+            async with self._dispatching:
+                store.hold_back(cut)
             # this store's own earlier incarnations end at the cut: promoted later, its history must not
             # vouch for what another slave copied of them past it (docs/replication.md §incarnations). Begun
             # before the cut: one that cannot be written (a full disk) leaves the tail uncut, held back, and
@@ -1150,6 +1173,7 @@ class HASlave:
                 newest = store.incarnations[-1] if store.incarnations else None
                 self._cut_begun = (cut, newest.id) if newest is not None else None
             await self._set_aside_tail(cut, end, master.first_offset)
+            self._cut_begun = None
         if cut < master.first_offset:
             if store.min_phy_offset < cut and refusal:
                 await self._set_aside_unconfirmed(cut, master.first_offset, refusal)
@@ -1237,6 +1261,13 @@ class HASlave:
         master, a history that dropped it), or whose run cannot be told (an RM4 mark), vouches for nothing."""
         store = self.store
         copied, following = store.replica_incarnation, store.replica_following
+        if master.damaged:
+            log.warning(
+                "HA: master's store %s shows an incarnation history that does not parse: which run it is cannot "
+                "be told, none of this slave's records below its first offset is taken as its own",
+                master.identity,
+            )
+            return 0
         if not copied:
             # (copied while the master showed no history: its log changed nowhere below where its history,
             # begun since, first began; past that, a log back shorter at the start that began it, or a

@@ -16,7 +16,11 @@ from typing import Any
 
 import pytest
 
-from daemon.broker.ha import HASlave, MasterLog, master_log
+from daemon.broker.ha import HASlave, MasterLog, MasterRecords, TailUnknown, master_log
+from daemon.remoting.bodies import KVTable
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import ACL_EXCEPTION
 from store.checkpoint import (
     INCARNATIONS_KEPT,
     UNKNOWN_FOLLOWING,
@@ -28,7 +32,7 @@ from store.checkpoint import (
 from store.config import StoreConfig
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
-from tests.broker.test_ha_mark import TOPIC, fixed_ports, restart_master, runtime, send_common
+from tests.broker.test_ha_mark import TOPIC, everything, fixed_ports, restart_master, runtime, send_common
 from tests.broker.test_ha_retention import served, slave_back, write_then_expire_all_but_the_newest_file
 from tests.store.test_replica_mark import rolled_back
 from tests.support.broker import replicated, start_broker
@@ -59,6 +63,16 @@ async def restored(g: Group, tmp_path: Path, fixed: dict[str, Any]) -> None:
     await restart_master(g, tmp_path, fixed)
 
 
+async def backed_up_then(g: Group, tmp_path: Path, fixed: dict[str, Any], n: int) -> int:
+    """20 records copied by the slave and the master's store backed up (``backup``), then ``n`` more
+    ("only") copied by the slave: where the backup's log ends."""
+    await copied_after(g, tmp_path, fixed, 20, "early", "backup")
+    end = g.master.store.max_phy_offset
+    await send_common(g, n, "only")
+    await replicated(g.master, g.slave)
+    return end
+
+
 @pytest.mark.slow
 async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave_delete_what_only_it_holds(
     tmp_path: Path, cli: RunCli
@@ -72,10 +86,8 @@ async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave
     and the slave's copy of it hold vouches for them (before the copy, they were set aside too)."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
+        await backed_up_then(g, tmp_path, fixed, 40)
         identity = g.master.store.identity
-        await send_common(g, 40, "only")
-        await replicated(g.master, g.slave)
         before = (await runtime(g, g.master))["haIncarnations"].split(";")
         assert len(before) == 2
         table = await runtime(g, g.slave)
@@ -99,6 +111,45 @@ async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave
     assert salvaged.code == 0, salvaged.stderr
     bodies = [json.loads(line)["body"] for line in (tmp_path / "salvaged.json").read_text().splitlines()]
     assert sorted(b for b in bodies if b.startswith("only-")) == sorted(f"only-{i}" * 20 for i in range(40))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("blocked", ["incarnations.tmp", "quarantine"])
+async def test_a_slave_whose_check_fails_after_finding_the_cut_serves_none_of_what_its_restored_master_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, blocked: str
+) -> None:
+    """The master is restored from a backup taken after 20 records, while its slave holds 20 more it copied
+    (its mark at its end); the restored master takes 10 new records at the offsets the slave holds. The
+    slave starts with its master up, but the cut's incarnation cannot be written (a directory where its
+    temporary file goes), or its quarantine made (a file where its directory goes), as on a full disk: the
+    check found the cut and failed after it. It served all 20 the master replaced, vouched for by its stale
+    mark; now it holds them back from the cut (served neither by pull nor by offset, the mark down to the
+    cut), and once the path is writable the HA loop sets them aside and the slave serves what the master
+    does."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        cut = await backed_up_then(g, tmp_path, fixed, 20)
+        await restored(g, tmp_path, fixed)
+        await send_common(g, 10, "new")
+        path = tmp_path / "slave" / blocked
+        path.mkdir() if blocked.endswith(".tmp") else path.write_bytes(b"")
+
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        assert (g.slave.store.replica_mark, g.slave.store.held_back > 0) == (cut, True)
+        queues = await everything(g, g.slave)
+        assert [len(q) for q in queues] == [5, 5, 5, 5]
+        assert all(b.startswith(b"early") for q in queues for b in q)
+        viewed = await g.on(g.slave).call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(cut)})
+        assert viewed.code != ResponseCode.SUCCESS and "holds back" in (viewed.remark or "")
+        await wait_until(lambda: sum("task ha-client failed" in r.getMessage() for r in caplog.records) >= 2)
+        assert [len(q) for q in await everything(g, g.slave)] == [5, 5, 5, 5]
+        assert not set_aside(tmp_path / "slave")
+
+        path.rmdir() if blocked.endswith(".tmp") else path.unlink()
+        await send_common(g, 4, "after")
+        await replicated(g.master, g.slave, timeout=90.0)
+        assert set_aside(tmp_path / "slave") == [20]
+        assert await everything(g, g.slave) == await everything(g, g.master)
 
 
 @pytest.mark.slow
@@ -207,9 +258,7 @@ async def test_a_master_whose_log_came_back_shorter_after_a_restart_vouches_for_
     it: they are set aside, never deleted."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
-        await send_common(g, 40, "only")
-        await replicated(g.master, g.slave)
+        await backed_up_then(g, tmp_path, fixed, 40)
         await g.slave.stop()
         await g.master.stop()
         await restart_master(g, tmp_path, fixed)
@@ -273,9 +322,7 @@ async def test_a_slave_whose_mark_an_older_mqctl_wrote_since_vouches_for_none_of
     records."""
     fixed = fixed_ports()
     async with master_and_slave(tmp_path, **fixed) as g:
-        await copied_after(g, tmp_path, fixed, 20, "early", "backup")
-        await send_common(g, 40, "only")
-        await replicated(g.master, g.slave)
+        await backed_up_then(g, tmp_path, fixed, 40)
         await restored(g, tmp_path, fixed)
         rolled_back(tmp_path / "slave")
         await write_then_expire_all_but_the_newest_file(g, tmp_path / "master", cli)
@@ -581,16 +628,17 @@ async def test_a_master_restarted_between_the_check_and_the_connection_is_checke
 
 
 async def snapshot_after(g: Group, tmp_path: Path, n: int, what: str, name: str) -> None:
-    """``n`` records sent and copied by the slave, then the running master's store copied to ``name`` as a
-    disk snapshot taken now (a backup made so, or what a power loss then leaves): its log as far as it was
-    written, its incarnations as they were; started, it recovers as after a crash."""
+    """``n`` records sent and copied by the slave, then the running master's store directory copied file by
+    file to ``name``, standing in for a disk snapshot taken now (a backup made so, or what a power loss then
+    leaves; not a point-in-time image): its log as far as it was written, its incarnations as they were;
+    started, it recovers as after a crash."""
     await send_common(g, n, what)
     await replicated(g.master, g.slave)
     shutil.copytree(tmp_path / "master", tmp_path / name)
 
 
 async def back_shorter(g: Group, tmp_path: Path, fixed: dict[str, Any], image: str) -> int:
-    """The master loses power and comes back with its log as the snapshot ``image`` holds it and its
+    """As after a power loss: the master, stopped (gracefully), starts on the copy ``image``'s log with its
     incarnations as written since (the history is on disk before the log changes); its slave, connected,
     checks before the master's first write (it names the next incarnation announced) and cuts the records
     it no longer holds. Returns where the master's log ends."""
@@ -642,11 +690,12 @@ async def only_the_slaves_set_aside(g: Group, tmp_path: Path, cli: RunCli, cut: 
 async def test_a_restore_of_the_named_incarnations_run_sets_aside_what_the_slave_copied_of_the_next(
     tmp_path: Path, cli: RunCli
 ) -> None:
-    """Processes, disks and kills: incarnation X writes 30 records, a backup is taken of it; the master loses
-    power and comes back after 10 (X still its newest) and announces its next, which its slave, cutting the
-    20 it no longer holds, names. 30 records of that next one follow, copied by the slave alone: the master
-    is restored from the backup (X's 30) and its retention deletes past the slave's whole log. The mark
-    names X, which the restored history holds: it vouched as far as X ran there, past the next one's start,
+    """Brokers in this process, their store directories copied and swapped (no kill): incarnation X writes
+    30 records, a backup is taken of it; the master is stopped and started on a copy of its directory taken
+    after 10 (as after a power loss; X still its newest) and announces its next, which its slave, cutting
+    the 20 it no longer holds, names. 30 records of that next one follow, copied by the slave alone: the
+    master is restored from the backup (X's 30) and its retention deletes past the slave's whole log. The
+    mark names X, which the restored history holds: it vouched as far as X ran there, past the next one's start,
     and the slave deleted the records only it held as the master's expired ones. X vouches no further than
     where the next one was to begin: they are set aside, never deleted."""
     fixed = fixed_ports()
@@ -666,10 +715,11 @@ async def test_a_restore_of_the_named_incarnations_run_sets_aside_what_the_slave
 async def test_a_restore_of_an_earlier_run_after_a_power_loss_sets_aside_what_the_slave_copied_since(
     tmp_path: Path, cli: RunCli
 ) -> None:
-    """Processes, disks and kills: incarnation P writes 30 records (a backup after 25), the master restarts
-    and begins A with 10 more, then loses power and comes back after P's tenth, its history still ending
-    in A, and announces its next, which its slave, cutting the 30 it no longer holds, names. 30 records of
-    that one follow, copied by the slave alone: the master is restored from the backup (P's 25) and its
+    """Brokers in this process, their store directories copied and swapped (no kill): incarnation P writes
+    30 records (a backup after 25), the master restarts and begins A with 10 more, then is stopped and
+    started on a copy of its directory taken after P's tenth (as after a power loss), its history still
+    ending in A, and announces its next, which its slave, cutting the 30 it no longer holds, names. 30
+    records of that one follow, copied by the slave alone: the master is restored from the backup (P's 25) and its
     retention deletes past the slave's whole log. The last incarnation the restored history and the
     slave's copy of it both hold is P, which ended where the announced one began (the master's log end at
     the check): the 30 are set aside, never deleted (the copy that ended P at A's start only vouched for
@@ -707,3 +757,47 @@ def test_a_mark_naming_no_incarnation_vouches_no_further_than_where_the_masters_
     later = (*upgraded.incarnations, Incarnation(bytes([2]) * 16, 2500), Incarnation(bytes([3]) * 16, 9000))
     assert slave._vouched(dataclasses.replace(upgraded, incarnations=later)) == 2500
     assert slave._vouched(dataclasses.replace(upgraded, incarnations=())) == 5000
+
+
+def test_a_master_showing_a_history_that_does_not_parse_vouches_for_none_of_a_mark_naming_no_incarnation() -> (
+    None
+):
+    """A mark naming no incarnation (copied while its master showed none) vouches no further than the lowest
+    start in the master's history; a history that does not parse holds no start, and vouched for the whole
+    mark. Which run such a master is cannot be told: it vouches for nothing. (No traffic.)"""
+    store = SimpleNamespace(
+        replica_master="ab" * 16, replica_mark=5000, replica_incarnation="", replica_following=""
+    )
+    slave = HASlave(StoreConfig(), store)  # type: ignore[arg-type]
+    table = {"haStoreIdentity": "ab" * 16, "commitLogMaxOffset": "6000", "haIncarnations": "not a history"}
+    assert master_log(table, "").damaged
+    assert slave._vouched(master_log(table, "")) == 0
+    assert slave._vouched(master_log({**table, "haIncarnations": ""}, "")) == 5000
+
+
+class Answers:
+    """A master's broker port that answers every request with ``answer``."""
+
+    def __init__(self, answer: RemotingCommand) -> None:
+        self.answer = answer
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        return self.answer
+
+
+async def test_a_runtime_info_the_master_fails_to_answer_is_asked_again_not_read_as_naming_no_store() -> None:
+    """A master that fails its runtime info (busy, an error) says nothing of its store: read as naming
+    none, the mark stopped naming it and vouched for all it counted at the next check. It is asked again;
+    an ACL's refusal (the records check admitted) and a 4.9.8 master's answer (no identity) still name no
+    store. (No traffic.)"""
+
+    def records(answer: RemotingCommand) -> MasterRecords:
+        return MasterRecords(Answers(answer), lambda: "127.0.0.1:1")  # type: ignore[arg-type]
+
+    with pytest.raises(TailUnknown, match="runtime info"):
+        await records(RemotingCommand(1, remark="busy")).log()
+    refused = await records(RemotingCommand(1, remark=f"{ACL_EXCEPTION}no permission")).log()
+    assert (refused.identity, refused.first_offset) == ("", 0)
+    rm4 = KVTable({"commitLogMinOffset": "0", "commitLogMaxOffset": "6000"}).dumps()
+    shown = await records(RemotingCommand(0, body=rm4)).log()
+    assert (shown.identity, shown.end) == ("", 6000)

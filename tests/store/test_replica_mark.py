@@ -49,6 +49,15 @@ def wipe_mark(root: Path) -> None:
         f.write(bytes(32))
 
 
+def an_older_stores(root: Path, n: int) -> int:
+    """``n`` records put by a master, its checkpoint then as a store from before the mark has it: the end."""
+    with DefaultMessageStore(small_config(root)) as master:
+        put(master, n)
+        end = master.max_phy_offset
+    wipe_mark(root)
+    return end
+
+
 def mark_on_disk(root: Path) -> int | None:
     return StoreCheckpoint(str(root / "checkpoint"), read_only=True).replica_mark
 
@@ -89,10 +98,7 @@ def test_a_mark_a_broker_that_does_not_know_it_outlived_is_void(tmp_path: Path) 
     """A 4.9.8 broker rewrites the checkpoint's longs and knows nothing of the mark: it may have written
     records of its own past it, so the mark is void and nothing is taken as the master's."""
     root = tmp_path / "s"
-    with DefaultMessageStore(small_config(root)) as master:
-        put(master, 4)
-        end = master.max_phy_offset
-    wipe_mark(root)
+    end = an_older_stores(root, 4)
     with DefaultMessageStore(small_config(root, broker_role=SLAVE)) as slave:
         assert slave.replica_mark == end
     with open(root / "checkpoint", "r+b") as f:  # as RocketMQ's StoreCheckpoint#flush writes it
@@ -537,3 +543,33 @@ def test_an_incarnation_begun_again_after_its_file_was_replaced_is_not_appended_
     ident = bytes([7]) * 16
     assert begin_incarnation(root, 4096, ident) == begin_incarnation(root, 4096, ident)
     assert [i.id for i in read_incarnations(root)][1:] == [ident]
+
+
+def test_a_tail_a_check_holds_back_is_served_by_no_read_until_a_check_and_stays_held_at_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A check found the slave's log not its master's from its third record on and could not cut it yet:
+    nothing from there is served (no unit, no look-up), a connection to a master it cannot ask does not
+    release it, the mark comes down to the cut on disk too, so a restart holds it back from there, and a
+    check that passes serves it again. Not a CommitLog byte changes."""
+    root = tmp_path / "s"
+    end = an_older_stores(root, 5)
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE)) as slave:
+        unit = slave.get_consume_queue("T", 0).get_unit(2)  # type: ignore[union-attr]
+        assert unit is not None and slave.replica_mark == end
+        cut = unit[0]
+        slave.hold_back(cut)
+        assert (slave.replica_mark, slave.held_back, slave.max_phy_offset) == (cut, end - cut, end)
+        assert slave.get_max_offset("T", 0) == 2
+        assert slave.look_message_by_offset(cut) is None and slave.look_message_by_offset(0) is not None
+        slave.serve_unchecked()
+        assert not slave.dispatch_replica()
+        assert (slave.held_back, slave.get_max_offset("T", 0)) == (end - cut, 2)
+    assert mark_on_disk(root) == cut
+    with DefaultMessageStore(small_config(root, broker_role=SLAVE)) as slave:
+        assert (slave.replica_mark, slave.held_back, slave.get_max_offset("T", 0)) == (cut, end - cut, 2)
+        slave.replica_checked(end)
+        while slave.dispatch_replica():
+            pass
+        assert (slave.held_back, slave.get_max_offset("T", 0)) == (0, 5)
+        assert slave.look_message_by_offset(cut) is not None
