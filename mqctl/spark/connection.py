@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -92,18 +91,16 @@ def connection_of(opts: Mapping[str, str]) -> Connection:
     insecure = flag(opts.get("insecure"), "insecure", False)
     on = None if opts.get("tls") is None else flag(opts.get("tls"), "tls", False)
     ca, cert, key = (opts.get(k) or None for k in ("ca", "cert", "key"))
-    given = on is not None or insecure or bool(ca or cert or key)
     pair = auth.given_pair(
         opts.get("accesskey"), opts.get("secretkey"), opts.get("secretkeyfile"),
         "options accessKey/secretKey", ("option secretKey", "option secretKeyFile"),
     )  # fmt: skip
     anywhere = auth.signs_anywhere()
     auth.sign_anywhere(flag(opts.get("sign"), "sign", anywhere))
-    try:  # the pair signs as a flag's would: no warning that the context's key stays home
-        with (
-            tls.flags_in_force(on, ca, cert, key, insecure) if given else nullcontext(),
-            auth.signing_as(pair) if pair is not None else nullcontext(),
-        ):
+    # the pair signs as a flag's would: no warning that the context's key stays home. Both always in force,
+    # None when not given: flags an earlier command or read left in this process are not this read's
+    try:
+        with tls.flags_in_force(on, ca, cert, key, insecure), auth.signing_as(pair):
             target = resolve_target(
                 namesrv_flag=opts.get("namesrv") or None, context_flag=opts.get("context")
             )

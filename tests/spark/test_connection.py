@@ -87,3 +87,16 @@ def test_the_tls_options_decide_whether_the_context_s_ca_vouches(contexts: Path)
     assert connection_of(stranger).credentials is not None
     for tls in ({"insecure": "true"}, {"ca": str(contexts / "other-ca.pem")}, {"tls": "false"}):
         assert connection_of({**stranger, **tls}).credentials is None, tls
+
+
+def test_flags_an_earlier_command_left_in_the_process_are_not_a_read_s(contexts: Path) -> None:
+    """A worker or a test process that ran a command with ``--tls --ca`` and a key before: a read naming
+    neither resolves as its options and the context say (the leftover flags once made a plaintext
+    NameServer's read a TLS handshake, refused)."""
+    from mqctl import auth, tls
+
+    tls.set_flags(True, str(contexts / "other-ca.pem"), None, None, False)
+    auth.set_flags("left-ak", "left-secret")
+    read = connection_of({"namesrv": "10.0.0.1:9876"})
+    assert read.tls is None
+    assert read.credentials is not None and read.credentials.access_key == "prod-ak"
