@@ -370,14 +370,19 @@ async def test_a_callback_that_spins_is_a_stall_that_ran() -> None:
 async def test_a_thread_holding_the_gil_is_a_stall_the_loop_did_not_run() -> None:
     watch = LoopWatch()
     held: list[float] = []
+    running = threading.Event()
 
     def hold() -> None:  # one C call: the GIL stays with this thread until it returns
         cpu = time.thread_time()
+        running.set()
         sum(range(30_000_000))
         held.append(time.thread_time() - cpu)
 
     def start_holder() -> None:
+        # the stall is the loop's from here: on a busy host the new thread may wait for a core until after
+        # the probes that measure it (the whole hold then fell outside them: "other" 0)
         threading.Thread(target=hold).start()
+        running.wait()
 
     watch.start()
     try:
