@@ -129,7 +129,7 @@ def _source(store: Path | None, cluster: bool) -> Iterator[Source]:
 
     timeout = flags().timeout
     given = {"namesrv": namesrv, "context": context, "timeout": None if timeout is None else repr(timeout)}
-    connection = connection_of({k: v for k, v in given.items() if v is not None})
+    connection = connection_of({k: v for k, v in given.items() if v is not None}, root_flags=True)
     named = {"context": context} if context else {}  # the current one is the workers' current one too
     if connection.credentials is None or connection.credentials.secret_file is not None:
         yield ClusterSource({**connection.options(), **named}, connection)

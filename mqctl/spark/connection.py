@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,7 @@ def flag(value: str | None, name: str, default: bool) -> bool:
     return text in ("true", "1", "yes")
 
 
-def connection_of(opts: Mapping[str, str]) -> Connection:
+def connection_of(opts: Mapping[str, str], *, root_flags: bool = False) -> Connection:
     """The connection the options (names lowercased) say, resolved as mqctl resolves its root flags (see
     the module docstring): the TLS options are in force while the NameServers are resolved, since whether
     the context's key may go to a ``namesrv`` it does not list depends on them (its own CA vouches, an
@@ -97,10 +98,15 @@ def connection_of(opts: Mapping[str, str]) -> Connection:
     )  # fmt: skip
     anywhere = auth.signs_anywhere()
     auth.sign_anywhere(flag(opts.get("sign"), "sign", anywhere))
-    # the pair signs as a flag's would: no warning that the context's key stays home. Both always in force,
-    # None when not given: flags an earlier command or read left in this process are not this read's
+    # the pair signs as a flag's would: no warning that the context's key stays home. Not given: none in
+    # force (flags an earlier command or read left in this process are not this read's), unless
+    # ``root_flags``: the command's own root flags (spark-export's driver) apply
+    given = on is not None or insecure or bool(ca or cert or key)
     try:
-        with tls.flags_in_force(on, ca, cert, key, insecure), auth.signing_as(pair):
+        with (
+            tls.flags_in_force(on, ca, cert, key, insecure) if given or not root_flags else nullcontext(),
+            auth.signing_as(pair) if pair is not None or not root_flags else nullcontext(),
+        ):
             target = resolve_target(
                 namesrv_flag=opts.get("namesrv") or None, context_flag=opts.get("context")
             )
