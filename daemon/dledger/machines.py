@@ -976,16 +976,16 @@ class Node:
             self.to_candidate(self.m.term)  # (it follows no leader before it heard: `_hear`)
         self._to_catch_up("restored from an older copy, or its writes were lost")
 
-    def _take_term(self, term: int) -> None:
+    def _take_term(self, term: int) -> bool:
         """Moves to `term` (if later) with its own vote, kept before it counts: it may have voted there before
-        its store lost it, so it grants that term to nobody."""
+        its store lost it, so it grants that term to nobody. False when it could not be saved."""
         m = self.m
         floor = max(term, m.term)
         try:
             m.persist(floor, m.self_id)
         except OSError as exc:  # (a full disk) it abstains all the same
             log.error("[%s] cannot save term %d: %s", m.self_id, floor, exc)
-            return
+            return False
         if floor > m.term:
             m.known_max_term = max(m.known_max_term, floor)
             m.term = floor
@@ -997,6 +997,7 @@ class Node:
             # that term's leader)
             self.need_increase_term = False
             self.last_parse = ParseResult.WAIT_TO_REVOTE
+        return True
 
     def _probe_answered(self, peer: str, resp: VoteResponse) -> None:
         """A peer's answer to a probe: a peer that saw this member later than its store says, or (an empty
@@ -1039,15 +1040,18 @@ class Node:
         others."""
         if self._heard or len(self._probed) < self._needed():
             return
+        top = max(term for _, term in self._probed.values())
+        # (its vote there kept as its own: a candidate of that term is refused ALREADY_VOTED and stands again
+        # in the next, where it may have this member's vote). Not saved (a full disk): not heard, so it
+        # follows no leader of an earlier term; the next answer tries again
+        behind = top > self.m.term or (top == self.m.term and self.m.voted_for is None)
+        if behind and not self._take_term(top):
+            return
         self._heard = True
+        self._top = top
         # (a peer that answered while it still probed, a new group's member, votes by now: asked again at
         # once, before a leader it may be is gone)
         self._next_probe = self._now
-        top = self._top = max(term for _, term in self._probed.values())
-        if top > self.m.term or (top == self.m.term and self.m.voted_for is None):
-            # (its vote there kept as its own: a candidate of that term is refused ALREADY_VOTED and stands
-            # again in the next, where it may have this member's vote)
-            self._take_term(top)
         log.info(
             "[%s] %d peers answered: term %d, it follows a leader of it or later",
             self.m.self_id,
@@ -1056,7 +1060,8 @@ class Node:
         )
 
     def _floor(self) -> tuple[int, int] | None:
-        """The most up-to-date log end that every other peer answered while they voted, None before that many did; none but empty logs answered (a new group's), any log."""
+        """The most up-to-date log end that every other peer answered while they voted, None before all did;
+        none but empty logs answered (a new group's), any log."""
         if len(self._ends) >= self._needed():
             return max(self._ends.values())
         if len(self._probed) >= self._needed() and not any(holds for holds, _ in self._probed.values()):
@@ -1071,8 +1076,9 @@ class Node:
         """(abstaining) Whether it may still vote for this candidate: once it heard, in a term past every
         term its peers answered (it may have voted in those before its loss), for a log no less up to date
         than any that every other peer answered while they voted. An entry it acknowledged before its loss
-        was on its leader when that leader answered (a peer abstaining then may have lost it too: it is asked again until it votes); a log at
-        least as up to date as one holding a committed entry holds it (Raft's election rule). So a new
+        was on its leader when that leader answered (a peer abstaining then may have lost it too: it is
+        asked again until it votes); a log at least as up to date as one holding a committed entry holds it
+        (Raft's election rule). So a new
         group whose late member found its leader's log, or an emptied member whose leader died before it
         caught up, elects again without that leader."""
         floor = self._floor()
@@ -1085,8 +1091,9 @@ class Node:
         )
 
     def _probe_settles(self, now: int) -> None:
-        """Whether the answers so far let it vote: every other peer's: an entry committed on a majority is held by one of them besides this member, and a vote
-        this member forgot, by its candidate, whose term is then among theirs. None holding a log (or, its
+        """Whether the answers so far let it vote: every other peer's (`_needed`): an entry committed on a
+        majority is held by one of them besides this member, and a vote this member forgot, by its
+        candidate, whose term is then among theirs. None holding a log (or, its
         own log kept, no leader heard for an election timeout: it would catch up with one): it goes past
         every term it may have voted in."""
         if len(self._probed) < self._needed():

@@ -946,6 +946,29 @@ def test_a_term_or_vote_that_cannot_be_saved_does_not_count() -> None:
     assert m.voted_for is None
 
 
+def test_an_emptied_member_that_cannot_save_the_term_its_peers_answered_has_not_heard_them() -> None:
+    """Its peers answered term 3, and the disk refuses to keep it: counted heard in its own term 2, it
+    would follow a leader of term 2 (one deposed while it was away) and help it commit. Not heard, it
+    refuses that leader's heartbeat; heard once the term is kept."""
+    disk_full = [True]
+
+    def persist(term: int, vote: str | None) -> None:
+        if disk_full[0]:
+            raise OSError(28, "No space left on device")
+
+    node = Node(MemberState("g", "n0", dict(PEERS), persist, term=2), MemoryRaftLog(), Timings())
+    node.abstain(PROBING, "started without its store")
+    answer = VoteResponse(vote_result=VoteResult.REJECT_EXPIRED_VOTE_TERM, term=3)
+    for peer in ("n1", "n2"):
+        node._probe_answered(peer, answer)
+    assert not node._heard and node.m.term == 2
+    beat = HeartBeatRequest(group="g", local_id="n1", remote_id="n0", leader_id="n1", term=2)
+    assert node.on_heartbeat(beat, 0).code == DLedgerResponseCode.ILLEGAL_MEMBER_STATE
+    disk_full[0] = False
+    node._probe_answered("n1", answer)
+    assert node._heard and node.m.term == 3
+
+
 def test_a_member_that_cannot_save_its_term_waits_a_vote_interval_before_it_tries_again() -> None:
     """A full disk must not turn the candidate's maintainer into a loop that tries to save a new term (and
     fails, with a logged traceback) at every 10 ms tick: it waits a vote interval, as after a lost vote."""
