@@ -371,8 +371,7 @@ def parse_problem(exc: Exception) -> str:
 
     if isinstance(exc, json.JSONDecodeError):
         return f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
-    mark = exc.problem_mark if isinstance(exc, yaml.MarkedYAMLError) else None
-    if mark is not None and isinstance(exc, yaml.MarkedYAMLError):
+    if isinstance(exc, yaml.MarkedYAMLError) and (mark := exc.problem_mark) is not None:
         context = f" ({exc.context})" if exc.context else ""
         return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}{context}"
     return " ".join(str(exc).split())

@@ -430,8 +430,8 @@ def read_range(part: QueueRange, connection: Connection, *, with_body: bool) -> 
 
 
 def told(connection: Connection, work: Callable[[], Iterable[T]]) -> Iterator[T]:
-    """What ``work()`` yields, a failure in it raised as the :class:`~mqctl.errors.MqctlError` mqctl would report (a
-    refusal's hint knowing what signed): the driver finds its class and line at the end of the worker's
+    """What ``work()`` yields, a failure in it raised as the :class:`~mqctl.errors.MqctlError` mqctl would
+    report (a refusal's hint knowing what signed): the driver finds its class and line at the end of the worker's
     traceback (:func:`mqctl.spark.export.spark_failure`) and exits as the command would have."""
     from mqctl import auth
     from mqctl.errors import MqctlError, translate

@@ -4,8 +4,9 @@ root flags (stdlib only: ``spark-export`` resolves it before Spark is imported).
 Its options say what mqctl's global flags say: ``namesrv`` is ``-n``, ``context`` ``--context``, ``tls``
 ``--tls``/``--no-tls`` (``ca``, ``cert``/``key``, ``insecure`` beside it), ``accessKey`` with ``secretKey``
 or ``secretKeyFile`` the key pair, ``sign`` ``--sign``, ``timeout`` ``--timeout``. What they leave out comes
-from where every command takes it: the process's own root flags (a driver's: ``spark-export``), then
-``$MQCTL_*``, then the context in force, under the rule of where a context's key goes (mqctl.auth).
+from ``$MQCTL_*``, then the context in force, under the rule of where a context's key goes (mqctl.auth);
+the process's own root flags count only for ``spark-export``'s driver, whose flags they are (in a worker or
+a reused process they are an earlier command's).
 """
 
 from __future__ import annotations
