@@ -19,8 +19,6 @@ log = logging.getLogger(__name__)
 
 #: ``prefetch(*objects_or_addresses)`` (store/_warm.c): the caches warmed for a put's cold objects before
 #: it reads them; None without the compiled build. Stale addresses are harmless: a prefetch never faults.
-#: Give a cold object by its address: an object given itself is read (its type, and its count as the call
-#: takes it), a demand miss the caller waits for.
 prefetch: Callable[..., None] | None
 try:
     from store import _warm
@@ -488,7 +486,7 @@ class QueueHandle:
     rolled or deleted file's mapping alive. A caller may keep its own per-queue state in a subclass (the
     broker's send slot), so that a put reaches the queue's state and the caller's in one object."""
 
-    __slots__ = ("cq", "cq_at", "file_at", "generation", "map_at", "queue_id", "topic", "unit_at")
+    __slots__ = ("cq", "file_at", "generation", "map_at", "queue_id", "topic", "unit_at")
 
     # Compiled, the fields sit in the object in the order declared here (a subclass's after them): what
     # the put reads first, then the hints it writes.
@@ -499,7 +497,6 @@ class QueueHandle:
     file_at: int
     map_at: int
     unit_at: int
-    cq_at: int
 
     def __init__(self, topic: str, queue_id: int) -> None:
         self.topic = topic
@@ -512,14 +509,9 @@ class QueueHandle:
         self.file_at = 0
         self.map_at = 0
         self.unit_at = 0
-        #: The address of the queue object of the last put (0: none yet): a caller prefetches it by this,
-        #: not through :attr:`cq`, whose reference a call would take (a store into the cold object's
-        #: count, which the send then waits for, where a prefetch lets it go on).
-        self.cq_at = 0
 
     def remember(self, cq: ConsumeQueue) -> None:
         """After a put through this handle to ``cq`` (its objects are in cache now): where they are."""
-        self.cq_at = id(cq)
         mf = cq._last
         if mf is not None:
             self.file_at = id(mf)

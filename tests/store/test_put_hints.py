@@ -34,18 +34,16 @@ def _current(store: DefaultMessageStore, topic: str) -> MappedFile:
     return last
 
 
-def _hints(handle: QueueHandle) -> tuple[int, int, int, int]:
-    hints = (handle.file_at, handle.map_at, handle.unit_at, handle.cq_at)
-    # addresses: no reference keeps a file, its mapping or a replaced queue alive
-    assert all(type(h) is int for h in hints)
+def _hints(handle: QueueHandle) -> tuple[int, int, int]:
+    hints = (handle.file_at, handle.map_at, handle.unit_at)
+    assert all(type(h) is int for h in hints)  # addresses: no reference keeps a file or its mapping alive
     return hints
 
 
 def _expect_hints(handle: QueueHandle, mf: MappedFile) -> None:
-    """The handle's hints name ``mf``, the line of its next unit (0 where the build has no addresses) and
-    the queue the put went to."""
+    """The handle's hints name ``mf`` and the line of its next unit (0 where the build has no addresses)."""
     unit = mf.address + mf.wrote_position if mf.address else 0
-    assert _hints(handle) == (id(mf), id(mf.mm), unit, id(handle.cq))
+    assert _hints(handle) == (id(mf), id(mf.mm), unit)
     if prefetch is not None:  # the compiled build: a writable mapping's address is known
         assert mf.address != 0
         prefetch(handle, handle.cq, *_hints(handle))
@@ -53,7 +51,7 @@ def _expect_hints(handle: QueueHandle, mf: MappedFile) -> None:
 
 def test_a_put_leaves_the_hints_of_the_next_one(store: DefaultMessageStore) -> None:
     handle = store.queue_handle("H", 0)
-    assert _hints(handle) == (0, 0, 0, 0)
+    assert _hints(handle) == (0, 0, 0)
     for i in range(3):
         assert store.put_message(Message("H", b"m%d" % i), handle).queue_offset == i
         _expect_hints(handle, _current(store, "H"))

@@ -231,12 +231,10 @@ class QueueSlot(QueueHandle):
         "config",
         "multi_tag",
         "nums",
-        "nums_at",
         "queue_limit",
         "queues",
         "retry",
         "sizes",
-        "sizes_at",
         "writable",
         "write_queue_nums",
     )
@@ -248,8 +246,6 @@ class QueueSlot(QueueHandle):
     retry: bool
     multi_tag: bool
     queue_limit: int
-    nums_at: int
-    sizes_at: int
     nums: StatsItem
     sizes: StatsItem
     queues: tuple[QueueSlot | None, ...]
@@ -268,9 +264,6 @@ class QueueSlot(QueueHandle):
         #: The topic's stats items (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE), never replaced.
         self.nums = nums
         self.sizes = sizes
-        #: Their addresses, for :meth:`warm` (see ``store.consumequeue.prefetch``): the items never move.
-        self.nums_at = id(nums)
-        self.sizes_at = id(sizes)
         #: (the head's) By queue id, the topic's slots; None where no send went yet. A tuple, whose items
         #: sit in the object itself.
         self.queues = ()
@@ -302,12 +295,9 @@ class QueueSlot(QueueHandle):
         it saves): with thousands of queues each of those objects is a cache miss, and the put meets them
         one after another, each found through the one before; this starts them all at once, at the send's
         start, to overlap each other and the send's own work. A hint: the put goes through the objects
-        themselves, so one gone stale (a file rolled, a topic deleted) costs a useless prefetch. Each object
-        is given by its address: given itself, the call read it (the prefetch's type check, the count the
-        call takes), and the send waited for that miss there (the profile of a 10,000-topic broker put a
-        send's prefetch among its costliest calls, one topic's among its cheapest)."""
+        themselves, so one gone stale (a file rolled, a topic deleted) costs a useless prefetch."""
         if queue_id == self.queue_id and self.file_at and prefetch is not None:
-            prefetch(self.cq_at, self.nums_at, self.sizes_at, self.file_at, self.map_at, self.unit_at)
+            prefetch(self.cq, self.nums, self.sizes, self.file_at, self.map_at, self.unit_at)
 
     def queue(self, queue_id: int) -> QueueSlot:
         """(The head's) the slot of this topic's queue ``queue_id`` (a valid id: at least 0)."""
