@@ -153,6 +153,48 @@ async def test_a_slave_whose_check_fails_after_finding_the_cut_serves_none_of_wh
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("blocked", ["incarnations.tmp", "quarantine"])
+async def test_a_serving_slave_whose_reconnection_check_fails_after_finding_the_cut_holds_back_what_was_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, blocked: str
+) -> None:
+    """The same at run time: the slave serves all 40 records it copied (20 before the master's backup, 20
+    after) when its master is stopped, restored from the backup and started again, and takes 10 new records
+    at the offsets the slave holds. The slave's check before it reconnects finds the cut, but the cut's
+    incarnation cannot be written (a directory where its temporary file goes), or its quarantine made (a
+    file where its directory goes), as on a full disk. It went on serving the 20 the master replaced, its
+    mark at its end vouching for them; now it holds them back from the cut (served neither by pull nor by
+    offset, the mark down to the cut), and once the path is writable it sets them aside and serves what the
+    master does."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        cut = await backed_up_then(g, tmp_path, fixed, 20)
+        assert [len(q) for q in await everything(g, g.slave)] == [10, 10, 10, 10]
+        path = tmp_path / "slave" / blocked
+        path.mkdir() if blocked.endswith(".tmp") else path.write_bytes(b"")
+        await g.master.stop()
+        shutil.rmtree(tmp_path / "master")
+        shutil.copytree(tmp_path / "backup", tmp_path / "master")
+        await restart_master(g, tmp_path, fixed)
+        await send_common(g, 10, "new")
+
+        await wait_until(lambda: sum("task ha-client failed" in r.getMessage() for r in caplog.records) >= 2)
+        store = g.slave.store
+        assert (store.replica_mark, store.held_back) == (cut, store.max_phy_offset - cut)
+        queues = await everything(g, g.slave)
+        assert [len(q) for q in queues] == [5, 5, 5, 5]
+        assert all(b.startswith(b"early") for q in queues for b in q)
+        viewed = await g.on(g.slave).call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(cut)})
+        assert viewed.code != ResponseCode.SUCCESS and "holds back" in (viewed.remark or "")
+        assert not set_aside(tmp_path / "slave")
+
+        path.rmdir() if blocked.endswith(".tmp") else path.unlink()
+        await send_common(g, 4, "after")
+        await replicated(g.master, g.slave, timeout=90.0)
+        assert set_aside(tmp_path / "slave") == [20]
+        assert await everything(g, g.slave) == await everything(g, g.master)
+
+
+@pytest.mark.slow
 async def test_a_store_copied_to_seed_another_master_vouches_for_none_of_the_originals_later_records(
     tmp_path: Path, cli: RunCli
 ) -> None:
