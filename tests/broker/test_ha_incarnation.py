@@ -30,6 +30,7 @@ from store.checkpoint import (
     read_incarnations,
 )
 from store.config import StoreConfig
+from store.ha import DESCRIBE, encode_frame_header, encode_report
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
 from tests.broker.test_ha_mark import TOPIC, everything, fixed_ports, restart_master, runtime, send_common
@@ -621,28 +622,35 @@ def test_a_shown_history_that_does_not_parse_names_an_unproven_incarnation() -> 
     assert master_log(table, "").incarnation == ""  # (one that keeps none: an older mqctl's)
 
 
-async def test_a_master_restarted_between_the_check_and_the_connection_is_checked_again_first(
-    tmp_path: Path,
-) -> None:
-    """The slave's check asks the master's broker port which run it is (the next incarnation it announced);
-    the master restarts before the slave's HA connection is made, and announces another. The slave reported
-    its offset at once and copied the new run's records under the run its check named; now it asks again
-    once connected, closes without a report, and checks again: the report goes to the connection that
-    found the run its check named. (A fake master: its broker port's answers, and a port that counts the
-    reports.)"""
-    identity, x = "ab" * 16, Incarnation(bytes([1]) * 16, 0)
-    runs = ["02" * 16, "03" * 16]  # checked in one run, connected in the next, which it stays
+IDENTITY, X = "ab" * 16, Incarnation(bytes([1]) * 16, 0)
+
+
+async def reports_of(
+    tmp_path: Path, runs: list[str], described: list[tuple[str, str]]
+) -> list[tuple[bytes, str]]:
+    """A slave of a fake master run until it reports an offset: its broker port names store ``IDENTITY`` and,
+    at each question, the next of ``runs`` (the last one from then on); its HA port describes its log as the
+    next of ``described`` (store, run; the last from then on). Each HA connection's report (b"": closed
+    without one) and the run the slave's mark named then."""
+    runs, described = list(runs), list(described)
 
     class Port:
         async def log(self) -> MasterLog:
             following = runs.pop(0) if len(runs) > 1 else runs[0]
-            return MasterLog(0, identity, end=0, incarnations=(x,), following=following)
+            return MasterLog(0, IDENTITY, end=0, incarnations=(X,), following=following)
 
-    reports: list[tuple[bytes, str]] = []  # (the report, or none; the run named then)
+    reports: list[tuple[bytes, str]] = []
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         report = await reader.read(8)
-        reports.append((report, named[-1]))
+        if report == encode_report(DESCRIBE):
+            identity, run = described.pop(0) if len(described) > 1 else described[0]
+            table = {"haStoreIdentity": identity, "haIncarnations": str(X), "haNextIncarnation": run}
+            body = KVTable({**table, "commitLogMaxOffset": "0"}).dumps()
+            writer.write(encode_frame_header(DESCRIBE, len(body)) + body)
+            await writer.drain()
+        else:
+            reports.append((report, named[-1]))
         writer.close()
 
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
@@ -666,7 +674,35 @@ async def test_a_master_restarted_between_the_check_and_the_connection_is_checke
     finally:
         await slave.stop()
         server.close()
+    return reports
+
+
+async def test_a_master_restarted_between_the_check_and_the_connection_is_checked_again_first(
+    tmp_path: Path,
+) -> None:
+    """The slave's check asks the master's broker port which run it is (the next incarnation it announced);
+    the master restarts before the slave's HA connection is made, and announces another. The slave reported
+    its offset at once and copied the new run's records under the run its check named; now it asks again
+    once connected, closes without a report, and checks again: the report goes to the connection that
+    found the run its check named. (A fake master: its broker port's answers, and a port that counts the
+    reports.)"""
+    runs = ["02" * 16, "03" * 16]  # checked in one run, connected in the next, which it stays
+    reports = await reports_of(tmp_path, runs, [(IDENTITY, runs[-1])])
     assert reports[:2] == [(b"", "02" * 16), (bytes(8), "03" * 16)]
+
+
+async def test_an_ha_port_naming_another_run_than_the_broker_port_is_closed_before_anything_is_copied(
+    tmp_path: Path,
+) -> None:
+    """The check asks the master's broker port which store and run it is; the records come from its HA port,
+    which another process may answer (a stale registration, an haMasterAddress naming another broker's). The
+    slave copied that process's records under the run its check named. Now it asks the HA port to describe
+    its log once connected: one naming another store, or another run of the same store, has the connection
+    closed without a report, and the slave reports to the one that names the run its check named. (A fake
+    master.)"""
+    other = [("cd" * 16, "02" * 16), (IDENTITY, "09" * 16), (IDENTITY, "02" * 16)]
+    reports = await reports_of(tmp_path, ["02" * 16], other)
+    assert reports[:3] == [(b"", "02" * 16), (b"", "02" * 16), (bytes(8), "02" * 16)]
 
 
 async def snapshot_after(g: Group, tmp_path: Path, n: int, what: str, name: str) -> None:
