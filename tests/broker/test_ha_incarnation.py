@@ -74,6 +74,27 @@ async def backed_up_then(g: Group, tmp_path: Path, fixed: dict[str, Any], n: int
     return end
 
 
+async def serves_only_what_the_backup_kept(g: Group, tmp_path: Path, cut: int) -> None:
+    """The slave serves the 20 records the master's backup kept and none of the 20 it replaced once restored,
+    by pull or by offset (the cut's), and has set nothing aside yet."""
+    queues = await everything(g, g.slave)
+    assert [len(q) for q in queues] == [5, 5, 5, 5]
+    assert all(b.startswith(b"early") for q in queues for b in q)
+    viewed = await g.on(g.slave).call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(cut)})
+    assert viewed.code != ResponseCode.SUCCESS and "holds back" in (viewed.remark or "")
+    assert not set_aside(tmp_path / "slave")
+
+
+async def set_aside_once_writable(g: Group, tmp_path: Path, blocked: Path) -> None:
+    """The path the cut needs writable again: the slave sets the 20 replaced records aside and serves what
+    its master does."""
+    blocked.rmdir() if blocked.name.endswith(".tmp") else blocked.unlink()
+    await send_common(g, 4, "after")
+    await replicated(g.master, g.slave, timeout=90.0)
+    assert set_aside(tmp_path / "slave") == [20]
+    assert await everything(g, g.slave) == await everything(g, g.master)
+
+
 @pytest.mark.slow
 async def test_a_master_back_on_an_older_copy_of_its_store_cannot_have_the_slave_delete_what_only_it_holds(
     tmp_path: Path, cli: RunCli
@@ -137,20 +158,10 @@ async def test_a_slave_whose_check_fails_after_finding_the_cut_serves_none_of_wh
 
         g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         assert (g.slave.store.replica_mark, g.slave.store.held_back > 0) == (cut, True)
-        queues = await everything(g, g.slave)
-        assert [len(q) for q in queues] == [5, 5, 5, 5]
-        assert all(b.startswith(b"early") for q in queues for b in q)
-        viewed = await g.on(g.slave).call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(cut)})
-        assert viewed.code != ResponseCode.SUCCESS and "holds back" in (viewed.remark or "")
+        await serves_only_what_the_backup_kept(g, tmp_path, cut)
         await wait_until(lambda: sum("task ha-client failed" in r.getMessage() for r in caplog.records) >= 2)
-        assert [len(q) for q in await everything(g, g.slave)] == [5, 5, 5, 5]
-        assert not set_aside(tmp_path / "slave")
-
-        path.rmdir() if blocked.endswith(".tmp") else path.unlink()
-        await send_common(g, 4, "after")
-        await replicated(g.master, g.slave, timeout=90.0)
-        assert set_aside(tmp_path / "slave") == [20]
-        assert await everything(g, g.slave) == await everything(g, g.master)
+        await serves_only_what_the_backup_kept(g, tmp_path, cut)
+        await set_aside_once_writable(g, tmp_path, path)
 
 
 @pytest.mark.slow
@@ -181,18 +192,8 @@ async def test_a_serving_slave_whose_reconnection_check_fails_after_finding_the_
         await wait_until(lambda: sum("task ha-client failed" in r.getMessage() for r in caplog.records) >= 2)
         store = g.slave.store
         assert (store.replica_mark, store.held_back) == (cut, store.max_phy_offset - cut)
-        queues = await everything(g, g.slave)
-        assert [len(q) for q in queues] == [5, 5, 5, 5]
-        assert all(b.startswith(b"early") for q in queues for b in q)
-        viewed = await g.on(g.slave).call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(cut)})
-        assert viewed.code != ResponseCode.SUCCESS and "holds back" in (viewed.remark or "")
-        assert not set_aside(tmp_path / "slave")
-
-        path.rmdir() if blocked.endswith(".tmp") else path.unlink()
-        await send_common(g, 4, "after")
-        await replicated(g.master, g.slave, timeout=90.0)
-        assert set_aside(tmp_path / "slave") == [20]
-        assert await everything(g, g.slave) == await everything(g, g.master)
+        await serves_only_what_the_backup_kept(g, tmp_path, cut)
+        await set_aside_once_writable(g, tmp_path, path)
 
 
 @pytest.mark.slow
