@@ -1112,8 +1112,8 @@ class HASlave:
         two processes may answer them (a stale registration, an ``haMasterAddress`` naming another broker).
         Its answer comes after the connection was made, and a run holds its HA port from its start to its
         end, so finding the named run there proves the connection is to it. Under haTls a member says so;
-        without it, any process that reads the broker port could say the same (docs/replication.md
-        §who-says-so). True when the HA port describes nothing (an older mqctl's, which closes)."""
+        without it, any process that reads the broker port could say the same
+        (docs/replication.md §who-says-so). True when the HA port describes nothing (an older mqctl's)."""
         try:
             described = await self._describe_master()
         except TailUnknown as exc:
