@@ -23,6 +23,7 @@ import logging
 import os
 import struct
 import threading
+import time
 import zlib
 from dataclasses import dataclass
 
@@ -91,6 +92,9 @@ REPLICA_INCARNATIONS_FILE = "replica-incarnations"
 #: The most incarnations a store keeps (the newest): a slave whose mark names an older one vouches for
 #: nothing, and sets aside rather than deletes.
 INCARNATIONS_KEPT = 64
+#: The most copies kept of an incarnations file that did not parse (the newest): each is what an operator
+#: looks at to learn what damaged it, and the file itself is written again at the store's next change.
+DAMAGED_KEPT = 3
 #: What one write covers: the longs, RocketMQ 5.x's fields after them (kept as read), the recovery point and
 #: the replica mark, all in the first sector, which a disk writes whole.
 _PAGE = 256
@@ -262,27 +266,87 @@ class Incarnation:
         return f"{self.id.hex()}@{self.start}"
 
 
-def read_incarnations(root: str) -> list[Incarnation]:
+def read_incarnations(root: str, *, keep_damaged: bool = False) -> list[Incarnation]:
     """The store's incarnations as a master, oldest first (none: a store that never started as one since it
     was made, or one from before them). Lines of ``ID@START``; a file that does not parse reads as none, at
     ERROR: a master then vouches for none of its slaves' records below its first offset (they are set aside,
-    not deleted) and begins a new history at its start."""
+    not deleted) and begins a new history at its start. ``keep_damaged`` (a store that writes it): such a
+    file is copied beside it first (:func:`_keep_damaged`), as the store's next change writes it again."""
     path = os.path.join(root, INCARNATIONS_FILE)
     try:
-        with open(path, encoding="ascii") as f:
-            history = _parse_incarnations(f.read().replace("\n", ";"))
+        parsed = _parsed(path, with_identity=False)
     except FileNotFoundError:
         return []
-    except UnicodeDecodeError:
-        history = None
-    if history is None:
+    if parsed is None:
+        copy = _keep_damaged(path) if keep_damaged else ""
         log.error(
-            "%s does not parse: read as no incarnations; a master on this store vouches for none of its "
+            "%s does not parse%s: read as no incarnations; a master on this store vouches for none of its "
             "slaves' records below its first offset (set aside, not deleted) and begins a new history",
             path,
+            f" (kept as {copy})" if copy else "",
         )
         return []
-    return history
+    return parsed[1]
+
+
+def _parsed(path: str, *, with_identity: bool) -> tuple[str, list[Incarnation]] | None:
+    """An incarnations file's history, after the master's store identity on its first line
+    (``with_identity``: a slave's copy of its master's); None when it does not parse. Raises OSError
+    (FileNotFoundError: there is none)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    identity = ""
+    if with_identity:
+        identity, _, text = text.partition("\n")
+        try:
+            if len(bytes.fromhex(identity)) != IDENTITY_SIZE:
+                return None
+        except ValueError:
+            return None
+    history = _parse_incarnations(text.replace("\n", ";"))
+    return None if history is None else (identity, history)
+
+
+def _keep_damaged(path: str) -> str:
+    """Copy ``path``, a file that does not parse, beside it as ``NAME.damaged-<UTC>`` before it is written
+    again: read as none, it is replaced at the store's next change, and what damaged it (a torn block, a
+    hand's edit) could no longer be looked into. A copy of the same bytes kept already is named instead, and
+    only the newest :data:`DAMAGED_KEPT` are kept. Returns the copy's path ("" when none could be made: at
+    ERROR, the file is written all the same, as the store's change needs it)."""
+    root, name = os.path.split(path)
+    prefix = f"{name}.damaged-"
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        kept = sorted(entry for entry in os.listdir(root) if entry.startswith(prefix))
+        if kept:
+            newest = os.path.join(root, kept[-1])
+            with open(newest, "rb") as f:
+                if f.read() == data:
+                    return newest
+        now = time.time()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+        copy, n = os.path.join(root, prefix + stamp), 1
+        while os.path.exists(copy):
+            n += 1
+            copy = os.path.join(root, f"{prefix}{stamp}-{n}")
+        tmp = f"{path}.damaged.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, copy)
+        for old in sorted(entry for entry in os.listdir(root) if entry.startswith(prefix))[:-DAMAGED_KEPT]:
+            os.unlink(os.path.join(root, old))
+        sync_directory(root)
+    except OSError as exc:
+        log.error("%s does not parse and no copy of it could be kept beside it: %s", path, exc)
+        return ""
+    return copy
 
 
 def parse_incarnations(text: str) -> list[Incarnation]:
@@ -320,6 +384,14 @@ def _write_incarnations(
     root: str, history: list[Incarnation], name: str = INCARNATIONS_FILE, head: str = ""
 ) -> None:
     path = os.path.join(root, name)
+    try:
+        damaged = _parsed(path, with_identity=bool(head)) is None
+    except OSError:  # (none, or not readable: nothing to keep)
+        damaged = False
+    if damaged:
+        copy = _keep_damaged(path)
+        if copy:
+            log.warning("%s did not parse: kept as %s before it is written again", path, copy)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="ascii") as f:
         f.write(head + "".join(f"{i}\n" for i in history))
@@ -339,19 +411,19 @@ def keep_master_history(root: str, identity: str, history: list[Incarnation]) ->
 def master_history(root: str) -> tuple[str, list[Incarnation]]:
     """What :func:`keep_master_history` kept: the master's store identity (hex) and its history; ("", [])
     when there is none, or (at WARNING) it cannot be read or does not parse: it only ever vouches for
-    records its mark's incarnation alone would not, so without it the slave vouches for less."""
+    records its mark's incarnation alone would not, so without it the slave vouches for less. One that does
+    not parse is copied beside it first (:func:`_keep_damaged`): the slave's next check writes it again."""
     path = os.path.join(root, REPLICA_INCARNATIONS_FILE)
     try:
-        with open(path, encoding="ascii") as f:
-            identity, _, text = f.read().partition("\n")
-        history = _parse_incarnations(text.replace("\n", ";"))
-        if history is not None and len(bytes.fromhex(identity)) == IDENTITY_SIZE:
-            return identity, history
-        problem = "does not parse"
+        parsed = _parsed(path, with_identity=True)
+        if parsed is not None:
+            return parsed
+        copy = _keep_damaged(path)
+        problem = f"does not parse{f' (kept as {copy})' if copy else ''}"
     except FileNotFoundError:
         return "", []
-    except (OSError, ValueError) as exc:  # (UnicodeDecodeError is one)
-        problem = f"cannot be read ({exc})" if isinstance(exc, OSError) else "does not parse"
+    except OSError as exc:
+        problem = f"cannot be read ({exc})"
     log.warning(
         "%s %s: this slave's copy of its master's incarnations vouches for none of its records below the "
         "master's first offset (set aside, not deleted) until its next check keeps it again",
@@ -367,7 +439,7 @@ def begin_incarnation(root: str, start: int, ident: bytes = b"") -> list[Incarna
     before its log changes. A slave's mark names the incarnation it copied from; a store restored from an
     older copy, or copied to seed another broker, keeps the identity but not the history written since, so
     no slave takes records of an incarnation it lacks for its own. Returns the history."""
-    history = read_incarnations(root)
+    history = read_incarnations(root, keep_damaged=True)
     if not (ident and history and history[-1].id == ident):  # (on disk already: its directory's sync failed)
         history = [*history, Incarnation(ident or os.urandom(IDENTITY_SIZE), start)][-INCARNATIONS_KEPT:]
     _write_incarnations(root, history)

@@ -431,7 +431,7 @@ class DefaultMessageStore:
             self._load_consume_queues()
             self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), read_only=self.read_only)
             self.identity = store_identity(root, create=not self.read_only).hex()
-            self.incarnations = read_incarnations(root)
+            self.incarnations = read_incarnations(root, keep_damaged=not self.read_only)
             point = None if self.last_exit_ok or self.read_only else self._usable_recovery_point()
             if self.config.message_index_enable:
                 self.index.load(

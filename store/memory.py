@@ -239,8 +239,10 @@ class InMemoryMessageStore:
             self._held_from = -1
 
     def hold_back(self, cut: int) -> None:
-        """Its queue units and index entries from ``cut`` on dropped, dispatch stopped there, the log kept."""
+        """Its queue units and index entries from ``cut`` on dropped, dispatch stopped there, the log kept, the
+        mark down to it (:attr:`replica_mark`); held from lower already, nothing changes."""
         with self._lock:
+            cut = max(min(cut, len(self._log)), 0)
             if 0 <= self._held_from <= cut:
                 return
             self._held_from = cut
@@ -250,8 +252,9 @@ class InMemoryMessageStore:
         """Under the lock: the queue units and index entries of the records from ``cut`` on."""
         for queue, units in self._queues.items():
             self._queues[queue] = [u for u in units if u[0] < cut]
-        for key, entries in self._index.items():
-            self._index[key] = [e for e in entries if e[0] < cut]
+        # (a key left with no entry goes: a query reads every key's newest entry)
+        index = ((key, [e for e in entries if e[0] < cut]) for key, entries in self._index.items())
+        self._index = {key: kept for key, kept in index if kept}
         self._dispatched = min(self._dispatched, cut)
 
     @property
@@ -473,8 +476,12 @@ class InMemoryMessageStore:
     def max_phy_offset(self) -> int:
         return len(self._log)
 
-    #: Nothing outlives the process: whatever this store holds it took from its master.
-    replica_mark = max_phy_offset
+    @property
+    def replica_mark(self) -> int:
+        """Nothing outlives the process: whatever this store holds it took from its master, up to a tail a check
+        found not the master's (:meth:`hold_back`), where the mark comes down as the file store's does."""
+        held = self._held_from
+        return len(self._log) if held < 0 else min(held, len(self._log))
 
     @property
     def min_phy_offset(self) -> int:

@@ -1075,8 +1075,9 @@ class HASlave:
         """Whether the master still runs as the check named it (its broker port asked again, now that the HA
         connection is made): a master restarted between the check and the connection is another run, whose
         records the mark would count as the named one's (checked again first). A connection to a run
-        that ended before the question is closed and copies nothing of the next. True when the check named
-        no run (a master that shows none: 4.9.8's, an older mqctl's)."""
+        that ended before the question is closed and copies nothing of the next. Then whether the HA port
+        names that run too (:meth:`_ha_port_runs`). True when the check named no run (a master that shows
+        none: 4.9.8's, an older mqctl's)."""
         named = self._named_run
         if not named or self.master_records is None:
             return True
@@ -1087,7 +1088,7 @@ class HASlave:
             return False
         now = master.identity, _run(master.incarnation, master.following)
         if now == named:
-            return True
+            return await self._ha_port_runs(named)
         if not master.identity:
             log.warning(
                 "HA: master %s no longer names its store (checked as store %s, run %s): checked again before "
@@ -1102,6 +1103,35 @@ class HASlave:
             addr,
             now[1] or "(none shown)",
             named[1],
+        )
+        return False
+
+    async def _ha_port_runs(self, named: tuple[str, str]) -> bool:
+        """Whether the HA port, asked to describe its log (:data:`store.ha.DESCRIBE`), names the store and run
+        the broker port named (``named``): the check asks one port, the records come from the other, and
+        two processes may answer them (a stale registration, an ``haMasterAddress`` naming another broker).
+        Its answer comes after the connection was made, and a run holds its HA port from its start to its
+        end, so finding the named run there proves the connection is to it. Under haTls a member says so;
+        without it, any process that reads the broker port could say the same
+        (docs/replication.md §who-says-so). True when the HA port describes nothing (an older mqctl's)."""
+        try:
+            described = await self._describe_master()
+        except TailUnknown as exc:
+            log.warning("HA: not known which run the master's HA port is, checked again: %s", exc)
+            return False
+        if described is None:
+            return True
+        there = described.identity, _run(described.incarnation, described.following)
+        if there == named:
+            return True
+        log.warning(
+            "HA: the master's HA port %s names store %s, run %s, its broker port store %s, run %s: another "
+            "process (a stale registration, a wrong haMasterAddress, a restart); checked again before "
+            "anything is copied",
+            self.master_addr,
+            there[0] or "(none)",
+            there[1] or "(none)",
+            *named,
         )
         return False
 
@@ -1409,6 +1439,8 @@ class HASlave:
         except (OSError, ValueError, TimeoutError) as exc:  # (ssl.SSLError too: no member's certificate)
             raise TailUnknown(
                 f"no member's handshake completed at its HA port {addr} (haTls): {describe_connect_failure(exc)}"
+                if self.ssl is not None
+                else f"its HA port {addr} cannot be reached: {describe_connect_failure(exc)}"
             ) from None
         try:
             async with asyncio.timeout(3.0):

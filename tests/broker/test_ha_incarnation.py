@@ -30,6 +30,7 @@ from store.checkpoint import (
     read_incarnations,
 )
 from store.config import StoreConfig
+from store.ha import DESCRIBE, encode_frame_header, encode_report
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import FILE, SMALL, Group, master_and_slave, start_slave
 from tests.broker.test_ha_mark import TOPIC, everything, fixed_ports, restart_master, runtime, send_common
@@ -71,6 +72,27 @@ async def backed_up_then(g: Group, tmp_path: Path, fixed: dict[str, Any], n: int
     await send_common(g, n, "only")
     await replicated(g.master, g.slave)
     return end
+
+
+async def serves_only_what_the_backup_kept(g: Group, tmp_path: Path, cut: int) -> None:
+    """The slave serves the 20 records the master's backup kept and none of the 20 it replaced once restored,
+    by pull or by offset (the cut's), and has set nothing aside yet."""
+    queues = await everything(g, g.slave)
+    assert [len(q) for q in queues] == [5, 5, 5, 5]
+    assert all(b.startswith(b"early") for q in queues for b in q)
+    viewed = await g.on(g.slave).call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(cut)})
+    assert viewed.code != ResponseCode.SUCCESS and "holds back" in (viewed.remark or "")
+    assert not set_aside(tmp_path / "slave")
+
+
+async def set_aside_once_writable(g: Group, tmp_path: Path, blocked: Path) -> None:
+    """The path the cut needs writable again: the slave sets the 20 replaced records aside and serves what
+    its master does."""
+    blocked.rmdir() if blocked.name.endswith(".tmp") else blocked.unlink()
+    await send_common(g, 4, "after")
+    await replicated(g.master, g.slave, timeout=90.0)
+    assert set_aside(tmp_path / "slave") == [20]
+    assert await everything(g, g.slave) == await everything(g, g.master)
 
 
 @pytest.mark.slow
@@ -136,20 +158,42 @@ async def test_a_slave_whose_check_fails_after_finding_the_cut_serves_none_of_wh
 
         g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         assert (g.slave.store.replica_mark, g.slave.store.held_back > 0) == (cut, True)
-        queues = await everything(g, g.slave)
-        assert [len(q) for q in queues] == [5, 5, 5, 5]
-        assert all(b.startswith(b"early") for q in queues for b in q)
-        viewed = await g.on(g.slave).call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(cut)})
-        assert viewed.code != ResponseCode.SUCCESS and "holds back" in (viewed.remark or "")
+        await serves_only_what_the_backup_kept(g, tmp_path, cut)
         await wait_until(lambda: sum("task ha-client failed" in r.getMessage() for r in caplog.records) >= 2)
-        assert [len(q) for q in await everything(g, g.slave)] == [5, 5, 5, 5]
-        assert not set_aside(tmp_path / "slave")
+        await serves_only_what_the_backup_kept(g, tmp_path, cut)
+        await set_aside_once_writable(g, tmp_path, path)
 
-        path.rmdir() if blocked.endswith(".tmp") else path.unlink()
-        await send_common(g, 4, "after")
-        await replicated(g.master, g.slave, timeout=90.0)
-        assert set_aside(tmp_path / "slave") == [20]
-        assert await everything(g, g.slave) == await everything(g, g.master)
+
+@pytest.mark.slow
+@pytest.mark.parametrize("blocked", ["incarnations.tmp", "quarantine"])
+async def test_a_serving_slave_whose_reconnection_check_fails_after_finding_the_cut_holds_back_what_was_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, blocked: str
+) -> None:
+    """The same at run time: the slave serves all 40 records it copied (20 before the master's backup, 20
+    after) when its master is stopped, restored from the backup and started again, and takes 10 new records
+    at the offsets the slave holds. The slave's check before it reconnects finds the cut, but the cut's
+    incarnation cannot be written (a directory where its temporary file goes), or its quarantine made (a
+    file where its directory goes), as on a full disk. It went on serving the 20 the master replaced, its
+    mark at its end vouching for them; now it holds them back from the cut (served neither by pull nor by
+    offset, the mark down to the cut), and once the path is writable it sets them aside and serves what the
+    master does."""
+    fixed = fixed_ports()
+    async with master_and_slave(tmp_path, **fixed) as g:
+        cut = await backed_up_then(g, tmp_path, fixed, 20)
+        assert [len(q) for q in await everything(g, g.slave)] == [10, 10, 10, 10]
+        path = tmp_path / "slave" / blocked
+        path.mkdir() if blocked.endswith(".tmp") else path.write_bytes(b"")
+        await g.master.stop()
+        shutil.rmtree(tmp_path / "master")
+        shutil.copytree(tmp_path / "backup", tmp_path / "master")
+        await restart_master(g, tmp_path, fixed)
+        await send_common(g, 10, "new")
+
+        await wait_until(lambda: sum("task ha-client failed" in r.getMessage() for r in caplog.records) >= 2)
+        store = g.slave.store
+        assert (store.replica_mark, store.held_back) == (cut, store.max_phy_offset - cut)
+        await serves_only_what_the_backup_kept(g, tmp_path, cut)
+        await set_aside_once_writable(g, tmp_path, path)
 
 
 @pytest.mark.slow
@@ -579,28 +623,35 @@ def test_a_shown_history_that_does_not_parse_names_an_unproven_incarnation() -> 
     assert master_log(table, "").incarnation == ""  # (one that keeps none: an older mqctl's)
 
 
-async def test_a_master_restarted_between_the_check_and_the_connection_is_checked_again_first(
-    tmp_path: Path,
-) -> None:
-    """The slave's check asks the master's broker port which run it is (the next incarnation it announced);
-    the master restarts before the slave's HA connection is made, and announces another. The slave reported
-    its offset at once and copied the new run's records under the run its check named; now it asks again
-    once connected, closes without a report, and checks again: the report goes to the connection that
-    found the run its check named. (A fake master: its broker port's answers, and a port that counts the
-    reports.)"""
-    identity, x = "ab" * 16, Incarnation(bytes([1]) * 16, 0)
-    runs = ["02" * 16, "03" * 16]  # checked in one run, connected in the next, which it stays
+IDENTITY, X = "ab" * 16, Incarnation(bytes([1]) * 16, 0)
+
+
+async def reports_of(
+    tmp_path: Path, runs: list[str], described: list[tuple[str, str]]
+) -> list[tuple[bytes, str]]:
+    """A slave of a fake master run until it reports an offset: its broker port names store ``IDENTITY`` and,
+    at each question, the next of ``runs`` (the last one from then on); its HA port describes its log as the
+    next of ``described`` (store, run; the last from then on). Each HA connection's report (b"": closed
+    without one) and the run the slave's mark named then."""
+    runs, described = list(runs), list(described)
 
     class Port:
         async def log(self) -> MasterLog:
             following = runs.pop(0) if len(runs) > 1 else runs[0]
-            return MasterLog(0, identity, end=0, incarnations=(x,), following=following)
+            return MasterLog(0, IDENTITY, end=0, incarnations=(X,), following=following)
 
-    reports: list[tuple[bytes, str]] = []  # (the report, or none; the run named then)
+    reports: list[tuple[bytes, str]] = []
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         report = await reader.read(8)
-        reports.append((report, named[-1]))
+        if report == encode_report(DESCRIBE):
+            identity, run = described.pop(0) if len(described) > 1 else described[0]
+            table = {"haStoreIdentity": identity, "haIncarnations": str(X), "haNextIncarnation": run}
+            body = KVTable({**table, "commitLogMaxOffset": "0"}).dumps()
+            writer.write(encode_frame_header(DESCRIBE, len(body)) + body)
+            await writer.drain()
+        else:
+            reports.append((report, named[-1]))
         writer.close()
 
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
@@ -624,7 +675,35 @@ async def test_a_master_restarted_between_the_check_and_the_connection_is_checke
     finally:
         await slave.stop()
         server.close()
+    return reports
+
+
+async def test_a_master_restarted_between_the_check_and_the_connection_is_checked_again_first(
+    tmp_path: Path,
+) -> None:
+    """The slave's check asks the master's broker port which run it is (the next incarnation it announced);
+    the master restarts before the slave's HA connection is made, and announces another. The slave reported
+    its offset at once and copied the new run's records under the run its check named; now it asks again
+    once connected, closes without a report, and checks again: the report goes to the connection that
+    found the run its check named. (A fake master: its broker port's answers, and a port that counts the
+    reports.)"""
+    runs = ["02" * 16, "03" * 16]  # checked in one run, connected in the next, which it stays
+    reports = await reports_of(tmp_path, runs, [(IDENTITY, runs[-1])])
     assert reports[:2] == [(b"", "02" * 16), (bytes(8), "03" * 16)]
+
+
+async def test_an_ha_port_naming_another_run_than_the_broker_port_is_closed_before_anything_is_copied(
+    tmp_path: Path,
+) -> None:
+    """The check asks the master's broker port which store and run it is; the records come from its HA port,
+    which another process may answer (a stale registration, an haMasterAddress naming another broker's). The
+    slave copied that process's records under the run its check named. Now it asks the HA port to describe
+    its log once connected: one naming another store, or another run of the same store, has the connection
+    closed without a report, and the slave reports to the one that names the run its check named. (A fake
+    master.)"""
+    other = [("cd" * 16, "02" * 16), (IDENTITY, "09" * 16), (IDENTITY, "02" * 16)]
+    reports = await reports_of(tmp_path, ["02" * 16], other)
+    assert reports[:3] == [(b"", "02" * 16), (b"", "02" * 16), (bytes(8), "02" * 16)]
 
 
 async def snapshot_after(g: Group, tmp_path: Path, n: int, what: str, name: str) -> None:

@@ -19,6 +19,7 @@ from store.ha import (
     HAProtocolError,
     ReplicaRecordError,
     ReplicaRecords,
+    ReplicaStore,
     decode_frames,
     encode_frame,
     encode_frame_header,
@@ -498,3 +499,64 @@ def test_an_in_memory_replicas_tail_set_aside(tmp_path: Path) -> None:
     for t, q in [(f"T{t}", q) for t in range(2) for q in range(3)]:
         assert slave.get_max_offset(t, q) == master.get_max_offset(t, q)
     assert slave.query_message("T1", "key-49", 4, 0, 2**62).messages
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_a_hold_back_serves_nothing_from_the_cut_on_and_changes_no_byte_of_the_log(
+    tmp_path: Path, kind: str
+) -> None:
+    """:meth:`ReplicaStore.hold_back`, the same on both stores: a check found the slave's log not its master's
+    from its twentieth record on and could not cut it yet. The queue units from there go, no read serves a
+    record there (by queue offset, physical offset or key), dispatch stops there, the mark comes down to the
+    cut, and not a byte of the log changes (nor a file of the file store's). A second hold-back at a higher
+    cut changes nothing; a check that finds the log the master's serves all of it again."""
+    if kind == "file":
+        master: DefaultMessageStore | InMemoryMessageStore = _master(tmp_path / "m", 40)
+        slave: DefaultMessageStore | InMemoryMessageStore = _slave(tmp_path / "s")
+        frames = ha_frames(master, 0, 32 * 1024)
+    else:
+        master, slave = _in_memory_pair(tmp_path, 40)
+        frames = [(0, master.read_commit_log(0, master.max_phy_offset) or b"")]
+    queues = [(f"T{t}", q) for t in range(2) for q in range(3)]
+    try:
+        assert isinstance(slave, ReplicaStore)
+        for offset, data in frames:
+            assert slave.append_replica(offset, data)
+        while slave.dispatch_replica():
+            pass
+        end = slave.max_phy_offset
+        spans = record_spans(slave, 0, end)
+        assert len(spans) == 40 and slave.replica_mark == end
+        cut, higher = spans[20][0], spans[30][0]
+        log = slave.read_commit_log(0, end)
+        files = _files(tmp_path / "s") if kind == "file" else {}
+
+        def held_from_the_cut() -> None:
+            assert (slave.replica_mark, slave.held_back, slave.max_phy_offset) == (cut, end - cut, end)
+            for topic, q in queues:
+                before = sum((f"T{i % 2}", i % 3) == (topic, q) for i in range(20))
+                assert slave.get_max_offset(topic, q) == before
+                assert all_bodies(slave, topic, q) == all_bodies(master, topic, q)[:before]
+            assert slave.look_message_by_offset(cut) is None and slave.look_message_by_offset(higher) is None
+            assert slave.look_message_by_offset(spans[19][0]) is not None
+            assert not slave.query_message("T0", "key-20", 4, 0, 2**62).messages
+            assert slave.query_message("T1", "key-19", 4, 0, 2**62).messages
+            assert not slave.dispatch_replica()
+            assert slave.read_commit_log(0, end) == log
+            if kind == "file":
+                assert _files(tmp_path / "s") == files
+
+        slave.hold_back(cut)
+        held_from_the_cut()
+        slave.hold_back(higher)
+        held_from_the_cut()
+        slave.replica_checked(end)
+        while slave.dispatch_replica():
+            pass
+        assert (slave.replica_mark, slave.held_back) == (end, 0)
+        for topic, q in queues:
+            assert all_bodies(slave, topic, q) == all_bodies(master, topic, q)
+        assert slave.query_message("T0", "key-20", 4, 0, 2**62).messages
+    finally:
+        master.shutdown()
+        slave.shutdown()

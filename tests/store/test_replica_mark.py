@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from store.checkpoint import (
+    DAMAGED_KEPT,
     REPLICA_MARK_AT,
     UNKNOWN_FOLLOWING,
     UNPROVEN_INCARNATION,
@@ -439,6 +440,57 @@ def test_a_history_that_does_not_parse_reads_as_none_and_says_so(
     caplog.clear()
     assert master_history(str(tmp_path)) == ("", [])
     assert [r.levelname for r in caplog.records] == ["WARNING"]
+
+
+def damaged_copies(root: Path, name: str) -> list[bytes]:
+    """The copies kept beside ``name`` of it when it did not parse, oldest first."""
+    return [p.read_bytes() for p in sorted(root.glob(f"{name}.damaged-*"))]
+
+
+def test_a_damaged_incarnations_file_is_kept_beside_it_before_the_store_writes_it_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store's incarnations file that does not parse reads as none, and the store's next change writes it
+    again: what damaged it was lost. Opened by a store that writes, it is copied beside it first, named in
+    the ERROR, once however often it is read or written before it parses again; the newest few copies are
+    kept. A read-only open copies nothing."""
+    root = tmp_path / "s"
+    with DefaultMessageStore(small_config(root)) as store:
+        store.begin_incarnation(at_first_change=True)  # (as the broker does at its start)
+    damaged = [b"%d garbage \xff\n" % n for n in range(DAMAGED_KEPT + 2)]
+    for n, raw in enumerate(damaged):
+        (root / "incarnations").write_bytes(raw)
+        with DefaultMessageStore(small_config(root), read_only=True):
+            pass
+        assert damaged_copies(root, "incarnations") == damaged[max(0, n - DAMAGED_KEPT) : n]
+        caplog.clear()
+        with DefaultMessageStore(small_config(root)) as store:
+            [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+            [copy] = sorted(root.glob("incarnations.damaged-*"))[-1:]
+            assert f"(kept as {copy})" in error and copy.read_bytes() == raw
+            store.begin_incarnation(at_first_change=True)  # none read: begun now, the file written again
+        assert len(read_incarnations(str(root))) == 1
+        assert damaged_copies(root, "incarnations") == damaged[max(0, n + 1 - DAMAGED_KEPT) : n + 1]
+
+
+def test_a_slaves_damaged_copy_of_its_masters_incarnations_is_kept_beside_it_before_it_is_written_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A slave's replica-incarnations that does not parse reads as none, and its next check writes it again:
+    it is copied beside it first, named in the WARNING, once however often it is read before."""
+    a = Incarnation(bytes([1]) * 16, 0)
+    copy = tmp_path / "replica-incarnations"
+    raw = f"{'ab' * 16}\n{a.id.hex()[:-2]}@0\n".encode()
+    copy.write_bytes(raw)
+    for _ in range(2):
+        caplog.clear()
+        assert master_history(str(tmp_path)) == ("", [])
+        [kept] = sorted(tmp_path.glob("replica-incarnations.damaged-*"))
+        assert [r.getMessage() for r in caplog.records if f"(kept as {kept})" in r.getMessage()]
+    keep_master_history(str(tmp_path), "ab" * 16, [a])
+    assert master_history(str(tmp_path)) == ("ab" * 16, [a])
+    assert damaged_copies(tmp_path, "replica-incarnations") == [raw]
+    assert damaged_copies(tmp_path, "incarnations") == []  # (a name of its own)
 
 
 # The mark as an mqctl that knows its identity layout (RM3) and not incarnations reads and writes it: at byte
