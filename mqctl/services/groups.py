@@ -428,13 +428,16 @@ async def progress(
     async def read(addr: str) -> tuple[ConsumerConnection | None, ConsumeStats]:
         return await admin.consumer_connections(addr, group), await admin.consume_stats(addr, group, topic)
 
-    for found, stats in (await each_broker(admin, await readers(admin, cluster), read)).values():
+    addrs = await readers(admin, cluster)
+    for found, stats in (await each_broker(admin, addrs, read)).values():
         if found is not None:
             clients.update(c.client_id for c in found.connection_set)
         offsets.update(stats.offset_table)
     if not offsets and not clients:
         if topic is not None:
             await route_or_not_found(admin, topic)  # a typo of the topic is that, not the group's lack
+        if not await _may_exist(admin, group, addrs):
+            raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
         of = f" of topic {topic!r}" if topic is not None else ""
         raise NotFoundError(f"group {group!r} has no offsets{of} and no online consumer")
     owners: dict[MessageQueue, str] = {}
@@ -455,6 +458,14 @@ async def progress(
         for mq, wrapper in sorted(offsets.items())
     ]
     return Rows.of(QueueProgress, (r for r in rows if lag_over is None or r.lag > lag_over))
+
+
+async def _may_exist(admin: Admin, group: str, addrs: list[str]) -> bool:
+    """Whether a broker of ``addrs`` holds ``group``'s subscription config, or one did not answer: a
+    group with neither offsets nor clients was said to have "no offsets" even when the name was a typo
+    (mqadmin consumerProgress says such a group is not there)."""
+    tables = await each_broker(admin, addrs, admin.group_configs)
+    return len(tables) < len(addrs) or any(group in table for table in tables.values())
 
 
 async def show(admin: Admin, group: str, *, cluster: str | None = None) -> GroupShow:
