@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
@@ -264,13 +265,25 @@ async def apply_on(
 
 
 async def delete(
-    admin: Admin, group: str, *, cluster: str | None, remove_offsets: bool, if_exists: bool = False
+    admin: Admin,
+    group: str,
+    *,
+    cluster: str | None,
+    remove_offsets: bool,
+    if_exists: bool = False,
+    confirm: Callable[[str], None] | None = None,
 ) -> GroupDeleted:
+    """Delete ``group`` from every master holding it. ``confirm`` is asked (and raises to refuse) once
+    the group is found: a typo was asked about, and off a terminal refused for want of --yes, before
+    anyone said the group is not there."""
     holders = [addr for addr, table in (await _configs(admin, cluster)).items() if group in table]
     if not holders and if_exists:
         return {"group": group, "action": "missing", "offsets_removed": False, "brokers": []}
     if not holders:
         raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
+    if confirm is not None:
+        offsets = " and its offsets" if remove_offsets else ""
+        confirm(f"Delete group {group!r}{offsets} from {', '.join(holders)}?")
     for addr in holders:
         await admin.delete_group(addr, group, remove_offsets=remove_offsets)
     return {"group": group, "action": "deleted", "offsets_removed": remove_offsets, "brokers": holders}
