@@ -306,6 +306,22 @@ def test_query_by_key_outside_the_window_is_not_found(mq: Callable[..., CliResul
     assert "no message with key 'seed-1'" in result.stderr
 
 
+def test_a_duration_given_for_a_time_says_how_to_write_it(mq: Callable[..., CliResult]) -> None:
+    """``--since 10m`` (kubectl logs' form) said "bad time '10m'" and listed every form but the one meant:
+    the one line now says it is a duration and writes the time it stands for, -10m, and +10m."""
+    for args in (
+        ("msg", "tail", "-t", TOPIC, "--since", "10m"),
+        ("msg", "query", "-t", TOPIC, "-k", "k", "--until", "2h"),
+    ):
+        result = mq(*args)
+        given = args[-1]
+        assert result.code == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert (
+            f"'{given}': a duration, not a time: {given} ago is -{given}, {given} from now +{given}"
+            in result.stderr
+        )
+
+
 def test_query_by_id_and_by_unique_key(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
     sent = ok(mq("msg", "send", "-t", OTHER, "-k", "by-id", "find me", "-o", "json"))
     shown = ok(mq("msg", "query", "--id", sent["msg_id"], "-o", "json"))
