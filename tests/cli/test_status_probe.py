@@ -48,7 +48,9 @@ def test_a_duration_is_named_without_ms_in_a_table_and_a_latency_with_it(cli: Ru
         table = run("-b", cluster.broker_addr)
         as_json = json.loads(run("-b", cluster.broker_addr, "-o", "json"))
         columns = run("--cluster", "DefaultCluster").splitlines()
-    keys = {key.strip(): value.strip() for key, _, value in (line.partition("│") for line in table.splitlines())}
+    keys = {
+        key.strip(): value.strip() for key, _, value in (line.partition("│") for line in table.splitlines())
+    }
     assert "uptime_ms" not in keys and re.fullmatch(r"\d+ ms|\d+m \d\ds", keys["uptime"]), table
     assert re.fullmatch(r"\d+(\.\d+)?", keys["put_latency_99_ms"]), table
     assert isinstance(as_json["uptime_ms"], int) and "uptime" not in as_json
