@@ -40,6 +40,7 @@ under it (flushed at each newline, as unbuffered output is seen).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -48,7 +49,7 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
@@ -146,6 +147,23 @@ def whole(write: Callable[[str], object]) -> Callable[[str], None]:
             write(text)
 
     return written
+
+
+@contextlib.contextmanager
+def ctrl_c_raises() -> Iterator[None]:
+    """Python's own SIGINT handler while a command waits for a person inside its event loop: asyncio's
+    runner only cancels the work at its next ``await``, and a prompt blocked reading the terminal has
+    none, so Ctrl-C at "Delete topic 'T' ...? [y/N]" was ignored (a second one ended it). Only over a
+    Python handler, in the main thread (the only one signal handlers run in)."""
+    installed = _signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(installed):
+        yield
+        return
+    _signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        _signal.signal(signal.SIGINT, installed)
 
 
 def buffered_stdout() -> None:

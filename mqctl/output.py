@@ -267,6 +267,15 @@ def _header(column: str) -> str:
     return column.upper().replace("_", " ")
 
 
+def _named(column: str, values: Sequence[Any]) -> str:
+    """A column's (or a key's) name as a table shows it: without ``_ms`` where its numbers show as
+    durations (``37m 59s`` carries its unit: "uptime_ms 37m 59s" read as a count of milliseconds), with
+    it over values shown as they are (a latency ``1.5``, a split ``gc=1.5`` are in milliseconds)."""
+    if all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values):
+        return column.removesuffix("_ms")
+    return column
+
+
 def _shown(column: str, row: dict[str, Any]) -> str:
     """A cell as people read it (:func:`_cell`), control characters escaped unless ``--raw``."""
     text = _cell(column, row)
@@ -313,7 +322,7 @@ _RICH_ONLY = re.compile("[\u2028\u2029]")
 def _table(columns: list[str], rows: list[dict[str, Any]], title: str | None) -> Any:
     twins = {c for c in columns if c.endswith("_ms") and c.removesuffix("_ms") in columns}
     shown = [c for c in columns if c not in twins]  # a time shows once, as ISO (or "never")
-    headers = [printable(_header(column.removesuffix("_ms"))) for column in shown]
+    headers = [printable(_header(_named(column, [row.get(column) for row in rows]))) for column in shown]
     cells = [[_shown(c, row) for c in shown] for row in rows]
     if len(rows) >= FAST_TABLE_ROWS and not _state["raw"]:
         fast = PlainTable.of(title, headers, cells)
@@ -430,7 +439,7 @@ def _tables(data: Any, title: str | None, known: Sequence[str] = ()) -> list[Any
         return [_table(columns, rows, title)]
     summary = {k: v for k, v in data.items() if not _is_records(v)}
     pairs = [
-        {"key": k, "value": _shown(k, summary)}
+        {"key": _named(k, [summary[k]]), "value": _shown(k, summary)}
         for k in summary
         if k.removesuffix("_ms") not in summary or not k.endswith("_ms")
     ]

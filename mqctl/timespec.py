@@ -22,10 +22,14 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 def parse_duration(text: str) -> int:
     """``90s``, ``2h30m``, ``1d`` -> milliseconds."""
     compact = text.strip().lower().replace(" ", "")
-    parts = _DURATION.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
+    if not _is_duration(compact):
         raise UsageError(f"bad duration {text!r}: use forms like 90s, 15m, 2h30m, 7d")
-    return round(sum(float(n) * _UNITS_MS[u] for n, u in parts))
+    return round(sum(float(n) * _UNITS_MS[u] for n, u in _DURATION.findall(compact)))
+
+
+def _is_duration(text: str) -> bool:
+    compact = text.lower().replace(" ", "")
+    return bool(compact) and "".join(n + u for n, u in _DURATION.findall(compact)) == compact
 
 
 def parse_time(text: str, *, now_ms: int) -> int:
@@ -41,6 +45,10 @@ def parse_time(text: str, *, now_ms: int) -> int:
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
+        if _is_duration(value):  # kubectl logs --since 10m's form: a duration, read here as a time
+            raise UsageError(
+                f"bad time {text!r}: a duration, not a time: {value} ago is -{value}, {value} from now +{value}"
+            ) from None
         raise UsageError(
             f"bad time {text!r}: use ISO 8601, epoch milliseconds, 'now' or a relative form like -2h"
         ) from None

@@ -16,6 +16,11 @@ from mqctl import __version__
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
+# A bounded number (``min=``/``max=``) is a number: click names its type "integer range", so ``-r eight``
+# said "'eight' is not a valid integer range" and the help wrote "--timeout FLOAT RANGE", as if a range
+# were asked for; the bounds are said beside it ("[x>=0.1]", "not in the range 0<=x<=18").
+click.IntRange.name, click.FloatRange.name = "integer", "float"
+
 #: ``mqctl -o json topic list``: what the root's -o takes (mqctl.output.FORMATS; importing it here
 #: would load the output layer for every ``--help``; a test keeps the two equal).
 FORMATS = ("table", "wide", "json", "yaml", "csv")

@@ -287,8 +287,9 @@ def ha_status(
     broker: BrokerAddrOpt = None,
 ) -> None:
     """Each broker's role and replication: a master's slaves and a slave's master by the broker address
-    they registered, and the lag behind the group's master in bytes and seconds. -o wide adds the
-    offsets, the HA connections' addresses and the DLedger fields; JSON and YAML hold every field."""
+    they registered (a master with none connected says why: no slave connected, or none registered), and
+    the lag behind the group's master in bytes and seconds. -o wide adds the offsets, the HA connections'
+    addresses and the DLedger fields; JSON and YAML hold every field."""
     from mqctl.services.ha import ha_status as status_of
 
     online(lambda admin: status_of(admin, cluster, broker))

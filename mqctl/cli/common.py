@@ -344,7 +344,11 @@ def confirm(question: str, *, yes: bool) -> None:
         return
     if not sys.stdin.isatty():
         raise UsageError(f"{question} needs confirmation: pass --yes")
-    if not typer.confirm(question, default=False, err=True):
+    from mqctl.interrupts import ctrl_c_raises
+
+    with ctrl_c_raises():  # (asked inside a command's event loop too, once what it deletes is found)
+        answered = typer.confirm(question, default=False, err=True)
+    if not answered:
         raise Interrupted("not confirmed; nothing changed")
 
 

@@ -187,13 +187,16 @@ def delete(
     if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
     yes: YesOpt = False,
 ) -> None:
-    """Delete a subscription group from every master that has it (asks first)."""
+    """Delete a subscription group from every master that has it (asks first, once it is found: a group
+    no master holds exits 3 without asking)."""
     from mqctl.services.groups import delete as delete_group
 
-    confirm(f"Delete group {group!r}{' and its offsets' if remove_offsets else ''}?", yes=yes)
+    def ask(question: str) -> None:
+        confirm(question, yes=yes)
+
     online(
         lambda admin: delete_group(
-            admin, group, cluster=cluster, remove_offsets=remove_offsets, if_exists=if_exists
+            admin, group, cluster=cluster, remove_offsets=remove_offsets, if_exists=if_exists, confirm=ask
         ),
         changes=True,
     )

@@ -73,6 +73,11 @@ def _deliver_ms(deliver_at: str | None, delay: str | None, delay_level: int) -> 
     if deliver_at:
         return parse_time(deliver_at, now_ms=now)
     if delay:
+        if delay.strip().isdecimal():  # a level (RocketMQ's DELAY) or seconds? neither is taken for the other
+            raise UsageError(
+                f"--delay {delay.strip()} has no unit: give a duration such as 90s, 15m or 2h30m (up to the "
+                "broker's timerMaxDelaySec, 3 days by default), or a delay level 1-18 with --delay-level"
+            )
         return now + parse_duration(delay)
     return None
 

@@ -464,8 +464,7 @@ def up(
                 f"{root}/store-broker-a-n<i>/broker.log{_signed(root, acl)}. Ctrl-C stops all."
             )
             # the DLedger channel admits members only: 'broker ha transfer' presents a member's pair
-            if tls or acl:
-                _context_hint(root, f"{host}:{namesrv.port}", tls=tls, acl=acl, member=tls)
+            _context_hint(root, f"{host}:{namesrv.port}", tls=tls, acl=acl, member=tls)
 
         from daemon.lifecycle import PidFile
         from mqctl.cli.daemons import busy_ports
@@ -502,8 +501,7 @@ def up(
             f"ready: NameServer {host}:{namesrv.port}, broker {broker.addr}{extra}{metrics}{everywhere}; "
             f"data in {root}{_signed(root, acl)}. Ctrl-C stops {'both' if len(brokers) == 1 else 'all'}."
         )
-        if tls or acl:
-            _context_hint(root, f"{host}:{namesrv.port}", tls=tls, acl=acl)
+        _context_hint(root, f"{host}:{namesrv.port}", tls=tls, acl=acl)
 
     from daemon.lifecycle import PidFile
     from mqctl.cli.broker import PID_FILE as BROKER_PID
@@ -533,12 +531,18 @@ def _signed(root: Path, acl: bool) -> str:
 def _context_hint(
     root: Path, namesrv: str, *, tls: bool = False, acl: bool = False, member: bool = False
 ) -> None:
-    """The `context add` line for a cluster `up --tls` or `--acl` started: the CA to trust (with `member`
-    the members' pair too: 'broker ha transfer' speaks on the DLedger channel, which admits members only),
-    the account to sign as. Paths are shell-quoted: the line is pasted as it is."""
+    """The `context add` line for the cluster `up` started, at the address it bound (a port 0 asked is a
+    free one, which no other line named), unless commands reach it as they are (the default address, no
+    TLS or ACL): the CA to trust (with `member` the members' pair too: 'broker ha transfer' speaks on the
+    DLedger channel, which admits members only), the account to sign as. Paths are shell-quoted: the
+    line is pasted as it is."""
     from shlex import quote
 
+    from mqctl.config import DEFAULT_NAMESRV
     from mqctl.output import stderr_console
+
+    if namesrv == DEFAULT_NAMESRV and not (tls or acl):
+        return
 
     certs = root / "tls"
     pair = f" --cert {quote(str(certs / 'server.pem'))} --key {quote(str(certs / 'server.key'))}"
@@ -546,8 +550,8 @@ def _context_hint(
     secret = quote(str(root / "acl" / ACL_SECRET))
     sign = f" --access-key {ACL_ADMIN} --secret-key-file {secret}" if acl else ""
     name = "local" + ("-tls" if tls else "") + ("-acl" if acl else "")
-    said = "; ".join(["TLS only"] * tls + ["ACL on"] * acl)
-    stderr_console().print(f"{said}; connect with: mqctl context add {name} -n {namesrv}{trust}{sign} --use")
+    said = "".join(f"{part}; " for part in ["TLS only"] * tls + ["ACL on"] * acl)
+    stderr_console().print(f"{said}connect with: mqctl context add {name} -n {namesrv}{trust}{sign} --use")
 
 
 def _acl_settings(directory: Path) -> dict[str, Any]:

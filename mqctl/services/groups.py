@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
@@ -264,13 +265,25 @@ async def apply_on(
 
 
 async def delete(
-    admin: Admin, group: str, *, cluster: str | None, remove_offsets: bool, if_exists: bool = False
+    admin: Admin,
+    group: str,
+    *,
+    cluster: str | None,
+    remove_offsets: bool,
+    if_exists: bool = False,
+    confirm: Callable[[str], None] | None = None,
 ) -> GroupDeleted:
+    """Delete ``group`` from every master holding it. ``confirm`` is asked (and raises to refuse) once
+    the group is found: a typo was asked about, and off a terminal refused for want of --yes, before
+    anyone said the group is not there."""
     holders = [addr for addr, table in (await _configs(admin, cluster)).items() if group in table]
     if not holders and if_exists:
         return {"group": group, "action": "missing", "offsets_removed": False, "brokers": []}
     if not holders:
         raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
+    if confirm is not None:
+        offsets = " and its offsets" if remove_offsets else ""
+        confirm(f"Delete group {group!r}{offsets} from {', '.join(holders)}?")
     for addr in holders:
         await admin.delete_group(addr, group, remove_offsets=remove_offsets)
     return {"group": group, "action": "deleted", "offsets_removed": remove_offsets, "brokers": holders}
@@ -428,13 +441,16 @@ async def progress(
     async def read(addr: str) -> tuple[ConsumerConnection | None, ConsumeStats]:
         return await admin.consumer_connections(addr, group), await admin.consume_stats(addr, group, topic)
 
-    for found, stats in (await each_broker(admin, await readers(admin, cluster), read)).values():
+    addrs = await readers(admin, cluster)
+    for found, stats in (await each_broker(admin, addrs, read)).values():
         if found is not None:
             clients.update(c.client_id for c in found.connection_set)
         offsets.update(stats.offset_table)
     if not offsets and not clients:
         if topic is not None:
             await route_or_not_found(admin, topic)  # a typo of the topic is that, not the group's lack
+        if not await _may_exist(admin, group, addrs):
+            raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
         of = f" of topic {topic!r}" if topic is not None else ""
         raise NotFoundError(f"group {group!r} has no offsets{of} and no online consumer")
     owners: dict[MessageQueue, str] = {}
@@ -455,6 +471,14 @@ async def progress(
         for mq, wrapper in sorted(offsets.items())
     ]
     return Rows.of(QueueProgress, (r for r in rows if lag_over is None or r.lag > lag_over))
+
+
+async def _may_exist(admin: Admin, group: str, addrs: list[str]) -> bool:
+    """Whether a broker of ``addrs`` holds ``group``'s subscription config, or one did not answer: a
+    group with neither offsets nor clients was said to have "no offsets" even when the name was a typo
+    (mqadmin consumerProgress says such a group is not there)."""
+    tables = await each_broker(admin, addrs, admin.group_configs)
+    return len(tables) < len(addrs) or any(group in table for table in tables.values())
 
 
 async def show(admin: Admin, group: str, *, cluster: str | None = None) -> GroupShow:

@@ -188,7 +188,8 @@ def _name_peers(states: list[HAStatus]) -> None:
     """Name a master's slaves, and a slave's master, by the broker address each registered (what every
     other command takes), not by the HA connection's: a master sees a slave's source port. A slave's
     ``haClientAddress`` is its end of that connection; else (a RocketMQ slave, an address rewritten on
-    the way) the one slave of the group on the connection's host. One not found keeps the HA address."""
+    the way) the one slave of the group on the connection's host. One not found keeps the HA address.
+    A master with none connected says why in ``peers``: no slave connected, or none registered."""
     for master in states:
         if master.broker_id != 0 or master.member is not None or master.error is not None:
             continue
@@ -204,6 +205,10 @@ def _name_peers(states: list[HAStatus]) -> None:
                 found = [s for s in slaves if s._ha_client is None and s.addr.rpartition(":")[0] == host]
             named.append(_registered(found[0]) if len(found) == 1 else f"HA client {ha_addr}")
         master.peers = ", ".join(named) or None
+        if master.connected is False:  # no slave connected: say so, and whether one is registered
+            master.peers = "no slave connected" if slaves else "no slave registered"
+            # a master has no connection of its own to show: "no" read as one cut off from its group
+            master.connected = False if slaves else None
 
 
 @dataclass

@@ -756,9 +756,11 @@ async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: b
         except (NotFoundError, RemotingConnectError) as exc:
             failure = exc
     elif len(msg_id) not in CLIENT_ID_LENGTHS or not all(c in string.hexdigits for c in msg_id):
-        if len(msg_id) == CLIENT_ID_LENGTHS[1]:
-            raise UsageError(f"not a message id: {msg_id!r}; a 5.x client's id is 34 hex digits")
-        locate(msg_id)  # raises the UsageError that says what an id looks like
+        # (it named the offset id's lengths alone, where either id is taken)
+        raise UsageError(
+            f"not a message id: {msg_id!r}; an offset id (msg_id) is 32 hex digits (56 from an IPv6 broker), "
+            "a client id (unique_key) 32 (34 from a 5.x client)"
+        )
     damaged: list[tuple[str, int]] = []
     copies = await _find_unique_key(admin, msg_id.upper(), topic, damaged)
     if not copies:

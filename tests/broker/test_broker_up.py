@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import stat
 import subprocess
 import sys
@@ -53,6 +54,11 @@ async def test_up_listens_on_loopback_only(tmp_path: Path, cli_env: dict[str, st
     async with mqctl_up(tmp_path / "data", cli_env, 0, "--broker-port", "0", "--metrics-port", "0") as up:
         sockets = listening(up.proc.pid)
     assert up.code == 0
+    # the line to paste names the port the NameServer bound (--namesrv-port 0 printed none: no other line
+    # than the ready line's said where the cluster is)
+    [ns] = re.findall(r"NameServer (127\.0\.0\.1:\d+),", up.ready)
+    assert ns in {f"{addr}:{port}" for addr, port in sockets}
+    assert f"connect with: mqctl context add local -n {ns} --use" in up.after.splitlines(), up.after
     # NameServer, broker, its HA port, metrics, and gRPC where the extra is installed
     assert len(sockets) == 4 + GRPC
     # (gRPC's socket is IPv6 bound to the IPv4-mapped loopback: 127.0.0.1 only as well)

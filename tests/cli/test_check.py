@@ -91,7 +91,10 @@ def test_lag_in_every_state(mq: RunCli) -> None:
     assert "lag=6;5;20;0" in warning and f"on {TOPIC} broker-a:0: 6" in warning
     plugin(mq("check", "lag", "-g", GROUP, "-w", "1", "--crit", "5"), "CRITICAL")
     missing = plugin(mq("check", "lag", "-g", "CG_Nobody"), "UNKNOWN")
-    assert "CG_Nobody" in missing
+    assert "group 'CG_Nobody' not found" in missing  # not "has no offsets": no broker knows it
+    assert mq("group", "create", "-g", "CG_Idle").code == 0
+    idle = plugin(mq("check", "lag", "-g", "CG_Idle"), "UNKNOWN")  # it exists, and has not consumed yet
+    assert "group 'CG_Idle' has no offsets and no online consumer" in idle
     other = plugin(
         mq("check", "lag", "-g", GROUP, "-t", "NotItsTopic"), "UNKNOWN"
     )  # it has offsets elsewhere, and no topic has that name

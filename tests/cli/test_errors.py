@@ -353,3 +353,15 @@ def test_an_http_port_given_as_the_namesrv_is_named_as_one(cli: RunCli) -> None:
     assert result.code == ProtocolError.exit_code, result
     [line] = result.stderr.splitlines()
     assert "is not a NameServer" in line and "an HTTP server: a broker's /metrics port?" in line, line
+
+
+def test_a_bounded_number_that_is_no_number_is_said_to_be_no_number(cli: RunCli) -> None:
+    """``-r eight`` said "'eight' is not a valid integer range", and the help wrote "--timeout FLOAT
+    RANGE", as if a range were asked for: such a flag takes one number, its bounds said beside it."""
+    typo = cli("topic", "create", "-t", "Typed", "-r", "eight")
+    assert typo.code == UsageError.exit_code and typo.stderr.count("\n") == 1, typo.stderr
+    assert "'eight' is not a valid integer." in typo.stderr and "range" not in typo.stderr
+    below = cli("msg", "send", "-t", "Typed", "--delay-level", "19", "x")
+    assert below.code == UsageError.exit_code and "not in the range 0<=x<=18" in below.stderr, below.stderr
+    helped = cli("top", "--help")
+    assert helped.code == 0 and "--interval FLOAT " in helped.stdout and "RANGE" not in helped.stdout

@@ -187,6 +187,32 @@ def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
     assert [r["queue_id"] for r in lagging] == [0]
 
 
+def test_progress_of_a_group_no_broker_knows_says_it_is_not_found(mq: RunCli) -> None:
+    """A typo'd group was said to have "no offsets and no online consumer", as if it existed and had not
+    consumed yet (mqadmin consumerProgress says such a group is not there); one that exists and has not
+    committed yet keeps that answer."""
+    typo = mq("group", "progress", "-g", "CG_Progres")
+    assert typo.code == NotFoundError.exit_code
+    assert typo.stderr.count("\n") == 1 and "group 'CG_Progres' not found" in typo.stderr, typo.stderr
+    assert "no offsets" not in typo.stderr
+    assert mq("group", "create", "-g", "CG_NotYet").code == 0
+    fresh = mq("group", "progress", "-g", "CG_NotYet")
+    assert fresh.code == NotFoundError.exit_code
+    assert "group 'CG_NotYet' has no offsets and no online consumer" in fresh.stderr, fresh.stderr
+
+
+def test_deleting_a_group_that_does_not_exist_says_so_before_asking(mq: RunCli, loaded: LocalCluster) -> None:
+    """It asked first, and off a terminal refused for want of --yes (exit 2), before saying the group
+    was not there; a group that exists is still asked about."""
+    typo = mq("group", "delete", "-g", "CG_NoSuch")
+    assert typo.code == NotFoundError.exit_code, typo.stderr
+    assert "group 'CG_NoSuch' not found" in typo.stderr and "--yes" not in typo.stderr
+    assert mq("group", "create", "-g", "CG_Kept").code == 0
+    asked = mq("group", "delete", "-g", "CG_Kept")
+    assert asked.code == UsageError.exit_code and "--yes" in asked.stderr, asked.stderr
+    assert loaded.broker.groups.table.get("CG_Kept") is not None
+
+
 def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_path: Path) -> None:
     shown = mq("offset", "show", "-g", GROUP, "-t", TOPIC, "-o", "json").json()
     assert [(r["consumer_offset"], r["lag"]) for r in shown] == [(4, 6), (10, 0)]

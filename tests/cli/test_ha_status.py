@@ -7,11 +7,15 @@ import dataclasses
 import io
 import json
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from mqctl.output import Rows, configure, render
 from mqctl.services.ha import NARROW, HAStatus, _name_peers
+from tests.daemons import local_cluster
+from tests.support.cli import RunCli
 
 
 def _master(peer_ha_addrs: str) -> HAStatus:
@@ -112,3 +116,30 @@ def test_the_table_fits_a_terminal_and_wide_and_json_keep_every_field(
     [master, *_] = json.loads(shown("json"))
     assert list(master) == [f.name for f in dataclasses.fields(HAStatus)]
     assert master["peer_ha_addrs"] == "10.0.0.2:53412, 10.0.0.3:53498"
+
+
+def test_a_master_without_slaves_shows_none_registered_not_connected_no(cli: RunCli, tmp_path: Path) -> None:
+    """A lone master read "CONNECTED no", as if cut off from its group: it has no connection of its own to
+    show. Its connected is null (the table leaves the column out) and its peers say why, in every format."""
+    with local_cluster(tmp_path) as cluster:
+
+        def run(*args: str) -> str:
+            result = cli("broker", "ha", "status", *args, env={"NAMESRV_ADDR": cluster.namesrv_addr})
+            assert result.code == 0, result.stderr
+            return result.stdout
+
+        [as_json] = json.loads(run("-o", "json"))
+        [as_yaml] = yaml.safe_load(run("-o", "yaml"))
+        table = run()
+    for row in (as_json, as_yaml):
+        assert (row["role"], row["connected"], row["peers"]) == ("ASYNC_MASTER", None, "no slave registered")
+    assert "CONNECTED" not in table and "no slave registered" in table, table
+
+
+def test_a_master_whose_slave_is_registered_and_not_connected_says_so() -> None:
+    master = _master("")
+    master.connected, master.peers, master.peer_ha_addrs = False, None, None
+    states = [master, _slave(1, "10.0.0.2:10911", None)]
+    states[1].connected = False
+    _name_peers(states)
+    assert (master.connected, master.peers) == (False, "no slave connected")

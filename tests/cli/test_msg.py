@@ -306,6 +306,22 @@ def test_query_by_key_outside_the_window_is_not_found(mq: Callable[..., CliResul
     assert "no message with key 'seed-1'" in result.stderr
 
 
+def test_a_duration_given_for_a_time_says_how_to_write_it(mq: Callable[..., CliResult]) -> None:
+    """``--since 10m`` (kubectl logs' form) said "bad time '10m'" and listed every form but the one meant:
+    the one line now says it is a duration and writes the time it stands for, -10m, and +10m."""
+    for args in (
+        ("msg", "tail", "-t", TOPIC, "--since", "10m"),
+        ("msg", "query", "-t", TOPIC, "-k", "k", "--until", "2h"),
+    ):
+        result = mq(*args)
+        given = args[-1]
+        assert result.code == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert (
+            f"'{given}': a duration, not a time: {given} ago is -{given}, {given} from now +{given}"
+            in result.stderr
+        )
+
+
 def test_query_by_id_and_by_unique_key(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
     sent = ok(mq("msg", "send", "-t", OTHER, "-k", "by-id", "find me", "-o", "json"))
     shown = ok(mq("msg", "query", "--id", sent["msg_id"], "-o", "json"))
@@ -344,8 +360,11 @@ def test_query_by_id_takes_the_client_id_send_prints_and_says_which_kind_it_foun
     assert "is an offset id (msg_id)" in by_offset.stderr
     elsewhere = mq("msg", "query", "--id", sent["unique_key"], "-t", TOPIC)
     assert elsewhere.code == 3, elsewhere.stderr
-    not_an_id = mq("msg", "query", "--id", "Z" * 32)
-    assert not_an_id.code == 2 and "32 (IPv4) or 56 (IPv6) hex digits" in not_an_id.stderr, not_an_id.stderr
+    for bad in ("Z" * 32, "nonsense", "Z" * 34):  # the lengths of both ids: --id takes either
+        not_an_id = mq("msg", "query", "--id", bad)
+        assert not_an_id.code == 2 and not_an_id.stderr.count("\n") == 1, not_an_id.stderr
+        assert "offset id (msg_id) is 32 hex digits (56 from an IPv6 broker)" in not_an_id.stderr
+        assert "client id (unique_key) 32 (34 from a 5.x client)" in not_an_id.stderr
 
 
 def test_query_by_id_of_a_missing_offset_or_an_unreachable_broker(

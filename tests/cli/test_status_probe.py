@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import json
+import re
 import select
 import socket
 import struct
@@ -30,6 +32,30 @@ def test_probe_asks_each_daemon_what_it_knows(tmp_path: Path) -> None:
     assert isinstance(broker["put_tps"], float) and isinstance(broker["get_tps"], float)
     assert isinstance(broker["put_latency_99_ms"], float)
     assert isinstance(broker["uptime_ms"], int) and broker["uptime_ms"] >= 0
+
+
+def test_a_duration_is_named_without_ms_in_a_table_and_a_latency_with_it(cli: RunCli, tmp_path: Path) -> None:
+    """``broker status`` read "uptime_ms  37m 59s": a field named in milliseconds showing minutes. A table
+    names it "uptime" (JSON and YAML keep ``uptime_ms``, the exact number); a latency, shown as the
+    number it is, keeps its unit in its name, as a key and as a column ("PUT LATENCY 99" hid it)."""
+    with local_cluster(tmp_path) as cluster:
+
+        def run(*args: str) -> str:
+            result = cli("broker", "status", *args, env={"NAMESRV_ADDR": cluster.namesrv_addr})
+            assert result.code == 0, result.stderr
+            return result.stdout
+
+        table = run("-b", cluster.broker_addr)
+        as_json = json.loads(run("-b", cluster.broker_addr, "-o", "json"))
+        columns = run("--cluster", "DefaultCluster").splitlines()
+    keys = {
+        key.strip(): value.strip() for key, _, value in (line.partition("│") for line in table.splitlines())
+    }
+    assert "uptime_ms" not in keys and re.fullmatch(r"\d+ ms|\d+m \d\ds", keys["uptime"]), table
+    assert re.fullmatch(r"\d+(\.\d+)?", keys["put_latency_99_ms"]), table
+    assert isinstance(as_json["uptime_ms"], int) and "uptime" not in as_json
+    header = next(line for line in columns if "PUT TPS" in line)
+    assert "PUT LATENCY 99 MS" in header and "UPTIME" in header and "UPTIME MS" not in header, header
 
 
 def test_probe_of_a_silent_port_says_unreachable() -> None:

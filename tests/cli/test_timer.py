@@ -87,6 +87,17 @@ def test_delay_flags_exclude_each_other(mq: Callable[..., CliResult]) -> None:
     assert result.code == 2 and "one of --deliver-at" in result.stderr
 
 
+def test_a_delay_without_a_unit_points_at_the_level_flag(mq: Callable[..., CliResult]) -> None:
+    """``--delay 99`` said "bad duration '99'" alone: a RocketMQ user means a delay level there (DELAY=3),
+    or seconds. One line names the units, the range, and --delay-level with its levels; nothing is sent."""
+    for given in ("99", "3"):
+        result = mq("msg", "send", "-t", "TmNoUnit", "--delay", given, "x")
+        assert result.code == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert f"--delay {given} has no unit" in result.stderr and "3 days" in result.stderr
+        assert "--delay-level" in result.stderr and "1-18" in result.stderr
+    assert mq("topic", "show", "-t", "TmNoUnit").code == 3  # never auto-created: nothing went out
+
+
 def test_beyond_the_brokers_max_delay_is_a_broker_error(mq: Callable[..., CliResult]) -> None:
     result = mq("msg", "send", "-t", "TmFar", "--delay", "4d", "x")
     assert result.code == 8, result.stderr

@@ -244,7 +244,8 @@ def test_group_delete_if_exists(mq: RunCli) -> None:
     assert missing.code == NotFoundError.exit_code
     soft = mq("group", "delete", "-g", "CG_Never", "--yes", "--if-exists", "-o", "json")
     assert soft.code == 0 and soft.json()["action"] == "missing"
-    assert mq("group", "delete", "-g", "CG_Never").code == UsageError.exit_code  # off a terminal: --yes
+    # not found before any question (off a terminal: before --yes is asked for)
+    assert mq("group", "delete", "-g", "CG_Never").code == NotFoundError.exit_code
 
 
 def test_unreachable_namesrv_is_a_connect_error(cli: RunCli) -> None:
