@@ -535,7 +535,8 @@ def _context_hint(
     free one, which no other line named), unless commands reach it as they are (the default address, no
     TLS or ACL): the CA to trust (with `member` the members' pair too: 'broker ha transfer' speaks on the
     DLedger channel, which admits members only), the account to sign as. Paths are shell-quoted: the
-    line is pasted as it is."""
+    line is pasted as it is, again after each `up` (`--force`: the context `up` names follows its cluster,
+    as kind's and minikube's do; with port 0 the port differs from run to run)."""
     from shlex import quote
 
     from mqctl.config import DEFAULT_NAMESRV
@@ -551,7 +552,9 @@ def _context_hint(
     sign = f" --access-key {ACL_ADMIN} --secret-key-file {secret}" if acl else ""
     name = "local" + ("-tls" if tls else "") + ("-acl" if acl else "")
     said = "".join(f"{part}; " for part in ["TLS only"] * tls + ["ACL on"] * acl)
-    stderr_console().print(f"{said}connect with: mqctl context add {name} -n {namesrv}{trust}{sign} --use")
+    stderr_console().print(
+        f"{said}connect with: mqctl context add {name} -n {namesrv}{trust}{sign} --use --force"
+    )
 
 
 def _acl_settings(directory: Path) -> dict[str, Any]:

@@ -58,7 +58,7 @@ async def test_up_listens_on_loopback_only(tmp_path: Path, cli_env: dict[str, st
     # than the ready line's said where the cluster is)
     [ns] = re.findall(r"NameServer (127\.0\.0\.1:\d+),", up.ready)
     assert ns in {f"{addr}:{port}" for addr, port in sockets}
-    assert f"connect with: mqctl context add local -n {ns} --use" in up.after.splitlines(), up.after
+    assert f"connect with: mqctl context add local -n {ns} --use --force" in up.after.splitlines(), up.after
     # NameServer, broker, its HA port, metrics, and gRPC where the extra is installed
     assert len(sockets) == 4 + GRPC
     # (gRPC's socket is IPv6 bound to the IPv4-mapped loopback: 127.0.0.1 only as well)
@@ -122,7 +122,7 @@ async def test_up_acl_starts_an_acl_cluster_and_says_how_to_sign(
         created = await asyncio.to_thread(mqctl, "topic", "create", "-t", "AclT")
         assert created.returncode == 0, created.stderr
     assert up.code == 0
-    hint = f"ACL on; connect with: mqctl context add local-acl -n {ns} {' '.join(sign)} --use"
+    hint = f"ACL on; connect with: mqctl context add local-acl -n {ns} {' '.join(sign)} --use --force"
     assert hint in up.after, up.after
     kept = secret.read_text()
     async with mqctl_up(data, cli_env, ns_port, "--broker-port", "0", "--no-metrics", "--acl"):

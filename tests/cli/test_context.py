@@ -58,6 +58,22 @@ def test_duplicate_context_is_a_conflict_unless_forced(cli: RunCli) -> None:
     assert cli("context", "ls", "-o", "json").json()[0]["namesrv"] == "127.0.0.1:9877"
 
 
+def test_up_s_context_line_pasted_again_after_another_up_follows_the_new_port(
+    cli: RunCli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`up --namesrv-port 0` binds another port each run: its line, pasted after the second run, failed
+    (exit 4, the context `local` already there) and left the context at the first run's port."""
+    import shlex
+
+    from mqctl.cli.up import _context_hint
+
+    for port in (40001, 40002):
+        _context_hint(Path("/unused"), f"127.0.0.1:{port}")
+        line = capsys.readouterr().err.strip()
+        assert cli(*shlex.split(line.split("connect with: mqctl ", 1)[1])).code == 0
+    assert cli("context", "current", "-o", "json").json()["namesrv"] == "127.0.0.1:40002"
+
+
 def test_bad_address_is_a_usage_error(cli: RunCli) -> None:
     result = cli("context", "add", "dev", "-n", "localhost")
     assert result.code == UsageError.exit_code

@@ -201,9 +201,7 @@ def test_a_diagnostic_line_is_written_whole(
     from mqctl.output import stderr_console
 
     monkeypatch.setenv("COLUMNS", "40")
-    line = (
-        "TLS only; connect with: mqctl context add local-tls -n 127.0.0.1:9876 --ca /a/long/dir/ca.pem --use"
-    )
+    line = "TLS only; connect with: mqctl context add local-tls -n 127.0.0.1:9876 --ca /a/long/dir/ca.pem --use --force"
     stderr_console().print(line)
     assert capsys.readouterr().err == line + "\n"
 
@@ -318,7 +316,7 @@ def test_up_context_hint_quotes_its_paths(capsys: pytest.CaptureFixture[str]) ->
     line = capsys.readouterr().err.strip()
     words = shlex.split(line.split("connect with: ", 1)[1])
     assert words[:5] == ["mqctl", "context", "add", "local-tls-acl", "-n"]
-    flags = dict(zip(words[6:-1:2], words[7:-1:2], strict=True))
+    flags = dict(zip(words[6:-2:2], words[7:-2:2], strict=True))
     assert flags == {
         "--ca": "/tmp/my data/tls/ca.pem",
         "--cert": "/tmp/my data/tls/server.pem",
@@ -326,7 +324,7 @@ def test_up_context_hint_quotes_its_paths(capsys: pytest.CaptureFixture[str]) ->
         "--access-key": "mqctl-admin",
         "--secret-key-file": "/tmp/my data/acl/admin.secret",
     }
-    assert words[-1] == "--use"
+    assert words[-2:] == ["--use", "--force"]
 
 
 def test_a_count_takes_the_number_of_its_noun() -> None:
