@@ -709,17 +709,21 @@ async def test_a_master_restarted_between_the_check_and_the_connection_is_checke
 
 
 async def test_an_ha_port_naming_another_run_than_the_broker_port_is_closed_before_anything_is_copied(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The check asks the master's broker port which store and run it is; the records come from its HA port,
     which another process may answer (a stale registration, an haMasterAddress naming another broker's). The
     slave copied that process's records under the run its check named. Now it asks the HA port to describe
     its log once connected: one naming another store, or another run of the same store, has the connection
-    closed without a report, and the slave reports to the one that names the run its check named. (A fake
-    master.)"""
+    closed without a report, and the slave reports to the one that names the run its check named. One
+    WARNING says so, not one at each retry. (A fake master.)"""
     other = [("cd" * 16, "02" * 16), (IDENTITY, "09" * 16), (IDENTITY, "02" * 16)]
     reports = await reports_of(tmp_path, ["02" * 16], other)
     assert reports[:3] == [(b"", "02" * 16), (b"", "02" * 16), (bytes(8), "02" * 16)]
+    assert (
+        len([r for r in caplog.records if "HA port" in r.getMessage() and "names store" in r.getMessage()])
+        == 1
+    )
 
 
 @pytest.mark.parametrize("moved_at", [0, 1], ids=["during-the-check", "once-connected"])
