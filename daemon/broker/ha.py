@@ -292,7 +292,7 @@ class SlaveConnection:
                     offset,
                     self.transfer_offset,
                 )
-                self.master.slaves.add(self)
+                self.master.began(self)
                 self._started.set()
             elif offset > self.transfer_offset:
                 log.warning(
@@ -562,10 +562,6 @@ class HAMaster:
         conn = SlaveConnection(self, reader, writer)
         log.info("HA slave connected from %s", conn.addr)
         self.connections.add(conn)
-        if self.identify is not None:
-            task = asyncio.create_task(self._identify(conn, self.identify), name=f"ha-identify-{conn.addr}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
         if self.notify not in self._wakers:
             self._wakers.append(self.notify)
         try:
@@ -575,6 +571,16 @@ class HAMaster:
             self.slaves.discard(conn)
             if not self.connections:
                 self._wakers.remove(self.notify)
+
+    def began(self, conn: SlaveConnection) -> None:
+        """``conn`` made its first report: a slave from now on, counted and shown, and told which registered
+        one it is. Not before: a connection that only asks for a description is none, and telling it
+        asked every NameServer for nothing (a slave asks once at each of its connections)."""
+        self.slaves.add(conn)
+        if self.identify is not None:
+            task = asyncio.create_task(self._identify(conn, self.identify), name=f"ha-identify-{conn.addr}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _identify(
         self, conn: SlaveConnection, identify: Callable[[str], Awaitable[tuple[str, int] | None]]
