@@ -1137,8 +1137,9 @@ class HASlave:
         connection was made, and a run holds its HA port from its start to its end, so finding the named
         run there proves the connection is to it. Under haTls a member says so; without it, any process
         that reads the broker port could say the same (docs/replication.md §who-says-so). True when the
-        HA port describes nothing (an older mqctl's, or no answer within the describe's timeout): the
-        WARNING says the slave copies unchecked, as asking again for ever would stop replication."""
+        HA port describes nothing (an older mqctl's, or no answer within :data:`DESCRIBE_TIMEOUT`): the
+        WARNING says the slave copies from it all the same, as asking again for ever would stop
+        replication for as long as the master stays old or slow."""
         if not peer:
             self._tie_warnings.warning("HA: the connection to %s closed before its HA port was asked", addr)
             return False
@@ -1146,8 +1147,7 @@ class HASlave:
             described = await self._describe_master(
                 addr,
                 (str(peer[0]), int(peer[1])),
-                then=": not known to be the run its broker port named, copied from all the same (an older mqctl "
-                "describes nothing)",
+                then=": copied from all the same, not known to be the run its broker port named",
             )
         except TailUnknown as exc:
             self._tie_warnings.warning(
@@ -1464,9 +1464,9 @@ class HASlave:
         (:data:`store.ha.DESCRIBE`), under haTls a member's word; None when a member does not (an older
         mqctl, which closes; no answer in time), at a WARNING that ends with ``then`` (what the slave does
         now). ``peer``: the endpoint to connect to, the one a connection to ``addr`` reached (TLS is told
-        ``addr``'s host as that connection told it). Raises
-        TailUnknown when no member's handshake completes there (no member, or none now: its gate, its
-        port): nothing is decided on a peer that proved nothing, the slave asks again."""
+        ``addr``'s host as that connection told it). Raises TailUnknown when no member's handshake
+        completes there (no member, or none now: its gate, its port): nothing is decided on a peer that
+        proved nothing, the slave asks again."""
         addr = addr or self.master_addr
         if not addr:
             raise TailUnknown("the master's HA address is not known yet")
