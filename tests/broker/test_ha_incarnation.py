@@ -684,14 +684,20 @@ async def reports_of(
     reports: list[tuple[bytes, str]] = []
     named: list[str] = []
     server, addr = await fake_ha_port(described, reports, named)
-    slave = fake_slave(tmp_path, Port(), named, addr)
+    await until_reported(fake_slave(tmp_path, Port(), named, addr), reports, server)
+    return reports
+
+
+async def until_reported(slave: HASlave, reports: list[tuple[bytes, str]], *ports: asyncio.Server) -> None:
+    """``slave`` run until it reports an offset to the fake HA port that adds to ``reports``; the fake
+    ``ports`` closed."""
     slave.start()
     try:
         await wait_until(lambda: any(report for report, _ in reports))
     finally:
         await slave.stop()
-        server.close()
-    return reports
+        for port in ports:
+            port.close()
 
 
 async def test_a_master_restarted_between_the_check_and_the_connection_is_checked_again_first(
@@ -754,13 +760,7 @@ async def test_the_ha_port_asked_for_its_run_is_the_one_the_connection_reached_w
 
     slave = fake_slave(tmp_path, Port(), named)
     slave.set_master(other_addr)
-    slave.start()
-    try:
-        await wait_until(lambda: any(report for report, _ in reports))
-    finally:
-        await slave.stop()
-        port.close()
-        other_port.close()
+    await until_reported(slave, reports, port, other_port)
     assert not any(report for report, _ in other)
     assert reports[-1] == (bytes(8), "02" * 16)
 
