@@ -315,19 +315,21 @@ def _keep_damaged(path: str) -> str:
     """Copy ``path``, a file that does not parse, beside it as ``NAME.damaged-<UTC>`` before it is written
     again: read as none, it is replaced at the store's next change, and what damaged it (a torn block, a
     hand's edit) could no longer be looked into. A copy of the same bytes kept already is named instead, and
-    only the newest :data:`DAMAGED_KEPT` are kept. Returns the copy's path ("" when none could be made: at
-    ERROR, the file is written all the same, as the store's change needs it)."""
+    only the newest :data:`DAMAGED_KEPT` are kept, the one just made always among them: older by their
+    mtimes, not their names (a clock stepped back, or a store from a host whose clock was ahead, dates
+    the older ones later). Returns the copy's path ("" when none could be made: at ERROR, the file is
+    written all the same, as the store's change needs it)."""
     root, name = os.path.split(path)
     prefix = f"{name}.damaged-"
     try:
         with open(path, "rb") as f:
             data = f.read()
-        kept = sorted(entry for entry in os.listdir(root) if entry.startswith(prefix))
-        if kept:
-            newest = os.path.join(root, kept[-1])
-            with open(newest, "rb") as f:
-                if f.read() == data:
-                    return newest
+        kept = [os.path.join(root, entry) for entry in os.listdir(root) if entry.startswith(prefix)]
+        for old in kept:
+            if os.path.getsize(old) == len(data):
+                with open(old, "rb") as f:
+                    if f.read() == data:
+                        return old
         now = time.time()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
         copy, n = os.path.join(root, prefix + stamp), 1
@@ -340,12 +342,16 @@ def _keep_damaged(path: str) -> str:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, copy)
-        for old in sorted(entry for entry in os.listdir(root) if entry.startswith(prefix))[:-DAMAGED_KEPT]:
-            os.unlink(os.path.join(root, old))
         sync_directory(root)
     except OSError as exc:
         log.error("%s does not parse and no copy of it could be kept beside it: %s", path, exc)
         return ""
+    try:
+        kept.sort(key=lambda old: (os.stat(old).st_mtime_ns, old))
+        for old in kept[: max(len(kept) + 1 - DAMAGED_KEPT, 0)]:
+            os.unlink(old)
+    except OSError as exc:  # (the copy is made and durable: only more copies than the newest few stay)
+        log.warning("older copies of %s beside it could not be deleted: %s", path, exc)
     return copy
 
 

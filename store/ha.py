@@ -55,7 +55,8 @@ def encode_report(offset: int) -> bytes:
 #: Ours: a first "report" asking the master to describe its log (where it starts and ends, its store's
 #: identity and incarnations) instead of streaming it. The master answers one frame at this offset whose
 #: data is that description (a KVTable's JSON, GET_BROKER_RUNTIME_INFO's keys) and closes. An older mqctl
-#: master closes at a negative report; a slave asks only under haTls, which 4.9.8 does not speak.
+#: master closes at a negative report. A slave asks it of a master whose broker port named its run (not
+#: 4.9.8's, which names none) and under haTls (which 4.9.8 does not speak) before it deletes.
 DESCRIBE = -1
 #: The most bytes a description may take.
 DESCRIPTION_MAX = 64 * 1024

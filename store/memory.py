@@ -87,6 +87,7 @@ class InMemoryMessageStore:
         self._mtime_ms = 0  # when the log was last written (a file's mtime)
         self._dispatched = 0  # the log's bytes below this are in the queues and the index (reput)
         self._held_from = -1  # a tail a check found not the master's starts here (-1: none): not served
+        self._mark = -1  # the replica mark, where a hold-back lowered it (-1: the log's end, as it grows)
         #: Records a slave took from its master whose only fault is their body CRC: offset -> why (never read).
         self._set_aside: dict[int, str] = {}
 
@@ -187,6 +188,8 @@ class InMemoryMessageStore:
         with self._lock:
             if offset != len(self._log):
                 return False
+            if self._mark == offset:  # (the records after the mark are the master's as it was)
+                self._mark = -1
             self._log += data
             self._mtime_ms = self.clock.now_ms()
         return True
@@ -235,14 +238,19 @@ class InMemoryMessageStore:
         return ""
 
     def replica_checked(self, end: int) -> None:
+        """As the file store's: the mark up to ``end`` (never down, nor past the log's end), nothing held."""
         with self._lock:
             self._held_from = -1
+            if self._mark >= 0:
+                mark = max(self._mark, min(end, len(self._log)))
+                self._mark = -1 if mark >= len(self._log) else mark
 
     def hold_back(self, cut: int) -> None:
         """Its queue units and index entries from ``cut`` on dropped, dispatch stopped there, the log kept, the
         mark down to it (:attr:`replica_mark`); held from lower already, nothing changes."""
         with self._lock:
             cut = max(min(cut, len(self._log)), 0)
+            self._mark = cut if self._mark < 0 else min(self._mark, cut)
             if 0 <= self._held_from <= cut:
                 return
             self._held_from = cut
@@ -302,6 +310,8 @@ class InMemoryMessageStore:
             self._drop_derived_from(cut)
             if self._held_from >= cut:
                 self._held_from = -1
+            if self._mark >= cut:
+                self._mark = -1
         log.error(
             "set aside %s from offset %d (an in-memory store keeps none): %s",
             plural(records, "record"),
@@ -480,8 +490,8 @@ class InMemoryMessageStore:
     def replica_mark(self) -> int:
         """Nothing outlives the process: whatever this store holds it took from its master, up to a tail a check
         found not the master's (:meth:`hold_back`), where the mark comes down as the file store's does."""
-        held = self._held_from
-        return len(self._log) if held < 0 else min(held, len(self._log))
+        mark = self._mark
+        return len(self._log) if mark < 0 else min(mark, len(self._log))
 
     @property
     def min_phy_offset(self) -> int:

@@ -103,6 +103,12 @@ GATE_WAITING = 1024
 #: Tries at telling which registered slave a new HA connection is, and the seconds between them.
 IDENTIFY_TRIES = 10
 IDENTIFY_RETRY = 1.0
+#: The seconds a slave waits for its master's HA port to accept a describe connection, and then for the
+#: description; past them it is taken as describing nothing (see `HASlave._ha_port_runs`).
+DESCRIBE_TIMEOUT = 3.0
+#: At most one WARNING in this many seconds of a master whose HA port does not name the run its broker
+#: port named: the slave asks again a reconnect delay later, for as long as it lasts.
+TIE_WARNING_INTERVAL = 60.0
 
 
 def _now() -> float:
@@ -116,6 +122,11 @@ def is_slave(config: StoreConfig) -> bool:
 def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host, int(port)
+
+
+def _endpoint(peer: tuple[str, int]) -> str:
+    """HOST:PORT of a socket's name, as a master lists its slaves."""
+    return f"{peer[0]}:{peer[1]}"
 
 
 #: 4.9.8's answer to topic and group changes on a slave (docs/wire-protocol.md §admin-requests).
@@ -180,7 +191,7 @@ class SlaveConnection:
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
-        self.addr = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.addr = _endpoint(peer) if peer else "?"
         self.acked = -1  # no report yet
         self.transfer_offset = -1
         #: (broker address, brokerId) as the slave registered them, once known (see `HAMaster.identify`).
@@ -281,7 +292,7 @@ class SlaveConnection:
                     offset,
                     self.transfer_offset,
                 )
-                self.master.slaves.add(self)
+                self.master.began(self)
                 self._started.set()
             elif offset > self.transfer_offset:
                 log.warning(
@@ -551,10 +562,6 @@ class HAMaster:
         conn = SlaveConnection(self, reader, writer)
         log.info("HA slave connected from %s", conn.addr)
         self.connections.add(conn)
-        if self.identify is not None:
-            task = asyncio.create_task(self._identify(conn, self.identify), name=f"ha-identify-{conn.addr}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
         if self.notify not in self._wakers:
             self._wakers.append(self.notify)
         try:
@@ -564,6 +571,16 @@ class HAMaster:
             self.slaves.discard(conn)
             if not self.connections:
                 self._wakers.remove(self.notify)
+
+    def began(self, conn: SlaveConnection) -> None:
+        """``conn`` made its first report: a slave from now on, counted and shown, and told which registered
+        one it is. Not before: a connection that only asks for a description is none, and telling it
+        asked every NameServer for nothing (a slave asks once at each of its connections)."""
+        self.slaves.add(conn)
+        if self.identify is not None:
+            task = asyncio.create_task(self._identify(conn, self.identify), name=f"ha-identify-{conn.addr}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _identify(
         self, conn: SlaveConnection, identify: Callable[[str], Awaitable[tuple[str, int] | None]]
@@ -957,6 +974,7 @@ class HASlave:
         self._checking = asyncio.Lock()
         #: The master's store and run the last check named (None: none), which the connection must find.
         self._named_run: tuple[str, str] | None = None
+        self._tie_warnings = WarningGate(log, TIE_WARNING_INTERVAL)
         #: Where the last cut was to be and the incarnation begun for it (None: none yet).
         self._cut_begun: tuple[int, bytes] | None = None
         #: Called on the loop after each round of dispatch (the broker derives configs of new topics).
@@ -1013,6 +1031,9 @@ class HASlave:
             if not await self.check_tail():
                 await asyncio.sleep(RECONNECT_DELAY)
                 continue
+            if self.master_addr != addr:  # (a registration's answer moved it during the check)
+                log.info("HA master address moved to %s during the check: checking again", self.master_addr)
+                continue
             try:
                 host, port = split_addr(addr)
                 source = connect_source(self.source_host, host)
@@ -1031,7 +1052,7 @@ class HASlave:
                 continue
             same = False
             try:
-                same = await self._same_run(addr)
+                same = await self._same_run(addr, writer.get_extra_info("peername"))
             finally:  # (closed whatever the question raised)
                 if not same:
                     writer.close()
@@ -1071,13 +1092,13 @@ class HASlave:
         except Exception:  # the loop must go on: the next refused connect asks again
             log.exception("HA: asking the NameServers for the master's HA address failed")
 
-    async def _same_run(self, addr: str) -> bool:
+    async def _same_run(self, addr: str, peer: tuple[str, int] | None) -> bool:
         """Whether the master still runs as the check named it (its broker port asked again, now that the HA
         connection is made): a master restarted between the check and the connection is another run, whose
         records the mark would count as the named one's (checked again first). A connection to a run
         that ended before the question is closed and copies nothing of the next. Then whether the HA port
-        names that run too (:meth:`_ha_port_runs`). True when the check named no run (a master that shows
-        none: 4.9.8's, an older mqctl's)."""
+        the connection reached (``addr``, connected to ``peer``) names that run too (:meth:`_ha_port_runs`).
+        True when the check named no run (a master that shows none: 4.9.8's, an older mqctl's)."""
         named = self._named_run
         if not named or self.master_records is None:
             return True
@@ -1088,7 +1109,7 @@ class HASlave:
             return False
         now = master.identity, _run(master.incarnation, master.following)
         if now == named:
-            return await self._ha_port_runs(named)
+            return await self._ha_port_runs(named, addr, peer)
         if not master.identity:
             log.warning(
                 "HA: master %s no longer names its store (checked as store %s, run %s): checked again before "
@@ -1106,29 +1127,44 @@ class HASlave:
         )
         return False
 
-    async def _ha_port_runs(self, named: tuple[str, str]) -> bool:
+    async def _ha_port_runs(self, named: tuple[str, str], addr: str, peer: tuple[str, int] | None) -> bool:
         """Whether the HA port, asked to describe its log (:data:`store.ha.DESCRIBE`), names the store and run
         the broker port named (``named``): the check asks one port, the records come from the other, and
         two processes may answer them (a stale registration, an ``haMasterAddress`` naming another broker).
-        Its answer comes after the connection was made, and a run holds its HA port from its start to its
-        end, so finding the named run there proves the connection is to it. Under haTls a member says so;
-        without it, any process that reads the broker port could say the same
-        (docs/replication.md §who-says-so). True when the HA port describes nothing (an older mqctl's)."""
+        Asked at the endpoint the connection reached (``peer``, the IP and port of ``addr`` it connected to),
+        not at the address the slave holds now (a registration's answer may have moved it since) nor at
+        ``addr`` resolved again (round-robin DNS, a v4 and a v6 listener). Its answer comes after the
+        connection was made, and a run holds its HA port from its start to its end, so finding the named
+        run there proves the connection is to it. Under haTls a member says so; without it, any process
+        that reads the broker port could say the same (docs/replication.md §who-says-so). True when the
+        HA port describes nothing (an older mqctl's, or no answer within :data:`DESCRIBE_TIMEOUT`): the
+        WARNING says the slave copies from it all the same, as asking again for ever would stop
+        replication for as long as the master stays old or slow."""
+        if not peer:
+            self._tie_warnings.warning("HA: the connection to %s closed before its HA port was asked", addr)
+            return False
         try:
-            described = await self._describe_master()
+            described = await self._describe_master(
+                addr,
+                (str(peer[0]), int(peer[1])),
+                then=": copied from all the same, not known to be the run its broker port named",
+            )
         except TailUnknown as exc:
-            log.warning("HA: not known which run the master's HA port is, checked again: %s", exc)
+            self._tie_warnings.warning(
+                "HA: not known which run the master's HA port is, checked again: %s", exc
+            )
             return False
         if described is None:
             return True
         there = described.identity, _run(described.incarnation, described.following)
         if there == named:
             return True
-        log.warning(
-            "HA: the master's HA port %s names store %s, run %s, its broker port store %s, run %s: another "
-            "process (a stale registration, a wrong haMasterAddress, a restart); checked again before "
-            "anything is copied",
-            self.master_addr,
+        self._tie_warnings.warning(
+            "HA: the master's HA port %s (%s) names store %s, run %s, its broker port store %s, run %s: another "
+            "process (a stale registration, a wrong haMasterAddress, a restart); checked again before anything "
+            "is copied",
+            addr,
+            _endpoint(peer),
             there[0] or "(none)",
             there[1] or "(none)",
             *named,
@@ -1404,7 +1440,7 @@ class HASlave:
                 f"below the first offset {start} that master {master.addr} gave, which nothing authenticates "
                 "(haTls is off, and it is not on this machine)"
             )
-        described = await self._describe_master()
+        described = await self._describe_master(then=": the records below its first offset are set aside")
         if described is None:
             return (
                 f"below the first offset {start} that the master's broker port gave and its HA port (mutual "
@@ -1421,29 +1457,40 @@ class HASlave:
             )
         return ""
 
-    async def _describe_master(self) -> MasterLog | None:
-        """The master's log as its HA port describes it (:data:`store.ha.DESCRIBE`), under haTls a member's
-        word; None when a member does not (an older mqctl, which closes). Raises TailUnknown when no
-        member's handshake completes there (no member, or none now: its gate, its port): nothing is
-        decided on a peer that proved nothing, the slave asks again."""
-        addr = self.master_addr
+    async def _describe_master(
+        self, addr: str = "", peer: tuple[str, int] | None = None, *, then: str = ""
+    ) -> MasterLog | None:
+        """The master's log as its HA port ``addr`` (by default the one the slave holds now) describes it
+        (:data:`store.ha.DESCRIBE`), under haTls a member's word; None when a member does not (an older
+        mqctl, which closes; no answer in time), at a WARNING that ends with ``then`` (what the slave does
+        now). ``peer``: the endpoint to connect to, the one a connection to ``addr`` reached (TLS is told
+        ``addr``'s host as that connection told it). Raises TailUnknown when no member's handshake
+        completes there (no member, or none now: its gate, its port): nothing is decided on a peer that
+        proved nothing, the slave asks again."""
+        addr = addr or self.master_addr
         if not addr:
             raise TailUnknown("the master's HA address is not known yet")
-        host, port = split_addr(addr)
+        name, port = split_addr(addr)
+        host, port = peer if peer else (name, port)
+        where = f"{addr} ({_endpoint(peer)})" if peer else addr
         source = connect_source(self.source_host, host)
         try:
-            async with asyncio.timeout(3.0):
+            async with asyncio.timeout(DESCRIBE_TIMEOUT):
                 reader, writer = await asyncio.open_connection(
-                    host, port, ssl=self.ssl, local_addr=(source, 0) if source else None
+                    host,
+                    port,
+                    ssl=self.ssl,
+                    server_hostname=name if self.ssl is not None else None,
+                    local_addr=(source, 0) if source else None,
                 )
         except (OSError, ValueError, TimeoutError) as exc:  # (ssl.SSLError too: no member's certificate)
             raise TailUnknown(
-                f"no member's handshake completed at its HA port {addr} (haTls): {describe_connect_failure(exc)}"
+                f"no member's handshake completed at its HA port {where} (haTls): {describe_connect_failure(exc)}"
                 if self.ssl is not None
-                else f"its HA port {addr} cannot be reached: {describe_connect_failure(exc)}"
+                else f"its HA port {where} cannot be reached: {describe_connect_failure(exc)}"
             ) from None
         try:
-            async with asyncio.timeout(3.0):
+            async with asyncio.timeout(DESCRIBE_TIMEOUT):
                 writer.write(_DESCRIBE_REPORT)
                 await writer.drain()
                 offset, size = FRAME_HEADER.unpack(await reader.readexactly(FRAME_HEADER.size))
@@ -1451,7 +1498,12 @@ class HASlave:
                     raise ValueError(f"a frame at offset {offset} of {size} bytes")
                 return master_log(KVTable.loads(await reader.readexactly(size)).table, "")
         except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            log.warning("HA: master %s did not describe its log: %s", addr, exc or type(exc).__name__)
+            log.warning(
+                "HA: the master's HA port %s did not describe its log (%s)%s",
+                where,
+                exc or type(exc).__name__,
+                then,
+            )
             return None
         finally:
             writer.close()

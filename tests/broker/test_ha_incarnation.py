@@ -626,21 +626,13 @@ def test_a_shown_history_that_does_not_parse_names_an_unproven_incarnation() -> 
 IDENTITY, X = "ab" * 16, Incarnation(bytes([1]) * 16, 0)
 
 
-async def reports_of(
-    tmp_path: Path, runs: list[str], described: list[tuple[str, str]]
-) -> list[tuple[bytes, str]]:
-    """A slave of a fake master run until it reports an offset: its broker port names store ``IDENTITY`` and,
-    at each question, the next of ``runs`` (the last one from then on); its HA port describes its log as the
-    next of ``described`` (store, run; the last from then on). Each HA connection's report (b"": closed
-    without one) and the run the slave's mark named then."""
-    runs, described = list(runs), list(described)
-
-    class Port:
-        async def log(self) -> MasterLog:
-            following = runs.pop(0) if len(runs) > 1 else runs[0]
-            return MasterLog(0, IDENTITY, end=0, incarnations=(X,), following=following)
-
-    reports: list[tuple[bytes, str]] = []
+async def fake_ha_port(
+    described: list[tuple[str, str]], reports: list[tuple[bytes, str]], named: list[str]
+) -> tuple[asyncio.Server, str]:
+    """A master's HA port (and its address) that describes its log as the next of ``described`` (store, run;
+    the last from then on) and adds each other connection's report (b"": closed without one) to ``reports``
+    with the run the slave's mark named then (the last of ``named``)."""
+    described = list(described)
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         report = await reader.read(8)
@@ -655,8 +647,12 @@ async def reports_of(
         writer.close()
 
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    named: list[str] = []
+    return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+def fake_slave(tmp_path: Path, broker_port: object, named: list[str], ha_master_address: str = "") -> HASlave:
+    """A slave of an empty fake store whose mark names the runs it is told into ``named``, checking against
+    ``broker_port`` (a :class:`MasterRecords`' ``log``)."""
     store = SimpleNamespace(
         max_phy_offset=0,
         commit_log_file_size=FILE,
@@ -667,15 +663,41 @@ async def reports_of(
         replica_mark=0,
         name_replica_master=lambda identity, incarnation="", following="": named.append(following),
     )
-    config = StoreConfig(store_path_root_dir=str(tmp_path), ha_master_address=f"127.0.0.1:{port}")
-    slave = HASlave(config, store, Port())  # type: ignore[arg-type]
+    config = StoreConfig(store_path_root_dir=str(tmp_path), ha_master_address=ha_master_address)
+    return HASlave(config, store, broker_port)  # type: ignore[arg-type]
+
+
+async def reports_of(
+    tmp_path: Path, runs: list[str], described: list[tuple[str, str]]
+) -> list[tuple[bytes, str]]:
+    """A slave of a fake master run until it reports an offset: its broker port names store ``IDENTITY`` and,
+    at each question, the next of ``runs`` (the last one from then on); its HA port describes its log as the
+    next of ``described`` (see :func:`fake_ha_port`). Each HA connection's report and the run the slave's
+    mark named then."""
+    runs = list(runs)
+
+    class Port:
+        async def log(self) -> MasterLog:
+            following = runs.pop(0) if len(runs) > 1 else runs[0]
+            return MasterLog(0, IDENTITY, end=0, incarnations=(X,), following=following)
+
+    reports: list[tuple[bytes, str]] = []
+    named: list[str] = []
+    server, addr = await fake_ha_port(described, reports, named)
+    await until_reported(fake_slave(tmp_path, Port(), named, addr), reports, server)
+    return reports
+
+
+async def until_reported(slave: HASlave, reports: list[tuple[bytes, str]], *ports: asyncio.Server) -> None:
+    """``slave`` run until it reports an offset to the fake HA port that adds to ``reports``; the fake
+    ``ports`` closed."""
     slave.start()
     try:
         await wait_until(lambda: any(report for report, _ in reports))
     finally:
         await slave.stop()
-        server.close()
-    return reports
+        for port in ports:
+            port.close()
 
 
 async def test_a_master_restarted_between_the_check_and_the_connection_is_checked_again_first(
@@ -693,17 +715,54 @@ async def test_a_master_restarted_between_the_check_and_the_connection_is_checke
 
 
 async def test_an_ha_port_naming_another_run_than_the_broker_port_is_closed_before_anything_is_copied(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The check asks the master's broker port which store and run it is; the records come from its HA port,
     which another process may answer (a stale registration, an haMasterAddress naming another broker's). The
     slave copied that process's records under the run its check named. Now it asks the HA port to describe
     its log once connected: one naming another store, or another run of the same store, has the connection
-    closed without a report, and the slave reports to the one that names the run its check named. (A fake
-    master.)"""
+    closed without a report, and the slave reports to the one that names the run its check named. One
+    WARNING says so, not one at each retry. (A fake master.)"""
     other = [("cd" * 16, "02" * 16), (IDENTITY, "09" * 16), (IDENTITY, "02" * 16)]
     reports = await reports_of(tmp_path, ["02" * 16], other)
     assert reports[:3] == [(b"", "02" * 16), (b"", "02" * 16), (bytes(8), "02" * 16)]
+    assert (
+        len([r for r in caplog.records if "HA port" in r.getMessage() and "names store" in r.getMessage()])
+        == 1
+    )
+
+
+@pytest.mark.parametrize("moved_at", [0, 1], ids=["during-the-check", "once-connected"])
+async def test_the_ha_port_asked_for_its_run_is_the_one_the_connection_reached_when_a_registration_moves_it(
+    tmp_path: Path, moved_at: int
+) -> None:
+    """The slave connects to the HA address it held when its check began; a registration's answer (NameServers
+    that disagree: a stale registration) moves that address while the check, or the question asked once
+    connected, waits for the broker port. The HA port asked to describe its log was the one the slave held
+    then, which named the run: the connection to the other, another broker's, was taken for it and reported
+    to. Now a check the address moved under starts over, and the HA port asked is the endpoint the
+    connection reached: nothing is reported to the other. (Two fake HA ports and a broker port that moves
+    the slave's address as it answers.)"""
+    named: list[str] = []
+    other: list[tuple[bytes, str]] = []
+    reports: list[tuple[bytes, str]] = []
+    other_port, other_addr = await fake_ha_port([("cd" * 16, "09" * 16)], other, named)
+    port, addr = await fake_ha_port([(IDENTITY, "02" * 16)], reports, named)
+    asked = 0
+
+    class Port:
+        async def log(self) -> MasterLog:
+            nonlocal asked
+            if asked == moved_at:  # (the first question is the check's, the second the connected one's)
+                slave.set_master(addr)
+            asked += 1
+            return MasterLog(0, IDENTITY, end=0, incarnations=(X,), following="02" * 16)
+
+    slave = fake_slave(tmp_path, Port(), named)
+    slave.set_master(other_addr)
+    await until_reported(slave, reports, port, other_port)
+    assert not any(report for report, _ in other)
+    assert reports[-1] == (bytes(8), "02" * 16)
 
 
 async def snapshot_after(g: Group, tmp_path: Path, n: int, what: str, name: str) -> None:

@@ -224,13 +224,21 @@ async def test_a_description_asked_at_the_ha_port_is_never_counted_as_a_slave(tm
     begun the description's request (a report of -1) and waits: the master shows no slave
     (``haSlaveCount``, ``haSlaves``, /metrics) and answers a send SLAVE_NOT_AVAILABLE at once. Counted from
     its handshake, it was a slave until it closed: a send waited on it for ``slaveTimeout`` and got
-    FLUSH_SLAVE_TIMEOUT. The rest of the request then has the log described, and the connection closed."""
+    FLUSH_SLAVE_TIMEOUT. The rest of the request then has the log described, and the connection closed. Nor
+    is it asked which registered slave it is (every NameServer asked for a connection that is none)."""
     async with members(tmp_path, broker_role=SYNC_MASTER) as (g, _keys):
         ha, settings = g.master.ha_master, g.master.ha_tls_settings
-        assert ha is not None and settings is not None
+        assert ha is not None and settings is not None and ha.identify is not None
         await wait_until(lambda: bool(ha.slaves))
         await g.slave.stop()
         await wait_until(lambda: not ha.connections)
+        identify, identified = ha.identify, []
+
+        async def counted(addr: str) -> tuple[str, int] | None:
+            identified.append(addr)
+            return await identify(addr)
+
+        ha.identify = counted
         # the stopped slave unregistered: a host the gate admits, as the describing slave's is
         await Namesrv(g.namesrv, g.client).register({}, broker_addr="127.0.0.1:1", broker_id=2)
         ctx = settings.client_context(verify=True)
@@ -246,6 +254,7 @@ async def test_a_description_asked_at_the_ha_port_is_never_counted_as_a_slave(tm
             assert 'rocketmq_ha_connected_slaves{broker="broker-a",cluster="DefaultCluster"} 0.0' in text
             sent = await g.on(g.master).send(TOPIC, b"alone", queue_id=0)
             assert sent.code == ResponseCode.SLAVE_NOT_AVAILABLE, sent.remark
+            assert identified == []
             writer.write(request[4:])
             await writer.drain()
             offset, size = FRAME_HEADER.unpack(await reader.readexactly(FRAME_HEADER.size))

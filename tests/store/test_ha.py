@@ -509,7 +509,8 @@ def test_a_hold_back_serves_nothing_from_the_cut_on_and_changes_no_byte_of_the_l
     from its twentieth record on and could not cut it yet. The queue units from there go, no read serves a
     record there (by queue offset, physical offset or key), dispatch stops there, the mark comes down to the
     cut, and not a byte of the log changes (nor a file of the file store's). A second hold-back at a higher
-    cut changes nothing; a check that finds the log the master's serves all of it again."""
+    cut changes nothing; a check that finds the log the master's serves all of it again, the mark where the
+    check said (the memory store's went to its log's end whatever it was told)."""
     if kind == "file":
         master: DefaultMessageStore | InMemoryMessageStore = _master(tmp_path / "m", 40)
         slave: DefaultMessageStore | InMemoryMessageStore = _slave(tmp_path / "s")
@@ -550,7 +551,11 @@ def test_a_hold_back_serves_nothing_from_the_cut_on_and_changes_no_byte_of_the_l
         held_from_the_cut()
         slave.hold_back(higher)
         held_from_the_cut()
-        slave.replica_checked(end)
+        checked = spans[25][0]
+        for up_to in (checked, cut):  # (the mark where the check found the log the master's, never lower)
+            slave.replica_checked(up_to)
+            assert (slave.replica_mark, slave.held_back) == (checked, 0)
+        slave.replica_checked(end + FILE)  # (never past the log's end)
         while slave.dispatch_replica():
             pass
         assert (slave.replica_mark, slave.held_back) == (end, 0)

@@ -473,6 +473,34 @@ def test_a_damaged_incarnations_file_is_kept_beside_it_before_the_store_writes_i
         assert damaged_copies(root, "incarnations") == damaged[max(0, n + 1 - DAMAGED_KEPT) : n + 1]
 
 
+def test_a_damaged_copy_just_made_is_kept_whatever_the_older_copies_are_dated(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Copies dated later than now (a clock stepped back, a store from a host whose clock was ahead): the newest
+    few were told by their names, so the copy just made went at once, the ERROR naming a file that was gone,
+    and the next write replaced the damaged file. Now the copy just made stays, the others go oldest by
+    their mtimes, and damaged bytes kept in any copy (not only the newest) are named, not copied again."""
+    later = [tmp_path / f"incarnations.damaged-2{n}991231T000000.000Z" for n in range(DAMAGED_KEPT)]
+    for n, old in enumerate(later):
+        old.write_bytes(b"%d earlier garbage\n" % n)
+        os.utime(old, ns=(2**62 + n, 2**62 + n))  # (the oldest of them the first)
+
+    def damaged(raw: bytes) -> tuple[Path, set[Path]]:
+        """``raw`` read as the store's incarnations: the copy the ERROR names, and all copies kept."""
+        (tmp_path / "incarnations").write_bytes(raw)
+        caplog.clear()
+        assert read_incarnations(str(tmp_path), keep_damaged=True) == []
+        [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        copies = set(tmp_path.glob("incarnations.damaged-*"))
+        [copy] = [c for c in copies if f"(kept as {c})" in error]
+        assert copy.read_bytes() == raw
+        return copy, copies
+
+    copy, copies = damaged(b"garbage \xff\n")
+    assert copies == {copy, *later[1:]}
+    assert damaged(later[1].read_bytes()) == (later[1], copies)
+
+
 def test_a_slaves_damaged_copy_of_its_masters_incarnations_is_kept_beside_it_before_it_is_written_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
