@@ -27,7 +27,7 @@ import time
 import zlib
 from dataclasses import dataclass
 
-from store.durability import sync_directory
+from store.durability import sync_directory, write_durably
 
 log = logging.getLogger(__name__)
 
@@ -242,13 +242,7 @@ def store_identity(root: str, *, create: bool, renew: bool = False) -> bytes:
         return b""
     # a file that is not one (torn by a crash while made: never used yet) is made again
     identity = os.urandom(IDENTITY_SIZE)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(identity)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    sync_directory(root)
+    write_durably(path, identity)
     if renew:  # the old identity's incarnations vouch for nothing of the new one's
         _write_incarnations(root, [])
     return identity
@@ -336,13 +330,7 @@ def _keep_damaged(path: str) -> str:
         while os.path.exists(copy):
             n += 1
             copy = os.path.join(root, f"{prefix}{stamp}-{n}")
-        tmp = f"{path}.damaged.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, copy)
-        sync_directory(root)
+        write_durably(copy, data, tmp=f"{path}.damaged.tmp")
     except OSError as exc:
         log.error("%s does not parse and no copy of it could be kept beside it: %s", path, exc)
         return ""
@@ -398,13 +386,7 @@ def _write_incarnations(
         copy = _keep_damaged(path)
         if copy:
             log.warning("%s did not parse: kept as %s before it is written again", path, copy)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="ascii") as f:
-        f.write(head + "".join(f"{i}\n" for i in history))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    sync_directory(root)
+    write_durably(path, (head + "".join(f"{i}\n" for i in history)).encode("ascii"))
 
 
 def keep_master_history(root: str, identity: str, history: list[Incarnation]) -> None:

@@ -51,3 +51,14 @@ def replace_durably(tmp: str, path: str) -> None:
     must have been fsynced by the caller)."""
     os.replace(tmp, path)
     sync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+def write_durably(path: str, data: bytes, tmp: str = "") -> None:
+    """Write ``data`` to ``tmp`` (default ``path`` + ".tmp"), fsync it and rename it over ``path`` durably:
+    a crash leaves the old file or the new one, whole."""
+    tmp = tmp or path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    replace_durably(tmp, path)
