@@ -1597,6 +1597,124 @@ def test_an_emptied_member_helps_no_deposed_leader_commit(seed: int) -> None:
     c.check_acked_everywhere()
 
 
+def test_an_emptied_member_of_five_helps_elect_no_leader_without_an_entry_committed_after_a_majority_answered() -> (
+    None
+):
+    """Five members: A leads and appends e, which only C acknowledges; C's store is lost and C restarts cut off
+    A; B, D and E (without e) answer its probes; then A's push reaches D, and A commits e with D and C's
+    acknowledgement from before the loss; A and D go down. Had C heard enough with three answers (more than a
+    majority could leave out, the first rule), it would vote for a log as up to date as theirs, and B or E
+    would lead without e. Heard only once every other peer answered, A among them, it votes for nobody
+    until A (or D) is back, and e stays."""
+    c = Cluster(seed=5, peers=PEERS5, loss=0.0, careful=True)
+    while c.leader() is None:
+        assert c.now < 30_000, "the new group elected nobody"
+        c.run(100)
+    c.run(2000, append_every=100)
+    c.run(2000)
+    leader = c.leader()
+    assert leader is not None
+    a = leader.m.self_id
+    b, c_, d, e = [p for p in PEERS5 if p != a]
+    c.one_way |= {(a, b), (a, d), (a, e)}
+    c.client_append(c.now)
+    index = leader.log.last_index
+    while leader.pushes[c_].water_mark < index:
+        assert c.now < 60_000
+        c.run(STEP)
+    assert leader.log.committed_index < index
+    c.cut.add(frozenset((a, c_)))
+    c.wipe(c_)
+    c.run(500)  # (its probes answered by B, D and E)
+    c.one_way.discard((a, d))
+    while leader.log.committed_index < index:
+        assert c.now < 60_000, "A never committed e"
+        c.run(STEP)
+    assert all(c.disks[p].log.last_index < index for p in (b, c_, e))
+    c.crash(a)
+    c.crash(d)
+    c.cut.clear()
+    c.one_way.clear()
+    c.run(20_000, append_every=100)  # (the checker raises should a committed entry change)
+    assert c.leader() is None
+    c.start(a)
+    c.start(d)
+    c.run(15_000, append_every=100)
+    c.check_acked_everywhere()
+
+
+def _deliver(c: Cluster, src: str, out: Out) -> None:
+    """`out` of `src` handled by its peer now, and the answer handed back at once: the schedule's order."""
+    resp = c.handle(out.peer, out.request)
+    c.note(out.peer)
+    node = c.nodes[src]
+    assert node is not None
+    node.on_response(out, resp, c.now)
+    c.note(src)
+
+
+def test_an_emptied_member_of_five_gives_no_second_leader_the_vote_it_forgot() -> None:
+    """Five members hold the same log of term 1; A and C are in term 2 (a round of term 1 found no leader), B,
+    D and E in term 1. A stands in term 2 and C votes for it; its requests to the others are late. C's store
+    is lost and B, D and E answer its probes in term 1. E, moved to term 2 by A's late request, stands there;
+    D, moved there by E's, takes A's late request and A leads term 2. Had C heard enough with those three
+    answers (the first rule), it would vote in any term past 1, and E would lead term 2 too with B's vote and
+    C's second. Heard only once A answered too (in term 2), C votes in no term up to 2."""
+    c = Cluster(seed=1, peers=PEERS5, loss=0.0)
+    a, b, c_, d, e = PEERS5
+    for p in PEERS5:
+        c.crash(p)
+        disk = c.disks[p]
+        disk.log.append_leader(b"x", 1)
+        disk.log.set_committed(0)
+        disk.term, disk.vote, disk.voted = (2, None, True) if p in (a, c_) else (1, b, True)
+    for p in PEERS5:
+        c.start(p)
+    nodes = {p: n for p, n in c.nodes.items() if n is not None}
+
+    def asked(p: str) -> dict[str, Out]:
+        return {o.peer: o for o in nodes[p].tick(c.now)}
+
+    from_a = asked(a)
+    assert nodes[a].m.term == 2 and set(from_a) == {b, c_, d, e}
+    _deliver(c, a, from_a[c_])
+    assert nodes[a].vote_round is not None and nodes[a].vote_round.accepted == 2
+    c.careful = True
+    c.wipe(c_)
+    emptied = c.nodes[c_]
+    assert emptied is not None
+    nodes[c_] = emptied
+    probes = asked(c_)
+    for p in (b, d, e):
+        _deliver(c, c_, probes[p])
+    assert emptied.abstaining == CATCHING_UP
+    e_node = nodes[e]
+    assert c.handle(e, from_a[e].request).vote_result is VoteResult.REJECT_TERM_NOT_READY  # type: ignore[union-attr]
+    c.now += STEP
+    asked(e)
+    assert e_node.m.term == 2
+    c.now = e_node.next_vote_time
+    from_e = asked(e)
+    _deliver(c, e, from_e[d])
+    c.now += STEP
+    asked(d)
+    assert nodes[d].m.term == 2 and nodes[d].m.voted_for is None
+    _deliver(c, a, from_a[d])
+    assert nodes[a].is_leader and nodes[a].m.term == 2
+    _deliver(c, e, from_e[b])
+    _deliver(c, e, from_e[c_])
+    c.now += STEP
+    for p in (b, c_):
+        asked(p)
+    again = asked(e)
+    for p in (b, c_, d, a):
+        _deliver(c, e, again[p])  # (the checker raises on two leaders in term 2)
+    assert not e_node.is_leader
+    c.run(15_000, append_every=100)
+    assert c.leader() is not None and emptied.abstaining == VOTING
+    c.check_acked_everywhere()
+
+
 # ------------------------------------------------------------------ members restored from an older copy
 
 
