@@ -757,7 +757,7 @@ class Node:
             return answer(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
         if req.term == m.term:
             if m.voted_for is not None and m.voted_for != req.leader_id:
-                if m.leader_id is not None and not self._leader_silent():
+                if m.leader_id is not None:
                     return answer(VoteResult.REJECT_ALREADY_HAS_LEADER)
                 return answer(VoteResult.REJECT_ALREADY_VOTED)
         else:
@@ -787,24 +787,6 @@ class Node:
             return answer(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
         m.set_vote(req.leader_id)
         return answer(VoteResult.ACCEPT)
-
-    def _leader_silent(self) -> bool:
-        """(a follower) Whether its leader has been silent so long that it stands itself within
-        ``minVoteIntervalMs`` (at most a heartbeat interval): a candidate of its term is then refused
-        REJECT_ALREADY_VOTED, as it will be once this member stands, not REJECT_ALREADY_HAS_LEADER. Both
-        refuse and change nothing here; only the candidate's wait differs: after ALREADY_HAS_LEADER it
-        waits a whole election timeout (DLedger's ``maintainAsCandidate``, and ours), so a candidate that
-        timed out tens of milliseconds before this member waited it out and the group led nothing for one
-        more timeout. After ALREADY_VOTED it moves to the next term a vote interval later, where this
-        member, a candidate by then, votes for it. That vote comes after this member's own timeout, so a
-        leader's lease (`lease_fresh`), which this member's last heartbeat backs until then, still holds;
-        and a follower that hears its leader still answers ALREADY_HAS_LEADER, so a member cut off alone
-        deposes no healthy leader."""
-        if self.m.role is not _FOLLOWER:
-            return False
-        timeout = self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms
-        early = min(self.t.min_vote_interval_ms, self.t.heart_beat_time_interval_ms)
-        return self._now - self.last_leader_beat > timeout - early
 
     def on_heartbeat(self, req: HeartBeatRequest, now: int) -> HeartBeatResponse:
         """``DLedgerLeaderElector#handleHeartBeat``."""

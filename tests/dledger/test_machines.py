@@ -85,8 +85,7 @@ class Cluster:
     ) -> None:
         self.rng = random.Random(seed)
         self.timings = timings or Timings()
-        #: a cut link, or a crashed member, refuses connections (answered at once, as a closed port: a killed
-        #: process's) rather than stalls
+        #: a cut link refuses connections (answered at once, as a peer's closed port) rather than stalls
         self.refuse = refuse
         #: every member says it reads binary pushes (as mqctl's members do in their answers)
         self.binary = binary
@@ -181,7 +180,7 @@ class Cluster:
 
     def dispatch(self, src: str, outs: list[Out]) -> None:
         for out in outs:
-            if self.refuse and (not self.reachable(src, out.peer) or self.nodes[out.peer] is None):
+            if not self.reachable(src, out.peer) and self.refuse:
                 self.send(self.now + STEP, "answer", (src, out, None))
                 continue
             if self.rng.random() < self.loss or not self.reachable(src, out.peer):
@@ -194,7 +193,6 @@ class Cluster:
         if node is None:
             return None
         if isinstance(req, VoteRequest):
-            node._now = self.now  # (as the server hands it the time)
             return node.on_vote(req)
         if isinstance(req, HeartBeatRequest):
             return node.on_heartbeat(req, self.now)
@@ -372,100 +370,6 @@ def test_default_timings_elect_within_seconds_after_leader_crash() -> None:
     new = c.leader()
     assert new is not None
     c.check_acked_in(new)
-
-
-def _leader_dies_as_its_followers_time_out_apart(seed: int, timings: Timings | None) -> tuple[int, int, Node]:
-    """The leader is killed (its port refuses) holding an entry one follower has and the other lacks (its push
-    lost); the two heard its last heartbeat tens of milliseconds apart, either one first (their ticks and the
-    heartbeats' latencies spread them so). Run until one of them leads: (when the first stood, when the new
-    leader was elected, the follower holding the entry)."""
-    c = Cluster(seed=seed, loss=0.0, timings=timings, refuse=True)
-    c.run(5000, append_every=100)
-    c.run(1000)
-    leader = c.leader()
-    assert leader is not None
-    a = leader.m.self_id
-    rng = random.Random(seed)
-    ahead_id, behind_id = rng.sample([p for p in PEERS if p != a], 2)
-    ahead, behind = c.nodes[ahead_id], c.nodes[behind_id]
-    assert ahead is not None and behind is not None
-    c.one_way.add((a, behind_id))
-    c.client_append(c.now)
-    while ahead.log.last_index < leader.log.last_index:
-        c.run(STEP)
-    c.crash(a)
-    c.one_way.clear()
-    assert behind.log.last_index == ahead.log.last_index - 1
-    beat = max(ahead.last_leader_beat, behind.last_leader_beat)
-    first, second = (ahead, behind) if rng.random() < 0.5 else (behind, ahead)
-    first.last_leader_beat, second.last_leader_beat = beat, beat + rng.randrange(10, 100)
-    stood = -1
-    while c.leader() is None:
-        assert c.now < 60_000, "no leader elected"
-        c.run(STEP)
-        if stood < 0 and first.m.role is Role.CANDIDATE:
-            stood = c.now
-    return stood, c.now, ahead
-
-
-@pytest.mark.parametrize("timings", [None, Timings(heart_beat_time_interval_ms=500)], ids=["defaults", "500"])
-@pytest.mark.parametrize("seed", range(12))
-def test_a_leader_is_elected_within_a_vote_interval_of_the_first_follower_standing(
-    seed: int, timings: Timings | None
-) -> None:
-    """Before, the follower holding the entry, standing first, asked the other while that one still followed
-    the dead leader: REJECT_ALREADY_HAS_LEADER, on which a candidate (DLedger's and ours) waits a vote interval
-    and a whole election timeout. The other stood tens of milliseconds later, was refused for its shorter log
-    and kept standing in that term, so the group led nothing for one more timeout (the failover benchmark's
-    ~13-s runs). A follower that stands within ``minVoteIntervalMs`` answers REJECT_ALREADY_VOTED instead: the
-    first moves to the next term a vote interval later and the second votes for it there."""
-    t = timings or Timings()
-    stood, elected, ahead = _leader_dies_as_its_followers_time_out_apart(seed, timings)
-    assert ahead.is_leader  # (the other lacks an entry a quorum holds)
-    assert 0 <= elected - stood < t.max_heart_beat_leak * t.heart_beat_time_interval_ms, (stood, elected)
-
-
-def test_a_follower_that_hears_its_leader_answers_a_candidate_of_its_term_that_it_has_a_leader() -> None:
-    """REJECT_ALREADY_HAS_LEADER (the candidate waits an election timeout) until its leader's silence comes
-    within ``minVoteIntervalMs`` of its own timeout, REJECT_ALREADY_VOTED after (the candidate asks in the next
-    term after a vote interval at least: by then this member stood itself and its last heartbeat no longer
-    backs the leader's lease). Neither grants the vote or changes the member."""
-    t = Timings()
-    node = Node(MemberState("g", "n1", dict(PEERS), term=3, voted_for="n0"), MemoryRaftLog(), t)
-    node.to_follower(3, "n0")
-    node.last_leader_beat = 1000
-    silent = 1000 + t.max_heart_beat_leak * t.heart_beat_time_interval_ms - t.min_vote_interval_ms
-    req = VoteRequest(group="g", local_id="n2", remote_id="n1", leader_id="n2", term=3)
-    req.ledger_end_index, req.ledger_end_term = -1, -1
-    for now, result in [
-        (1000, VoteResult.REJECT_ALREADY_HAS_LEADER),
-        (silent, VoteResult.REJECT_ALREADY_HAS_LEADER),
-        (silent + 1, VoteResult.REJECT_ALREADY_VOTED),
-    ]:
-        node._now = now
-        assert node.on_vote(req).vote_result is result, now
-        m = node.m
-        assert (m.role, m.term, m.voted_for, m.leader_id) == (Role.FOLLOWER, 3, "n0", "n0")
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_a_member_cut_off_its_leader_alone_deposes_no_healthy_leader(seed: int) -> None:
-    """It stands in its term again and again, and the other follower, which hears the leader, answers it
-    REJECT_ALREADY_HAS_LEADER each time: the leader leads on in its term and appends are acknowledged."""
-    c = Cluster(seed=seed, loss=0.0)
-    c.run(5000, append_every=100)
-    leader = c.leader()
-    assert leader is not None
-    term, a = leader.m.term, leader.m.self_id
-    alone = next(p for p in PEERS if p != a)
-    c.cut.add(frozenset((a, alone)))
-    acked = len(c.acked)
-    for _ in range(20):
-        c.run(1000, append_every=100)
-        assert c.leader() is leader and leader.m.term == term, "the leader was deposed"
-    node = c.nodes[alone]
-    assert node is not None and node.m.role is Role.CANDIDATE and node.m.term == term
-    assert len(c.acked) > acked
 
 
 @pytest.mark.slow
@@ -1151,51 +1055,36 @@ QUICK = Timings(
 
 
 def _cut_off_leader(
-    seed: int, timings: Timings | None, refuse: bool = False, alone_first: bool = False
+    seed: int, timings: Timings | None, refuse: bool = False
 ) -> tuple[Cluster, Node, list[tuple[int, bool, bool]]]:
     """A group whose leader is then cut off both followers, run until one of them leads and 3 s more:
-    per step, (time, the old leader's lease fresh, another member leading meanwhile). `alone_first`: the
-    group idle, one follower is cut off the leader first and stands in its term again and again for a
-    while; then the leader's requests to the other stall, whose last heartbeat the lease rests on."""
+    per step, (time, the old leader's lease fresh, another member leading meanwhile)."""
     c = Cluster(seed=seed, loss=0.0, timings=timings, refuse=refuse)
     c.run(5000, append_every=100)
     old = c.leader()
     assert old is not None
-    a = old.m.self_id
-    if alone_first:
-        alone, last = [p for p in PEERS if p != a]
-        c.run(1000)  # (idle from here: the member cut off holds the whole log, and may be elected)
-        c.cut.add(frozenset((a, alone)))
-        c.run(c.rng.randrange(5000, 15_000))
-        assert c.leader() is old
-        c.one_way.add((a, last))
-    else:
-        c.cut |= {frozenset((a, p)) for p in PEERS if p != a}
+    c.cut |= {frozenset((old.m.self_id, p)) for p in PEERS if p != old.m.self_id}
     seen: list[tuple[int, bool, bool]] = []
-    elected, cut = None, c.now
+    elected = None
     while elected is None or c.now < elected + 3000:
         c.run(STEP)
         another = any(n is not None and n is not old and n.is_leader for n in c.nodes.values())
         seen.append((c.now, old.lease_fresh(c.now), another and old.is_leader))
         if another and elected is None:
             elected = c.now
-        assert c.now < cut + 25_000, "no leader elected after the cut"
+        assert c.now < 30_000, "no leader elected after the cut"
     return c, old, seen
 
 
-@pytest.mark.parametrize("alone_first", [False, True], ids=["both", "one-first"])
 @pytest.mark.parametrize("refuse", [False, True], ids=["stall", "refuse"])
 @pytest.mark.parametrize("timings", [None, QUICK], ids=["defaults", "quick"])
 @pytest.mark.parametrize("seed", range(8))
 def test_a_leader_cut_off_has_no_lease_once_another_can_be_elected(
-    seed: int, timings: Timings | None, refuse: bool, alone_first: bool
+    seed: int, timings: Timings | None, refuse: bool
 ) -> None:
     """Its lease (the last round of heartbeats a quorum acknowledged, plus the election timeout) ends before
-    either follower can stand for election, so no step finds it fresh while another member leads. One
-    follower cut off first, the lease rests on the other's last heartbeat: that one must not help the first
-    into a later term before its own timeout (answering REJECT_ALREADY_VOTED a whole heartbeat interval
-    before its timeout, it did, the lease still fresh)."""
-    c, old, seen = _cut_off_leader(seed, timings, refuse, alone_first)
+    either follower can stand for election, so no step finds it fresh while another member leads."""
+    c, old, seen = _cut_off_leader(seed, timings, refuse)
     fresh_with_another = [(at, two) for at, fresh, two in seen if fresh and two]
     assert not fresh_with_another, fresh_with_another[:3]
     assert not old.lease_fresh(c.now)
