@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -267,11 +267,13 @@ def _header(column: str) -> str:
     return column.upper().replace("_", " ")
 
 
-def _named(column: str, values: Sequence[Any]) -> str:
+def _named(column: str, values: Iterable[Any]) -> str:
     """A column's (or a key's) name as a table shows it: without ``_ms`` where its numbers show as
     durations (``37m 59s`` carries its unit: "uptime_ms 37m 59s" read as a count of milliseconds), with
     it over values shown as they are (a latency ``1.5``, a split ``gc=1.5`` are in milliseconds)."""
-    if all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values):
+    if column.endswith("_ms") and all(
+        v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values
+    ):
         return column.removesuffix("_ms")
     return column
 
@@ -322,7 +324,7 @@ _RICH_ONLY = re.compile("[\u2028\u2029]")
 def _table(columns: list[str], rows: list[dict[str, Any]], title: str | None) -> Any:
     twins = {c for c in columns if c.endswith("_ms") and c.removesuffix("_ms") in columns}
     shown = [c for c in columns if c not in twins]  # a time shows once, as ISO (or "never")
-    headers = [printable(_header(_named(column, [row.get(column) for row in rows]))) for column in shown]
+    headers = [printable(_header(_named(column, (row.get(column) for row in rows)))) for column in shown]
     cells = [[_shown(c, row) for c in shown] for row in rows]
     if len(rows) >= FAST_TABLE_ROWS and not _state["raw"]:
         fast = PlainTable.of(title, headers, cells)
