@@ -273,6 +273,10 @@ def one_key(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 KeyOpt = Annotated[
     str | None, typer.Option("--key", "-k", help="Message key (an entry of KEYS).", callback=one_key)
 ]
+NoBodyOpt = Annotated[
+    bool,
+    typer.Option("--no-body", help="Leave the body out (it is UTF-8 text, or base64 per body_encoding)."),
+]
 SinceOpt = Annotated[
     str | None,
     typer.Option("--since", help="Store time from: ISO 8601 (UTC default), epoch ms or relative like -2h."),

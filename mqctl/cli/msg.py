@@ -16,6 +16,7 @@ from mqctl.cli.common import (
     ExecuteOpt,
     GroupOpt,
     KeyOpt,
+    NoBodyOpt,
     QueueBrokerOpt,
     QueueOpt,
     SinceOpt,
@@ -44,10 +45,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
-NoBodyOpt = Annotated[
-    bool,
-    typer.Option("--no-body", help="Leave the body out (it is UTF-8 text, or base64 per body_encoding)."),
-]
 RawOpt = Annotated[
     bool,
     typer.Option(
@@ -71,14 +68,14 @@ def _deliver_ms(deliver_at: str | None, delay: str | None, delay_level: int) -> 
         raise UsageError("give one of --deliver-at, --delay and --delay-level")
     now = int(time.time() * 1000)
     if deliver_at:
-        return parse_time(deliver_at, now_ms=now)
+        return parse_time(deliver_at, now_ms=now, flag="--deliver-at")
     if delay:
         if delay.strip().isdecimal():  # a level (RocketMQ's DELAY) or seconds? neither is taken for the other
             raise UsageError(
                 f"--delay {delay.strip()} has no unit: give a duration such as 90s, 15m or 2h30m (up to the "
                 "broker's timerMaxDelaySec, 3 days by default), or a delay level 1-18 with --delay-level"
             )
-        return now + parse_duration(delay)
+        return now + parse_duration(delay, flag="--delay")
     return None
 
 
@@ -470,7 +467,7 @@ def tail(
         if since is not None and source is not click.core.ParameterSource.DEFAULT:
             raise UsageError("--since sets where each queue starts: not with --from")
         if until is None:  # from --since on, as long as it runs (a time to come included)
-            since_ms = parse_time(str(since), now_ms=int(time.time() * 1000))
+            since_ms = parse_time(str(since), now_ms=int(time.time() * 1000), flag="--since")
             said = f"from {iso(since_ms)}"
         else:
             window = Window.of(since, until)

@@ -16,6 +16,7 @@ from mqctl.cli.common import (
     ExecuteOpt,
     ExistingPath,
     KeyOpt,
+    NoBodyOpt,
     OutputOpt,
     SinceOpt,
     TimeoutOpt,
@@ -309,9 +310,13 @@ def msg_query(
     since: SinceOpt = None,
     until: UntilOpt = None,
     max_num: Annotated[int, typer.Option("--max", min=1, max=64, help="At most this many messages.")] = 64,
+    no_body: NoBodyOpt = False,
     output: OutputOpt = "table",
 ) -> None:
-    """Find messages by key (--key with --topic, verified against the records) or by offset id (--id)."""
+    """Find messages by key (--key with --topic, verified against the records) or by offset id (--id).
+
+    The rows are the online 'msg query''s: every message carries its body (UTF-8 text, or base64 when it
+    is not UTF-8; body_encoding says which) unless --no-body."""
     from mqctl.services import store_inspect as si
 
     if (key is None) == (msg_id is None):
@@ -319,13 +324,13 @@ def msg_query(
     if msg_id is not None:
         if since or until:
             raise UsageError("--since/--until only apply to --key")
-        render_every(lambda: si.query_id(store, msg_id), output)
+        render_every(lambda: si.query_id(store, msg_id, body=not no_body), output)
         return
     if topic is None:
         raise UsageError("--key needs --topic")
     assert key is not None
     window = key_window(since, until)
-    render_every(lambda: si.query_key(store, topic, key, window, max_num=max_num), output)
+    render_every(lambda: si.query_key(store, topic, key, window, max_num=max_num, body=not no_body), output)
 
 
 #: Problems a ``store verify`` table lists unless ``--max-problems`` says otherwise (JSON lists them all).

@@ -165,8 +165,8 @@ class Window:
     def of(cls, since: str | None, until: str | None, *, now_ms: int | None = None) -> Window:
         """Default: from the beginning of time until now (mqadmin's queryMsgByKey does the same)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        begin = parse_time(since, now_ms=now) if since else 0
-        end = parse_time(until, now_ms=now) if until else now
+        begin = parse_time(since, now_ms=now, flag="--since") if since else 0
+        end = parse_time(until, now_ms=now, flag="--until") if until else now
         if begin > end:
             raise UsageError(f"empty time window: --since {since} is after --until {until or 'now'}")
         return cls(begin, end)
@@ -289,9 +289,10 @@ def summary(m: StoredMessage) -> MessageSummary:
     }
 
 
-def detail(m: StoredMessage) -> MessageDetail:
-    """Everything stored about one message, with its body (see :func:`body_fields`)."""
-    return {
+def detail(m: StoredMessage, *, body: bool = True) -> MessageDetail:
+    """Everything stored about one message, with its body (see :func:`body_fields`) unless ``body`` is
+    False (``--no-body``)."""
+    row: MessageDetail = {
         **summary(m),
         "commit_log_offset": m.commit_log_offset,
         "store_size": m.store_size,
@@ -306,6 +307,9 @@ def detail(m: StoredMessage) -> MessageDetail:
         **body_fields(m.body),
         **trace_field(m),
     }
+    if not body:
+        del row["body"], row["body_encoding"]
+    return row
 
 
 # ------------------------------------------------------------------------------------- routing
@@ -624,7 +628,7 @@ def _oldest_copy(uniq_key: str, copies: list[StoredMessage], body: bool) -> Mess
     """The first of a client id's stored ``copies`` as one record found by ``unique_key``; the others logged."""
     for other in copies[1:]:
         log.warning("client id %s is stored again as %s (a producer's re-send)", uniq_key, other.msg_id)
-    return {"found_by": "unique_key", **_detail(copies[0], body)}
+    return {"found_by": "unique_key", **detail(copies[0], body=body)}
 
 
 #: A client id (UNIQ_KEY): 32 hex digits from a RocketMQ 4 client; 34 from the official gRPC clients
@@ -653,13 +657,6 @@ def plausible_offset_id(msg_id: str) -> tuple[str, int] | None:
     except ValueError:
         return None
     return locate(msg_id) if 0 < port <= 0xFFFF else None
-
-
-def _detail(m: StoredMessage, body: bool) -> MessageDetail:
-    row = detail(m)
-    if not body:
-        del row["body"], row["body_encoding"]
-    return row
 
 
 async def _view(admin: Admin, msg_id: str, addr: str, offset: int) -> StoredMessage:
@@ -752,7 +749,7 @@ async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: b
     failure: Exception | None = None
     if located is not None:
         try:
-            return {"found_by": "msg_id", **_detail(await _view(admin, msg_id, *located), body)}
+            return {"found_by": "msg_id", **detail(await _view(admin, msg_id, *located), body=body)}
         except (NotFoundError, RemotingConnectError) as exc:
             failure = exc
     elif len(msg_id) not in CLIENT_ID_LENGTHS or not all(c in string.hexdigits for c in msg_id):
@@ -820,7 +817,7 @@ async def show(
             else f"the queue holds offsets {result.min_offset}..{result.max_offset - 1}"
         )
         raise NotFoundError(f"no message at offset {offset} of {topic!r} queue {queue} ({held})")
-    return _detail(result.messages[0], body)
+    return detail(result.messages[0], body=body)
 
 
 # ---------------------------------------------------------------------------------------- tail

@@ -19,7 +19,7 @@ from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError, StoreError
 from mqctl.output import Rows
-from mqctl.services.messages import MessageDetail, MessageSummary, Window, detail, locate, summary
+from mqctl.services.messages import MessageDetail, MessageRow, Window, detail, locate, summary, with_body
 from mqctl.timespec import iso
 from store import CorruptRecordError, DamagedRecordError, decode_record, inspect
 
@@ -302,10 +302,11 @@ _DAMAGED_HINT = (
 
 
 def query_key(
-    root: str | Path, topic: str, key: str, window: Window, *, max_num: int = 64
-) -> list[MessageSummary]:
+    root: str | Path, topic: str, key: str, window: Window, *, max_num: int = 64, body: bool = True
+) -> list[MessageRow]:
     """Messages of ``topic`` with ``key`` in KEYS, through the on-disk IndexFiles, each verified against
-    its record (the index holds hashes only)."""
+    its record (the index holds hashes only): the rows of the online ``msg query --key`` (``body``: with
+    the body)."""
     damaged: list[int] = []
     found = inspect.messages_by_key(
         layout(root), topic, key, window.begin_ms, window.end_ms, max_num=max_num, damaged=damaged
@@ -319,11 +320,14 @@ def query_key(
         )
     if not found:
         raise NotFoundError(f"no message with key {key!r} in topic {topic!r} stored {window.describe()}")
-    return sorted((summary(m) for m in found), key=lambda r: (r["store_time"], r["msg_id"]))
+    return [
+        with_body(m, summary(m), body) for m in sorted(found, key=lambda m: (m.store_timestamp, m.msg_id))
+    ]
 
 
-def query_id(root: str | Path, msg_id: str) -> MessageDetail:
-    """The record an offset message id points at (its address part names the broker, not checked here)."""
+def query_id(root: str | Path, msg_id: str, *, body: bool = True) -> MessageDetail:
+    """The record an offset message id points at (its address part names the broker, not checked here),
+    as the online ``msg query --id`` shows it (``body``: with the body)."""
     _addr, offset = locate(msg_id)
     try:
         m = inspect.message_at_offset(layout(root), offset)
@@ -333,7 +337,7 @@ def query_id(root: str | Path, msg_id: str) -> MessageDetail:
         raise NotFoundError(f"no message {msg_id}: {exc}") from exc
     if m is None:
         raise NotFoundError(f"no message {msg_id}: offset {offset} is outside the CommitLog")
-    return detail(m)
+    return {"found_by": "msg_id", **detail(m, body=body)}
 
 
 # -------------------------------------------------------------------------------------- verify

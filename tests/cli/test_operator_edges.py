@@ -1,0 +1,104 @@
+"""Rough edges an operator met on a running cluster and on its store: each command says what it means in
+the form the others use (flags named in errors, exact integers, nothing committed shown as such)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.cli import CliResult, RunCli
+
+TOPIC = "EdgeOrders"
+
+
+@pytest.fixture(scope="module")
+def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with local_cluster(tmp_path_factory.mktemp("edges")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def mq(cli: RunCli, daemons: LocalCluster) -> RunCli:
+    def run(*args: str) -> CliResult:
+        return cli(*args, env={"NAMESRV_ADDR": daemons.namesrv_addr})
+
+    return run  # type: ignore[return-value]
+
+
+def store_dir(daemons: LocalCluster) -> str:
+    return str(Path(daemons.broker.config.store_path_root_dir))
+
+
+@pytest.fixture(scope="module")
+def keyed(daemons: LocalCluster) -> str:
+    """A topic holding a text and a binary message under one key; returns the key."""
+    wire = handle(daemons)
+
+    async def fill() -> None:
+        from daemon.broker.headers import CreateTopicRequestHeader
+        from daemon.remoting.codes import RequestCode
+
+        create = CreateTopicRequestHeader(TOPIC, "TBW102", 2, 2, 6, "SINGLE_TAG")
+        assert (await wire.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create.to_ext_fields())).code == 0
+        for body in (b"paid order", b"\xff\x00binary"):
+            assert (await wire.send(TOPIC, body, queue_id=0, keys="ord-7")).code == 0
+        await wire.client.close()
+
+    daemons.loop.run(fill())
+    return "ord-7"
+
+
+# ------------------------------------------------------------------------- store msg query --no-body
+
+
+@pytest.mark.parametrize("no_body", [(), ("--no-body",)], ids=["body", "no-body"])
+def test_offline_query_by_key_has_the_online_rows(
+    mq: RunCli, daemons: LocalCluster, keyed: str, no_body: tuple[str, ...]
+) -> None:
+    """``store msg query`` had no --no-body and printed its key rows without the body that the online
+    ``msg query`` carries: the same flag now, the same rows."""
+    online = mq("msg", "query", "-t", TOPIC, "-k", keyed, *no_body, "-o", "json")
+    offline = mq(
+        "store",
+        "msg",
+        "query",
+        "--store",
+        store_dir(daemons),
+        "-t",
+        TOPIC,
+        "-k",
+        keyed,
+        *no_body,
+        "-o",
+        "json",
+    )
+    assert online.code == 0 and offline.code == 0, (online, offline)
+    assert offline.json() == online.json()
+    assert len(offline.json()) == 2
+    assert all(("body" in row) is not bool(no_body) for row in offline.json())
+
+
+@pytest.mark.parametrize("no_body", [(), ("--no-body",)], ids=["body", "no-body"])
+def test_offline_query_by_id_has_the_online_record(
+    mq: RunCli, daemons: LocalCluster, keyed: str, no_body: tuple[str, ...]
+) -> None:
+    [first, _] = mq("msg", "query", "-t", TOPIC, "-k", keyed, "-o", "json").json()
+    online = mq("msg", "query", "--id", first["msg_id"], *no_body, "-o", "json")
+    offline = mq(
+        "store",
+        "msg",
+        "query",
+        "--store",
+        store_dir(daemons),
+        "--id",
+        first["msg_id"],
+        *no_body,
+        "-o",
+        "json",
+    )
+    assert online.code == 0 and offline.code == 0, (online, offline)
+    assert offline.json() == online.json()
+    assert ("body" in offline.json()) is not bool(no_body)
