@@ -162,9 +162,9 @@ def reset(
     elif to_latest:
         target = ResetTarget("latest")
     elif to_time is not None:
-        target = ResetTarget("time", parse_time(to_time, now_ms=now))
+        target = ResetTarget("time", parse_time(to_time, now_ms=now, flag="--to-time"))
     elif by_duration is not None:
-        target = ResetTarget("time", now - parse_duration(by_duration))
+        target = ResetTarget("time", now - parse_duration(by_duration, flag="--by-duration"))
     elif to_offset is not None:
         target = ResetTarget("offset", to_offset)
     elif shift_by is not None:

@@ -155,8 +155,8 @@ def _window(since: str | None, until: str | None) -> tuple[int | None, int | Non
     from mqctl.timespec import parse_time
 
     now = int(time.time() * 1000)
-    first = parse_time(since, now_ms=now) if since else None
-    last = parse_time(until, now_ms=now) if until else None
+    first = parse_time(since, now_ms=now, flag="--since") if since else None
+    last = parse_time(until, now_ms=now, flag="--until") if until else None
     if first is not None and last is not None and first > last:
         raise UsageError(f"empty time window: --since {since} is after --until {until}")
     return first, last

@@ -91,7 +91,9 @@ class Bound:
             return cls("offsets", offsets=raw, default=default)
         from mqctl.timespec import parse_time
 
-        return cls("time", at_ms=parse_time(value, now_ms=int(time.time() * 1000)), default=default)
+        return cls(
+            "time", at_ms=parse_time(value, now_ms=int(time.time() * 1000), flag=option), default=default
+        )
 
     def check(self, option: str, queues: Mapping[str, set[str]]) -> None:
         """Refuse per-queue offsets for a topic or queue the read does not cover (a typo reads nothing)."""

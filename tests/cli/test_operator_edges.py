@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mqctl.errors import UsageError
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.cli import CliResult, RunCli
 
@@ -102,3 +103,34 @@ def test_offline_query_by_id_has_the_online_record(
     assert online.code == 0 and offline.code == 0, (online, offline)
     assert offline.json() == online.json()
     assert ("body" in offline.json()) is not bool(no_body)
+
+
+# ------------------------------------------------------------------------------ msg send --delay
+
+
+@pytest.mark.parametrize("value", ["5min", "soon", "-5m"])
+def test_a_delay_the_parser_rejects_names_the_flag_and_its_forms(mq: RunCli, value: str) -> None:
+    """``--delay 5min`` said "bad duration '5min'" without naming the flag (``--delay 99`` did)."""
+    result = mq("msg", "send", "-t", TOPIC, "--delay", value, "x")
+    assert result.code == UsageError.exit_code, result
+    [line] = result.stderr.splitlines()
+    assert f"bad --delay {value!r}" in line, line
+    assert "90s" in line and "2h30m" in line, line  # what it takes
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("msg", "send", "-t", TOPIC, "x", "--deliver-at", "tomorrow"),
+        ("msg", "tail", "-t", TOPIC, "--since", "+5min"),
+        ("msg", "query", "-t", TOPIC, "-k", "k", "--until", "yesterday"),
+        ("offset", "reset", "-g", "G", "-t", TOPIC, "--by-duration", "5min"),
+        ("offset", "reset", "-g", "G", "-t", TOPIC, "--to-time", "noon"),
+    ],
+    ids=lambda args: args[-2],
+)
+def test_every_time_flag_names_itself_when_its_value_is_refused(mq: RunCli, args: tuple[str, ...]) -> None:
+    result = mq(*args)
+    assert result.code == UsageError.exit_code, result
+    [line] = result.stderr.splitlines()
+    assert f"bad {args[-2]} {args[-1]!r}" in line, line
