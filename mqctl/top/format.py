@@ -37,8 +37,12 @@ def rate(tps: float | None) -> str:
     return f"{tps:,.1f}/s"
 
 
-def count(n: int | None) -> str:
-    return NONE if n is None else f"{n:,}"
+def count(n: int | None, exact: bool = False) -> str:
+    """A whole number: with thousands separators on the live screen, ``exact`` as the CLI's tables print
+    it (a printed frame: an offset or a lag copied from it is one the other commands take)."""
+    if n is None:
+        return NONE
+    return str(n) if exact else f"{n:,}"
 
 
 def age(seconds: float | None) -> str:
@@ -91,7 +95,7 @@ def staleness(taken_at: float | None, now: float, interval: float) -> str | None
 # ------------------------------------------------------------------------------------------- cells
 
 
-def broker_cells(b: BrokerView) -> tuple[str, ...]:
+def broker_cells(b: BrokerView, exact: bool = False) -> tuple[str, ...]:
     role = "master" if b.broker_id == 0 else f"slave{b.broker_id}"
     if b.raft:
         role += f" [{b.raft}]"
@@ -112,12 +116,12 @@ def broker_cells(b: BrokerView) -> tuple[str, ...]:
         rate(b.get_tps),
         f"{disk_bar(b.disk_ratio, 8)} {percent(b.disk_ratio)}",
         human_bytes(b.commitlog_bytes),
-        count(b.commitlog_files),
+        count(b.commitlog_files, exact),
         watermark(b.disk_ratio)
         + ("" if b.metrics else ", no metrics")
         + loop_lag(b)
         + pop_in_flight(b)
-        + timers(b),
+        + timers(b, exact),
     )
 
 
@@ -126,11 +130,11 @@ def pop_in_flight(b: BrokerView) -> str:
     return f", pop in flight {b.pop_in_flight}" if b.pop_in_flight else ""
 
 
-def timers(b: BrokerView) -> str:
+def timers(b: BrokerView, exact: bool = False) -> str:
     """`, 12 timers waiting` when an mqctl broker holds timer messages; nothing otherwise."""
     if not b.timer_pending:
         return ""
-    return f", {count(b.timer_pending)} timer{'s' if b.timer_pending > 1 else ''} waiting"
+    return f", {count(b.timer_pending, exact)} timer{'s' if b.timer_pending > 1 else ''} waiting"
 
 
 def loop_lag(b: BrokerView) -> str:
@@ -165,19 +169,19 @@ BROKER_COLUMNS = (
 )
 
 
-def topic_cells(t: TopicRow) -> tuple[str, ...]:
-    return (t.name, count(t.queues), rate(t.put_tps), count(t.messages), human_bytes(t.bytes))
+def topic_cells(t: TopicRow, exact: bool = False) -> tuple[str, ...]:
+    return (t.name, count(t.queues, exact), rate(t.put_tps), count(t.messages, exact), human_bytes(t.bytes))
 
 
 TOPIC_COLUMNS = ("Topic", "Queues", "Put TPS", "Messages", "Bytes")
 
 
-def group_cells(g: GroupRow) -> tuple[str, ...]:
+def group_cells(g: GroupRow, exact: bool = False) -> tuple[str, ...]:
     if g.oldest_age is not None:
         oldest = "≤" + age(g.oldest_age)
     else:
         oldest = NEVER_CONSUMED if g.never_consumed else NONE
-    return (g.name, count(g.lag), count(g.consumers), rate(g.consume_tps), oldest)
+    return (g.name, count(g.lag, exact), count(g.consumers, exact), rate(g.consume_tps), oldest)
 
 
 #: The oldest unconsumed cell of a group no master holds an offset of: no age to show, and not "-"
@@ -208,7 +212,7 @@ def client_cells(c: ClientView) -> tuple[str, ...]:
 CLIENT_COLUMNS = ("Client id", "Address", "Language", "Version")
 
 
-def store_rows(view: StoreView, now: float) -> list[tuple[str, ...]]:
+def store_rows(view: StoreView, now: float, exact: bool = False) -> list[tuple[str, ...]]:
     """One row per CommitLog file: written bytes, first and last write ages, expiry, verdict and (with the
     broker's plan) the groups that would lose unconsumed messages."""
     rows: list[tuple[str, ...]] = []
@@ -234,18 +238,18 @@ def store_rows(view: StoreView, now: float) -> list[tuple[str, ...]]:
                 NONE if f.first_write is None else age(now - f.first_write),
                 NONE if f.last_write is None else age(now - f.last_write),
                 verdict,
-                unconsumed(f.unconsumed),
+                unconsumed(f.unconsumed, exact),
             )
         )
     return rows
 
 
-def unconsumed(by_group: dict[str, int] | None) -> str:
+def unconsumed(by_group: dict[str, int] | None, exact: bool = False) -> str:
     """'billing 1,204, search 12' — or '-' when unknown (no plan), 'none' when every group is past it."""
     if by_group is None:
         return NONE
     behind = [(g, n) for g, n in sorted(by_group.items()) if n]
-    return ", ".join(f"{g} {n:,}" for g, n in behind) or "none"
+    return ", ".join(f"{g} {count(n, exact)}" for g, n in behind) or "none"
 
 
 STORE_COLUMNS = (
@@ -259,11 +263,11 @@ STORE_COLUMNS = (
 )
 
 
-def store_summary(view: StoreView, now: float) -> str:
-    return " ".join(store_phrases(view, now))
+def store_summary(view: StoreView, now: float, exact: bool = False) -> str:
+    return " ".join(store_phrases(view, now, exact))
 
 
-def store_phrases(view: StoreView, now: float) -> list[str]:
+def store_phrases(view: StoreView, now: float, exact: bool = False) -> list[str]:
     """The store's summary as phrases no line break splits (:func:`pack`)."""
     doomed = view.deletable(now)
     reserved = NONE if view.file_reserved_hours is None else f"{view.file_reserved_hours:g}h"
@@ -271,7 +275,7 @@ def store_phrases(view: StoreView, now: float) -> list[str]:
         f"{view.broker}:",
         f"CommitLog {plural(len(view.files), 'file')},",
         f"{human_bytes(view.max_offset - view.min_offset)}",
-        f"(offsets {view.min_offset:,}..{view.max_offset:,}),",
+        f"(offsets {count(view.min_offset, exact)}..{count(view.max_offset, exact)}),",
         f"file size {human_bytes(view.file_size)};",
         f"disk {percent(view.disk_ratio)} [{watermark(view.disk_ratio)}],",
         f"fileReservedTime {reserved};",

@@ -201,7 +201,8 @@ def _name(row: TopicRow | GroupRow) -> str:
 
 
 def table(snap: Snapshot, screen: str, now: float) -> dict[str, Any]:
-    """The frame as the screen draws it (``-o table``): a summary, then the screen's table in its cells."""
+    """The frame as the screen draws it (``-o table``): a summary, then the screen's table in its cells,
+    whole numbers exact as in every other table (the live screen groups their thousands)."""
     ov = snap.overview
     doc: dict[str, Any] = {
         "taken at": shown_time(int(snap.taken_at * 1000)),
@@ -211,22 +212,23 @@ def table(snap: Snapshot, screen: str, now: float) -> dict[str, Any]:
     }
     brokers = fmt.select(list(ov.brokers), lambda b: b.name, "", fmt.BY_BROKER)
     if screen == "overview":
-        doc["brokers"] = _cells(fmt.BROKER_COLUMNS, [fmt.broker_cells(b) for b in brokers])
+        doc["brokers"] = _cells(fmt.BROKER_COLUMNS, [fmt.broker_cells(b, exact=True) for b in brokers])
     elif screen == "topics":
         rows = fmt.select(list(snap.topics or ()), _name, "", fmt.TOPIC_SORTS[0])
-        doc["topics"] = _cells(fmt.TOPIC_COLUMNS, [fmt.topic_cells(t) for t in rows])
+        doc["topics"] = _cells(fmt.TOPIC_COLUMNS, [fmt.topic_cells(t, exact=True) for t in rows])
         hidden = hidden_note(dict(snap.hidden_topics), "shows")
         if hidden:
             doc["hidden"] = hidden.removeprefix("hidden: ")
     elif screen == "groups":
         rows_g = fmt.select(list(snap.groups or ()), _name, "", fmt.GROUP_SORTS[0])
-        doc["groups"] = _cells(fmt.GROUP_COLUMNS, [fmt.group_cells(g) for g in rows_g])
+        doc["groups"] = _cells(fmt.GROUP_COLUMNS, [fmt.group_cells(g, exact=True) for g in rows_g])
     else:
         doc["stores"] = (
-            "\n".join(fmt.store_summary(s, now) for s in snap.stores or ()) or "no master answered"
+            "\n".join(fmt.store_summary(s, now, exact=True) for s in snap.stores or ())
+            or "no master answered"
         )
         doc["files"] = _cells(
-            fmt.STORE_COLUMNS, [r for s in snap.stores or () for r in fmt.store_rows(s, now)]
+            fmt.STORE_COLUMNS, [r for s in snap.stores or () for r in fmt.store_rows(s, now, exact=True)]
         )
     if snap.missing:
         doc["missing"] = ", ".join(sorted(snap.missing))
