@@ -286,6 +286,8 @@ def _shown(column: str, row: dict[str, Any]) -> str:
 
 #: Times whose 0 is no "never": a message with no delivery time (no timer) is delivered at once.
 _AT_ZERO = {"deliver_time": "at once"}
+#: Cells whose null is a fact to show, not a blank: no offset committed, and so no lag to count.
+_AT_NONE = {"consumer_offset": "-", "lag": "-"}
 
 
 def _cell(column: str, row: dict[str, Any]) -> str:
@@ -298,6 +300,8 @@ def _cell(column: str, row: dict[str, Any]) -> str:
     twin = row.get(f"{column}_ms")
     if value is None and twin == 0:
         return _AT_ZERO.get(column, "never")
+    if value is None:
+        return _AT_NONE.get(column, "")
     if isinstance(twin, int) and twin and isinstance(value, str):
         try:
             return units.table_time(twin, utc=_state["utc"])

@@ -278,6 +278,11 @@ def progress(
     """Per queue: its max offset, the group's consumer (committed) offset, lag, last consumed store time
     and the owning client's id (the names offset show uses).
 
+    A queue the group never committed on shows no consumer offset ('-'; null in JSON and YAML), where the
+    broker's ConsumeStats (and mqadmin consumerProgress) say 0; its lag counts from 0 only where the broker
+    starts a consumer there (a young queue), else it is '-' (consumeFromWhere decides) and --lag-over
+    leaves it out.
+
     A broker that cannot be read (ACL denied, timed out, down) is named on stderr."""
     from mqctl.services.groups import progress as group_progress
 

@@ -31,7 +31,12 @@ def show(
     group: GroupOpt,
     topic: TopicOpt,
 ) -> None:
-    """Per queue: min and max offset, the group's committed offset and lag."""
+    """Per queue: min and max offset, the group's committed offset and lag.
+
+    A queue the group never committed on shows no committed offset ('-'; null in JSON and YAML). Its lag
+    counts from where the broker starts a consumer of the group there: 0 on a young queue (its first
+    message still in memory: the broker answers 0 whatever the consumer's consumeFromWhere); elsewhere
+    the consumer's consumeFromWhere decides, and the lag is '-' too."""
     from mqctl.services.offsets import show as show_offsets
 
     online(

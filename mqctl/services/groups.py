@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
-from daemon.broker.bodies import ConsumerConnection, ConsumeStats, MessageQueue
+from daemon.broker.bodies import ConsumerConnection, ConsumeStats, MessageQueue, OffsetWrapper
 from daemon.broker.pop import parse_pop_in_flight
 from daemon.remoting.codes import version_name
 from daemon.remoting.errors import RemotingError
@@ -18,6 +18,7 @@ from mqctl.errors import ConflictError, NotFoundError
 from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
 from mqctl.services.fanout import FailureRow, each_broker, failures, gather_limited
+from mqctl.services.offsets import never_committed
 from mqctl.services.topics import BrokerChange, apply_to_tables, not_kept, route_or_not_found, target_masters
 from mqctl.units import when
 from store import CONSUME_MESSAGE_ORDERLY, SYSTEM_GROUPS, SubscriptionGroupConfig
@@ -68,8 +69,8 @@ class QueueProgress:
     broker_name: str
     queue_id: int
     max_offset: int  # the queue's end: what RocketMQ's ConsumeStats calls brokerOffset
-    consumer_offset: int
-    lag: int
+    consumer_offset: int | None  # None: the group never committed on the queue (ConsumeStats says 0)
+    lag: int | None  # from where the broker starts a consumer; None: its consumeFromWhere decides
     last_consumed_store_time: str | None  # ISO; None when nothing was consumed ("never" in tables)
     last_consumed_store_time_ms: int
     client_id: str | None
@@ -437,15 +438,17 @@ async def progress(
     """
     clients: set[str] = set()
     offsets = {}
+    where: dict[MessageQueue, str] = {}
 
     async def read(addr: str) -> tuple[ConsumerConnection | None, ConsumeStats]:
         return await admin.consumer_connections(addr, group), await admin.consume_stats(addr, group, topic)
 
     addrs = await readers(admin, cluster)
-    for found, stats in (await each_broker(admin, addrs, read)).values():
+    for addr, (found, stats) in (await each_broker(admin, addrs, read)).items():
         if found is not None:
             clients.update(c.client_id for c in found.connection_set)
         offsets.update(stats.offset_table)
+        where.update(dict.fromkeys(stats.offset_table, addr))
     if not offsets and not clients:
         if topic is not None:
             await route_or_not_found(admin, topic)  # a typo of the topic is that, not the group's lack
@@ -453,6 +456,7 @@ async def progress(
             raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
         of = f" of topic {topic!r}" if topic is not None else ""
         raise NotFoundError(f"group {group!r} has no offsets{of} and no online consumer")
+    starts = await _uncommitted_starts(admin, group, where, offsets)
     owners: dict[MessageQueue, str] = {}
     for name in {mq.topic for mq in offsets}:
         owners.update(allocate_averagely([mq for mq in offsets if mq.topic == name], sorted(clients)))
@@ -462,15 +466,34 @@ async def progress(
             broker_name=mq.broker_name,
             queue_id=mq.queue_id,
             max_offset=wrapper.broker_offset,
-            consumer_offset=wrapper.consumer_offset,
-            lag=max(wrapper.broker_offset - wrapper.consumer_offset, 0),
+            consumer_offset=None if mq in starts else wrapper.consumer_offset,
+            lag=_lag(wrapper.broker_offset, starts.get(mq, wrapper.consumer_offset)),
             last_consumed_store_time=when(wrapper.last_timestamp),
             last_consumed_store_time_ms=wrapper.last_timestamp,
             client_id=owners.get(mq),
         )
         for mq, wrapper in sorted(offsets.items())
     ]
-    return Rows.of(QueueProgress, (r for r in rows if lag_over is None or r.lag > lag_over))
+    return Rows.of(
+        QueueProgress, (r for r in rows if lag_over is None or (r.lag is not None and r.lag > lag_over))
+    )
+
+
+def _lag(end: int, start: int | None) -> int | None:
+    return None if start is None else max(end - start, 0)
+
+
+async def _uncommitted_starts(
+    admin: Admin, group: str, where: dict[MessageQueue, str], offsets: dict[MessageQueue, OffsetWrapper]
+) -> dict[MessageQueue, int | None]:
+    """The queues of ``offsets`` (ConsumeStats, read at ``where``) the group never committed on, each with
+    the offset the broker starts a consumer of it at: 0 on a young queue, else None (consumeFromWhere)."""
+    zeros = {(where[mq], mq.topic, mq.queue_id): mq for mq, w in offsets.items() if w.consumer_offset == 0}
+    fresh = list(await never_committed(admin, group, zeros))
+    answers = await gather_limited(
+        (admin.consumer_offset(addr, group, topic, queue_id) for addr, topic, queue_id in fresh), 16
+    )
+    return {zeros[key]: start for key, start in zip(fresh, answers, strict=True)}
 
 
 async def _may_exist(admin: Admin, group: str, addrs: list[str]) -> bool:
@@ -514,7 +537,9 @@ async def show(admin: Admin, group: str, *, cluster: str | None = None) -> Group
         "clients": online["clients"],
         "consume_type": online.get("consume_type"),
         "topics": sorted({q.topic for q in queues}),
-        "total_lag": sum(q.lag for q in queues),
+        "total_lag": sum(
+            q.lag or 0 for q in queues
+        ),  # a queue whose start consumeFromWhere decides adds none
         "pop_in_flight": lent,
         "consume_tps": round(sum(rates), 2),
         "errors": failures(),

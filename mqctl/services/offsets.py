@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -24,6 +24,7 @@ from daemon.broker.bodies import ConnectionInfo, MessageQueue
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.cluster import brokers
+from mqctl.services.fanout import each_broker
 from mqctl.services.topics import queue_offsets
 from mqctl.timespec import iso
 from mqctl.units import plural
@@ -67,7 +68,8 @@ class PlanRow:
 
 
 class OffsetRow(TypedDict):
-    """A row of ``offset show``: a queue's range and the group's committed offset (None: never committed)."""
+    """A row of ``offset show``: a queue's range and the group's committed offset (None: never committed);
+    the lag counts from where the broker starts a consumer of the group (None: its consumeFromWhere says)."""
 
     topic: str
     broker_name: str
@@ -100,10 +102,17 @@ class ResetResult(TypedDict):
 
 async def show(admin: Admin, group: str, topic: str) -> list[OffsetRow]:
     """Each queue's range and the group's committed offset. A group no broker of the topic knows is
-    NotFoundError, as for a reset: QUERY_CONSUMER_OFFSET answers 0 for it, so a typo read "committed 0"."""
+    NotFoundError, as for a reset: QUERY_CONSUMER_OFFSET answers 0 for it, so a typo read "committed 0".
+
+    The lag counts from the offset QUERY_CONSUMER_OFFSET answers, where the broker starts a consumer of
+    the group: the committed one, or 0 on a young queue the group never committed on (whatever the
+    consumer's consumeFromWhere); elsewhere it is None (consumeFromWhere decides where a consumer starts)."""
     rows = await _queues(admin, group, topic, reads=True)
     if rows and not await _group_known(admin, group, rows, sorted({r.broker_addr for r in rows})):
         raise _unknown(group, topic, hint="check the name ('mqctl group list')")
+    fresh = await never_committed(
+        admin, group, [(r.broker_addr, r.topic, r.queue_id) for r in rows if r.consumer_offset == 0]
+    )
     return [
         {
             "topic": r.topic,
@@ -111,11 +120,26 @@ async def show(admin: Admin, group: str, topic: str) -> list[OffsetRow]:
             "queue_id": r.queue_id,
             "min_offset": r.min_offset,
             "max_offset": r.max_offset,
-            "consumer_offset": r.consumer_offset,
+            "consumer_offset": None if (r.broker_addr, r.topic, r.queue_id) in fresh else r.consumer_offset,
             "lag": None if r.consumer_offset is None else r.max_offset - r.consumer_offset,
         }
         for r in rows
     ]
+
+
+async def never_committed(
+    admin: Admin, group: str, zeros: Iterable[tuple[str, str, int]]
+) -> set[tuple[str, str, int]]:
+    """Of ``zeros`` (broker address, topic, queue id), queues whose broker answered the group's offset as 0,
+    those the group never committed on. Both answers say 0 for such a queue: GET_CONSUME_STATS on every
+    queue, QUERY_CONSUMER_OFFSET on a young one (where the broker starts a new consumer); only the
+    broker's offset table (GET_ALL_CONSUMER_OFFSET, read only where a 0 was answered) tells. A broker
+    that does not answer keeps its 0s."""
+    wanted = list(zeros)
+    if not wanted:
+        return set()
+    tables = await each_broker(admin, sorted({addr for addr, _, _ in wanted}), admin.all_consumer_offsets)
+    return {(a, t, q) for a, t, q in wanted if a in tables and (group, t, q) not in tables[a]}
 
 
 async def _queues(admin: Admin, group: str, topic: str, *, reads: bool = False) -> list[PlanRow]:

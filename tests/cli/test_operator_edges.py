@@ -29,6 +29,11 @@ def mq(cli: RunCli, daemons: LocalCluster) -> RunCli:
     return run  # type: ignore[return-value]
 
 
+def cells(table: str) -> list[list[str]]:
+    """A printed table's rows, cell by cell."""
+    return [[c.strip() for c in line.split("│")] for line in table.splitlines() if "│" in line]
+
+
 def store_dir(daemons: LocalCluster) -> str:
     return str(Path(daemons.broker.config.store_path_root_dir))
 
@@ -193,3 +198,33 @@ def test_top_once_prints_lag_as_every_other_table(mq: RunCli, lagging: str) -> N
     assert [g["lag"] for g in doc["groups"] if g["group"] == lagging] == [total]
     csv_text = mq("top", "--once", "--screen", "groups", "-o", "csv").stdout
     assert f"{lagging},{total}," in csv_text, csv_text
+
+
+# ------------------------------------------------------------------- offsets nothing committed on
+
+
+@pytest.mark.slow
+def test_offset_show_says_nothing_is_committed_where_nothing_is(mq: RunCli, lagging: str) -> None:
+    """A queue the group never committed on read as committed 0 (the broker answers 0 on a young queue):
+    no committed offset now, in every form; the lag still counts from 0, where the broker starts it."""
+    rows = {
+        r["queue_id"]: r for r in mq("offset", "show", "-g", lagging, "-t", LAG_TOPIC, "-o", "json").json()
+    }
+    assert (rows[0]["consumer_offset"], rows[0]["lag"]) == (0, FIRST)  # committed 0: a real 0
+    assert (rows[1]["consumer_offset"], rows[1]["lag"]) == (None, SECOND)
+    import yaml
+
+    doc = yaml.safe_load(mq("offset", "show", "-g", lagging, "-t", LAG_TOPIC, "-o", "yaml").stdout)
+    assert [r["consumer_offset"] for r in doc] == [0, None]
+    table = mq("offset", "show", "-g", lagging, "-t", LAG_TOPIC).stdout
+    assert [LAG_TOPIC, "broker-a", "1", "0", str(SECOND), "-", str(SECOND)] in cells(table), table
+
+
+@pytest.mark.slow
+def test_group_progress_says_nothing_is_committed_where_nothing_is(mq: RunCli, lagging: str) -> None:
+    """``group progress`` took ConsumeStats' 0 for a committed offset (as mqadmin consumerProgress does)."""
+    rows = mq("group", "progress", "-g", lagging, "-t", LAG_TOPIC, "-o", "json").json()
+    found = {r["queue_id"]: (r["consumer_offset"], r["lag"]) for r in rows}
+    assert found == {0: (0, FIRST), 1: (None, SECOND)}
+    table = mq("group", "progress", "-g", lagging, "-t", LAG_TOPIC).stdout
+    assert [LAG_TOPIC, "broker-a", "1", str(SECOND), "-", str(SECOND), "never", ""] in cells(table), table
