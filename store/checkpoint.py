@@ -343,6 +343,33 @@ def _keep_damaged(path: str) -> str:
     return copy
 
 
+@dataclass(frozen=True)
+class DamagedCopy:
+    """A copy :func:`_keep_damaged` kept beside the store: its name, size and when it was made (epoch ms)."""
+
+    name: str
+    size: int
+    mtime_ms: int
+
+
+def damaged_copies(root: str) -> list[DamagedCopy]:
+    """The copies kept beside the store of its incarnations files that did not parse, oldest first: each
+    one means such a file was found damaged (and has been written again since)."""
+    prefixes = tuple(f"{name}.damaged-" for name in (INCARNATIONS_FILE, REPLICA_INCARNATIONS_FILE))
+    try:
+        names = [entry for entry in os.listdir(root) if entry.startswith(prefixes)]
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            st = os.stat(os.path.join(root, name))
+        except OSError:  # deleted since it was listed
+            continue
+        found.append(DamagedCopy(name, st.st_size, st.st_mtime_ns // 1_000_000))
+    return sorted(found, key=lambda c: (c.mtime_ms, c.name))
+
+
 def parse_incarnations(text: str) -> list[Incarnation]:
     """``ID@START`` joined by ``;`` (as a master shows them, ``haIncarnations``), oldest first; none when an
     item does not parse."""

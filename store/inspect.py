@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.checkpoint import StoreCheckpoint, read_incarnations, store_identity
+from store.checkpoint import DamagedCopy, StoreCheckpoint, damaged_copies, read_incarnations, store_identity
 from store.commitlog import CommitLog, RecordWalk
 from store.config import StoreConfig
 from store.consumequeue import ConsumeQueue, unit_tags_code
@@ -680,6 +680,8 @@ class VerifyReport:
     #: and the master's incarnation its replica mark's records were last copied from ("": not known).
     incarnation: str = ""
     replica_incarnation: str = ""
+    #: Copies of an incarnations file the store found damaged, kept beside it before it was written again.
+    damaged_copies: list[DamagedCopy] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -988,6 +990,7 @@ def verify(
         len(phase.set_aside_found),
         f"during the {stage} check" if stage else None,
         *_identities(lay),
+        damaged_copies=damaged_copies(str(lay.root)),
     )
 
 

@@ -335,6 +335,12 @@ def msg_query(
 
 #: Problems a ``store verify`` table lists unless ``--max-problems`` says otherwise (JSON lists them all).
 TABLE_PROBLEMS = 20
+#: What a ``NAME.damaged-<UTC>`` copy beside a store means (docs/replication.md, a damaged history).
+DAMAGED_COPIES = (
+    "a broker found the file damaged (it did not parse), kept what it held there and wrote the file "
+    "again, its history read as none (docs/replication.md, a damaged history): look into what damaged it "
+    "(a torn write, a hand's edit), then delete the copy"
+)
 
 
 @app.command("verify")
@@ -364,7 +370,8 @@ def verify(
 
     Every problem is counted and listed (a file that cannot be opened is one problem; the check goes on
     with the next file). Also lists the quarantines: data recovery set aside instead of deleting (when,
-    why, files, records). With --against HOST:PORT each record is also compared, byte for byte, with what
+    why, files, records), and the copies a broker kept of an incarnations file it found damaged
+    (NAME.damaged-<UTC>: a warning, the exit code unchanged). With --against HOST:PORT each record is also compared, byte for byte, with what
     that broker's VIEW_MESSAGE_BY_ID answers at the same CommitLog offset (a real RocketMQ broker answers
     it too), and the broker's records past this store's end are listed: the first differing offset,
     records that differ, records only here, only there (--max-problems caps the list; all are counted).
@@ -373,12 +380,17 @@ def verify(
     from mqctl.output import plain, render, stderr_console
     from mqctl.services import store_inspect as si
     from mqctl.services.quarantine import quarantine_rows
+    from mqctl.units import iso
 
     if max_problems is None and output == "table":
         max_problems = TABLE_PROBLEMS
     with progress(si.commitlog_bytes(store), "verifying", unit="bytes") as advance:
         report = si.verify(store, max_problems=max_problems, progress=advance)
     quarantined = quarantine_rows(store)
+    copies = [
+        {"file": c.name, "size": c.size, "time": iso(c.mtime_ms), "time_ms": c.mtime_ms}
+        for c in report.damaged_copies
+    ]
     compared = None
     if against is not None and not report.interrupted:  # Ctrl-C stops here too: report what was checked
         from mqctl.admin.client import run_admin
@@ -395,9 +407,14 @@ def verify(
         )
     if output in ("json", "yaml"):
         extra = {"against": plain(compared)} if compared is not None else {}
-        render({**plain(report), "quarantined": plain(quarantined), **extra}, output)
+        render(
+            {**plain(report), "damaged_copies": copies, "quarantined": plain(quarantined), **extra}, output
+        )
     elif output == "table":  # the problems as rows of their own, under the summary
-        render({**plain(report), "problems": [{"problem": p} for p in report.problems]}, output)
+        summary = {k: v for k, v in plain(report).items() if k != "damaged_copies"}
+        render({**summary, "problems": [{"problem": p} for p in report.problems]}, output)
+        if copies:
+            render(copies, output, title="damaged copies: files a broker found damaged and wrote again")
         if quarantined:
             render(
                 quarantined, output, title="quarantined: set aside by recovery (see 'mqctl store salvage')"
@@ -412,6 +429,14 @@ def verify(
         render(report, output)
         if compared is not None:
             render(compared.differences, output)
+    if copies:
+        names = ", ".join(c["file"] for c in copies)
+        stderr_console().print(
+            f"warning: {plural(len(copies), 'damaged copy', 'damaged copies')} beside the store ({names}): "
+            f"{DAMAGED_COPIES}",
+            style="yellow",
+            markup=False,
+        )
     if report.problems_not_listed:
         stderr_console().print(
             f"... and {plural(report.problems_not_listed, 'more problem')} (--max-problems N lists more)"

@@ -228,3 +228,29 @@ def test_group_progress_says_nothing_is_committed_where_nothing_is(mq: RunCli, l
     assert found == {0: (0, FIRST), 1: (None, SECOND)}
     table = mq("group", "progress", "-g", lagging, "-t", LAG_TOPIC).stdout
     assert [LAG_TOPIC, "broker-a", "1", str(SECOND), "-", str(SECOND), "never", ""] in cells(table), table
+
+
+# ------------------------------------------------------------------- store verify, damaged copies
+
+
+@pytest.mark.slow
+def test_store_verify_lists_the_damaged_copies_beside_the_store(cli: RunCli, tmp_path: Path) -> None:
+    """A broker that finds its incarnations file damaged keeps a copy beside it (``incarnations.damaged-
+    <UTC>``) before writing it again; ``store verify`` did not mention it. Listed now, in table and JSON,
+    and said on stderr as a warning: the copy means something damaged the file."""
+    store = tmp_path / "broker"
+    store.mkdir()
+    (store / "incarnations").write_bytes(b"not an incarnation\n")
+    with local_cluster(tmp_path):
+        pass
+    [copy] = [p for p in store.iterdir() if p.name.startswith("incarnations.damaged-")]
+    report = cli("store", "verify", "--store", str(store), "-o", "json")
+    assert report.code == 0, report
+    [listed] = report.json()["damaged_copies"]
+    assert (listed["file"], listed["size"]) == (copy.name, copy.stat().st_size)
+    assert listed["time_ms"] == copy.stat().st_mtime_ns // 1_000_000 and listed["time"].endswith("Z")
+    table = cli("store", "verify", "--store", str(store))
+    assert table.code == 0 and copy.name in table.stdout, table
+    assert "damaged copies" in table.stdout
+    [warning] = [line for line in table.stderr.splitlines() if copy.name in line]
+    assert warning.startswith("warning: 1 damaged copy beside the store"), warning
