@@ -171,6 +171,11 @@ def reset(
     elif by_duration is not None:
         target = ResetTarget("time", now - parse_duration(by_duration, flag="--by-duration"))
     elif to_offset is not None:
+        if to_offset < 0:  # clamped to each queue's start, it read as --to-earliest: a --shift-by meant
+            raise UsageError(
+                f"--to-offset {to_offset}: an offset is 0 or more (to move each queue back by "
+                f"{-to_offset}: --shift-by {to_offset}; to the oldest message: --to-earliest)"
+            )
         target = ResetTarget("offset", to_offset)
     elif shift_by is not None:
         target = ResetTarget("shift", shift_by)

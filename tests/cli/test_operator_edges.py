@@ -244,3 +244,28 @@ def test_store_verify_lists_the_damaged_copies_beside_the_store(cli: RunCli, tmp
     assert "damaged copies" in table.stdout
     [warning] = [line for line in table.stderr.splitlines() if copy.name in line]
     assert warning.startswith("warning: 1 damaged copy beside the store"), warning
+
+
+# ----------------------------------------------------------------------------- an operator's pass
+
+
+def test_a_negative_to_offset_is_refused_and_names_shift_by(mq: RunCli, lagging: str) -> None:
+    """``offset reset --to-offset -5`` planned every queue to its start (clamped), as --to-earliest: a
+    --shift-by -5 typed as the other flag would have rewound the group to the beginning."""
+    result = mq("offset", "reset", "-g", lagging, "-t", LAG_TOPIC, "--to-offset", "-5", "--execute", "--yes")
+    assert result.code == UsageError.exit_code, result
+    [line] = result.stderr.splitlines()
+    assert "--to-offset -5" in line and "--shift-by -5" in line, line
+    rows = mq("offset", "show", "-g", lagging, "-t", LAG_TOPIC, "-o", "json").json()
+    assert [r["consumer_offset"] for r in rows] == [0, None]  # nothing was changed
+
+
+def test_store_cq_show_of_a_missing_queue_names_the_queues_there(
+    mq: RunCli, daemons: LocalCluster, keyed: str
+) -> None:
+    """``store cq show -q 5`` said only that there was no such ConsumeQueue; the online ``msg show`` names
+    the topic's queues, and so does this now."""
+    del keyed
+    result = mq("store", "cq", "show", "--store", store_dir(daemons), "-t", TOPIC, "-q", "5")
+    assert result.code == 3, result
+    assert "(its queues here: 0" in result.stderr, result.stderr
