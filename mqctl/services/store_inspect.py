@@ -134,8 +134,10 @@ def cq_show(
 ) -> list[QueueUnit]:
     """Units of one queue from ``offset`` (default: the oldest), each with the record it points at."""
     lay = layout(root)
-    if (topic, queue_id) not in lay.queues(topic):
-        raise NotFoundError(f"no ConsumeQueue {topic}/{queue_id} in {lay.root}")
+    held = [q for _, q in lay.queues(topic)]
+    if queue_id not in held:  # which are here, as the online 'msg show' names a topic's queues
+        here = f"its queues here: {', '.join(map(str, held))}" if held else f"no queue of {topic!r} is here"
+        raise NotFoundError(f"no ConsumeQueue {topic}/{queue_id} in {lay.root} ({here})")
     page = inspect.queue_units(lay, topic, queue_id, offset=offset, count=count)
     if not page.min_offset <= page.start < page.max_offset:
         raise NotFoundError(
