@@ -430,7 +430,7 @@ def verify(
         if compared is not None:
             render(compared.differences, output)
     if copies:
-        names = ", ".join(c["file"] for c in copies)
+        names = ", ".join(c.name for c in report.damaged_copies)
         stderr_console().print(
             f"warning: {plural(len(copies), 'damaged copy', 'damaged copies')} beside the store ({names}): "
             f"{DAMAGED_COPIES}",

@@ -130,12 +130,15 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
         rows = await progress(admin, group, topic=topic, lag_over=None)
     except NotFoundError as exc:
         return Verdict("lag", State.UNKNOWN, str(exc))
-    total = sum(r.lag for r in rows)
-    worst_queue = max(rows, key=lambda r: r.lag, default=None)
+    total = sum(r.lag or 0 for r in rows)
+    worst_queue = max(rows, key=lambda r: r.lag or 0, default=None)
     where = f" topic {topic}" if topic else ""
     summary = f"group {group}{where} lag {total}"
     if worst_queue is not None and worst_queue.lag:
         summary += f" (most on {worst_queue.topic} {worst_queue.broker_name}:{worst_queue.queue_id}: {worst_queue.lag})"
+    uncounted = sum(r.lag is None for r in rows)
+    if uncounted:  # where consumeFromWhere decides the start, there is no lag to count (group progress)
+        summary += f"; {plural(uncounted, 'queue')} never committed on, not counted"
     perf = [Perf("lag", total, "", warn, crit, 0), Perf("queues", len(rows), "", min=0)]
     return Verdict("lag", threshold(total, warn, crit), summary, perf)
 

@@ -235,7 +235,7 @@ class GroupScreen(Screen[None]):
             title.update(Text(_shown(f"Group {self.group} — error: {translate(exc)}  (Esc back, r retry)")))
             return
         self.detail = detail
-        lag = sum(q.lag for q in detail.queues)
+        lag = sum(q.lag or 0 for q in detail.queues)
         title.update(
             Text(
                 _shown(

@@ -130,8 +130,8 @@ class QueueOffset:
     broker: str
     queue_id: int
     max_offset: int
-    consumer_offset: int
-    lag: int
+    consumer_offset: int | None  # None: never committed on (group progress)
+    lag: int | None  # None: where the consumer starts is its consumeFromWhere's
     client_id: str | None
 
 

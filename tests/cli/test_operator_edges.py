@@ -3,6 +3,7 @@ the form the others use (flags named in errors, exact integers, nothing committe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,8 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def mq(cli: RunCli, daemons: LocalCluster) -> RunCli:
-    def run(*args: str) -> CliResult:
-        return cli(*args, env={"NAMESRV_ADDR": daemons.namesrv_addr})
-
-    return run  # type: ignore[return-value]
+    """``cli`` pointed at the module's NameServer."""
+    return functools.partial(cli, env={"NAMESRV_ADDR": daemons.namesrv_addr})
 
 
 def cells(table: str) -> list[list[str]]:
