@@ -154,6 +154,19 @@ async def _queues(admin: Admin, group: str, topic: str, *, reads: bool = False) 
     return rows
 
 
+async def _committed_queues(admin: Admin, group: str, topic: str) -> list[PlanRow]:
+    """:func:`_queues` with no ``consumer_offset`` where the group never committed: the 0 a young queue's
+    broker answers for it is where a consumer starts, not an offset the plan would move from."""
+    rows = await _queues(admin, group, topic)
+    fresh = await never_committed(
+        admin, group, [(r.broker_addr, r.topic, r.queue_id) for r in rows if r.consumer_offset == 0]
+    )
+    for row in rows:
+        if (row.broker_addr, row.topic, row.queue_id) in fresh:
+            row.consumer_offset = None
+    return rows
+
+
 def _clamp(value: int, row: PlanRow) -> int:
     return max(row.min_offset, min(value, row.max_offset))
 
@@ -167,7 +180,7 @@ async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> lis
     A plan file (``--from-file``) must be this command's plan: its kind, group, topic and cluster are
     checked, and it must name at least one of the topic's queues (else UsageError, exit 2).
     """
-    rows = await _queues(admin, group, topic)
+    rows = await _committed_queues(admin, group, topic)
     from_file: dict[tuple[str, int], int] = {}
     if target.kind == "file" and target.plan_file:
         from_file, _ = _read_plan(target.plan_file, group, topic, await _clusters(admin, rows))
@@ -175,7 +188,7 @@ async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> lis
             raise UsageError(f"plan file {target.plan_file} matches no queue of topic {topic!r}")
     copied: dict[tuple[str, int], int] = {}
     if target.kind == "group" and target.source:
-        source = await _queues(admin, target.source, topic)
+        source = await _committed_queues(admin, target.source, topic)
         if not await _group_known(admin, target.source, source, sorted({r.broker_addr for r in source})):
             raise _unknown(target.source, topic, hint="--from-group names the group whose offsets are copied")
         copied = {

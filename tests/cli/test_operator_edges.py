@@ -268,3 +268,14 @@ def test_store_cq_show_of_a_missing_queue_names_the_queues_there(
     result = mq("store", "cq", "show", "--store", store_dir(daemons), "-t", TOPIC, "-q", "5")
     assert result.code == 3, result
     assert "(its queues here: 0" in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_a_reset_plan_says_nothing_is_committed_where_nothing_is(mq: RunCli, lagging: str) -> None:
+    """The plan's current offset of a queue never committed on read 0, as offset show did."""
+    plan = mq("offset", "reset", "-g", lagging, "-t", LAG_TOPIC, "--to-latest", "-o", "json").json()
+    assert [(q["queue_id"], q["consumer_offset"], q["new"]) for q in plan["queues"]] == [
+        (0, 0, FIRST),
+        (1, None, SECOND),
+    ]
+    assert [q["change"] for q in plan["queues"]] == [FIRST, SECOND]
