@@ -460,6 +460,7 @@ def tail(
     from mqctl.timespec import iso, parse_time
 
     since_ms = until_ms = None
+    said: str | None = None  # the window, said once the topic's queues are found (not before its error)
     if since is not None or until is not None:
         if group is not None:
             raise UsageError("--since/--until read by store time: not with -g (the group's offsets)")
@@ -477,7 +478,6 @@ def tail(
             if since is None and source is click.core.ParameterSource.DEFAULT:
                 start = "earliest"  # everything stored until TIME
             said = window.describe()
-        stderr_console().print(f"window: {said} (store time, UTC)", style="dim", markup=False)
 
     set_raw(raw)
     target = cluster_target()
@@ -486,6 +486,8 @@ def tail(
     console = stderr_console()
 
     def started(queues: int) -> None:
+        if said is not None:
+            console.print(f"window: {said} (store time, UTC)", style="dim", markup=False)
         console.print(
             f"tailing {topic}: {plural(queues, 'queue')}{'' if exit_at_end else ', Ctrl-C to stop'}",
             style="dim",

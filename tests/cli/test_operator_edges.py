@@ -279,3 +279,19 @@ def test_a_reset_plan_says_nothing_is_committed_where_nothing_is(mq: RunCli, lag
         (1, None, SECOND),
     ]
     assert [q["change"] for q in plan["queues"]] == [FIRST, SECOND]
+
+
+def test_tail_of_a_missing_topic_with_a_window_prints_one_line(mq: RunCli) -> None:
+    """``msg tail -t Missing --since -1h`` printed its window, then the error: two lines for one failure."""
+    result = mq("msg", "tail", "-t", "NoSuchTopic", "--since", "-1h")
+    assert result.code == 3, result
+    assert result.stderr.splitlines() == [
+        "mqctl: error: topic 'NoSuchTopic' not found (see 'mqctl topic list')"
+    ]
+
+
+def test_tail_with_a_window_still_says_it(mq: RunCli, keyed: str) -> None:
+    del keyed
+    result = mq("msg", "tail", "-t", TOPIC, "--since", "-1h", "--until", "now", "-o", "json")
+    assert result.code == 0, result
+    assert result.stderr.startswith("window: ") and "tailing " + TOPIC in result.stderr, result.stderr
