@@ -15,7 +15,8 @@ from daemon.remoting.client import RemotingClient
 from store.message import Message
 from store.results import PutMessageStatus, PutResult
 from tests.dledger.test_pop_revive_read import leader_of_one
-from tests.support.pop import PopClient
+from tests.support.broker import BrokerClient
+from tests.support.pop import PopClient, Popped
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -35,6 +36,15 @@ def copies(broker: Broker) -> int:
     return sum(broker.store.get_max_offset(RETRY, q) for q in range(config.write_queue_nums))
 
 
+async def lend_one(on: BrokerClient) -> tuple[PopClient, Popped]:
+    """One message sent and popped for a second: its revive begins a second later."""
+    await on.create_topic(T, 1)
+    assert (await on.send(T, b"m0", queue_id=0)).code == 0
+    consumer = PopClient(on, G)
+    [lent] = await consumer.pop(T, max_nums=1, invisible_ms=1_000)
+    return consumer, lent
+
+
 async def test_a_revive_retried_after_its_copy_was_not_seen_held_puts_no_second_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -43,10 +53,7 @@ async def test_a_revive_retried_after_its_copy_was_not_seen_held_puts_no_second_
     copy again; a second put was a second copy, lent to another consumer beside the first (5.x's revive
     counts a copy once it is appended)."""
     async with RemotingClient() as client, leader_of_one(tmp_path, client) as (broker, on):
-        await on.create_topic(T, 1)
-        assert (await on.send(T, b"m0", queue_id=0)).code == 0
-        consumer = PopClient(on, G)
-        [lent] = await consumer.pop(T, max_nums=1, invisible_ms=1_000)
+        consumer, lent = await lend_one(on)
         put = broker.put
         puts: list[str] = []
 
@@ -74,10 +81,7 @@ async def test_a_lending_whose_revive_began_is_neither_changed_nor_acked(
     ack answered OK would be followed by the copy's delivery. Both are answered NO_MESSAGE, as for a
     lending that expired into a redelivery."""
     async with RemotingClient() as client, leader_of_one(tmp_path, client) as (broker, on):
-        await on.create_topic(T, 1)
-        assert (await on.send(T, b"m0", queue_id=0)).code == 0
-        consumer = PopClient(on, G)
-        [lent] = await consumer.pop(T, max_nums=1, invisible_ms=1_000)
+        consumer, lent = await lend_one(on)
         put = broker.put
         waiting = asyncio.Event()
         release = asyncio.Event()
