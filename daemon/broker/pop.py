@@ -572,6 +572,9 @@ class PopService:
         #: Lendings acked this turn of the loop, logged at its end (see log_acks), and the future of that.
         self._ending: list[InFlight] = []
         self._acking: asyncio.Future[None] | None = None
+        #: The queue offsets of lendings acked here whose ack records the quorum does not hold yet: the
+        #: watermark stays below them (a follower takes the offset table; the ack may still fail).
+        self._unheld: dict[_QueueKey, collections.Counter[int]] = {}
         self._logging: set[asyncio.Task[None]] = set()  # (the loop keeps only weak references to tasks)
         #: Whether this broker lends (DLedger: a member not leading answers every handle NO_MESSAGE).
         self._serving = False
@@ -622,6 +625,7 @@ class PopService:
         self._marks.clear()
         self._lent.clear()
         self._acked.clear()
+        self._unheld.clear()
         self._logged.clear()
         self._moved.clear()
         self._copies.clear()
@@ -841,6 +845,8 @@ class PopService:
         """End the lending here; returns it, for :meth:`log_acks` (the handle as text, or decoded: a batch
         ack's, built from its fields)."""
         r = self._current(group, topic, receipt_handle)
+        if self.replicated:  # (before the watermark moves: it waits for the record, see log_acks)
+            self._unheld.setdefault(r.queue_key, collections.Counter())[r.queue_offset] += 1
         self._finish(r)
         return r
 
@@ -848,7 +854,12 @@ class PopService:
         """Log the ends of lendings acked here (:meth:`ack_one`): None outside a DLedger group, else a
         future done once the group's quorum holds their records (raising :class:`PopError` when it does
         not). The acks of one turn of the loop (the requests read together) are logged together at its
-        end, merged per queue and pop (:meth:`ack_records`); each caller awaits its own shield of it."""
+        end, merged per queue and pop (:meth:`ack_records`); each caller awaits its own shield of it.
+
+        The offset table's watermark passes an acked message only once its record is held, as a send
+        answers SEND_OK only then: the other members take the table from this one, and one elected
+        lends again from it. An ack not held (its client told it failed) puts the lending back: the
+        message is lent again when it runs out, here or by the next leader."""
         if not self.replicated or not ended:
             return None
         if self._acking is None:
@@ -867,6 +878,7 @@ class PopService:
 
         def settle(task: asyncio.Task[None]) -> None:
             self._logging.discard(task)
+            self._settle_acks(ended, held=not task.cancelled() and task.exception() is None)
             if task.cancelled():
                 done.set_exception(PopError(ResponseCode.SYSTEM_ERROR, "the acks were not logged: stopped"))
             elif (exc := task.exception()) is not None:
@@ -876,6 +888,30 @@ class PopService:
             done.exception()  # retrieved: a caller gone (its connection closed) leaves no warning
 
         task.add_done_callback(settle)
+
+    def _settle_acks(self, ended: list[InFlight], *, held: bool) -> None:
+        """The acks' records held or not: their watermarks move on, or the lendings are back (unless this
+        member stopped lending meanwhile, or the same message was lent again)."""
+        queues = set()
+        lines = []
+        for r in ended:
+            unheld = self._unheld.get(r.queue_key)
+            if unheld is None or unheld[r.queue_offset] <= 0:
+                continue  # (taken over since: nothing of this lending is left here)
+            unheld[r.queue_offset] -= 1
+            if unheld[r.queue_offset] <= 0:
+                del unheld[r.queue_offset]
+                if not unheld:
+                    del self._unheld[r.queue_key]
+            queues.add(r.queue_key)
+            if not held and self._serving and r.key not in self.records:
+                self._acked.get(r.queue_key, set()).discard(r.queue_offset)
+                self._add(r)
+                lines.append(record_line(r))
+        for queue in queues:
+            self._mark(queue, lines)
+        if lines:
+            self.journal.append(lines)
 
     def ack_records(self, ended: list[InFlight]) -> list[Logged]:
         """The revive records of lendings ended by acks, for :meth:`hold` (none outside a DLedger group):
@@ -1386,9 +1422,13 @@ class PopService:
     # ------------------------------------------------------------------ the ack watermark
 
     def _watermark(self, queue: _QueueKey) -> int:
-        """The lowest offset of the queue still lent out, or its next pop offset when none is: the group
-        has every message below it acked (or revived into the retry topic, or sent to the DLQ)."""
+        """The lowest offset of the queue still lent out (or acked, its record not held yet), or its next
+        pop offset when none is: the group has every message below it acked (or revived into the retry
+        topic, or sent to the DLQ)."""
         nxt = self._next[queue]
+        unheld = self._unheld.get(queue)
+        if unheld:  # (an ack whose record is not held yet: as if still lent)
+            nxt = min(nxt, min(unheld))
         lent = self._lent.get(queue)
         group, topic, queue_id = queue
         while lent and (group, topic, queue_id, lent[0]) not in self.records:
