@@ -912,6 +912,8 @@ class PopService:
             self._mark(queue, lines)
         if lines:
             self.journal.append(lines)
+        if held and queues:  # the records the watermarks passed now: the revive offset passes them too
+            self._compact_log()
 
     def ack_records(self, ended: list[InFlight]) -> list[Logged]:
         """The revive records of lendings ended by acks, for :meth:`hold` (none outside a DLedger group):
