@@ -574,7 +574,7 @@ class PopService:
         self._acking: asyncio.Future[None] | None = None
         #: The queue offsets of lendings acked here whose ack records the quorum does not hold yet: the
         #: watermark stays below them (a follower takes the offset table; the ack may still fail).
-        self._unheld: dict[_QueueKey, collections.Counter[int]] = {}
+        self._acks_unheld: dict[_QueueKey, collections.Counter[int]] = {}
         self._logging: set[asyncio.Task[None]] = set()  # (the loop keeps only weak references to tasks)
         #: Whether this broker lends (DLedger: a member not leading answers every handle NO_MESSAGE).
         self._serving = False
@@ -625,7 +625,7 @@ class PopService:
         self._marks.clear()
         self._lent.clear()
         self._acked.clear()
-        self._unheld.clear()
+        self._acks_unheld.clear()
         self._logged.clear()
         self._moved.clear()
         self._copies.clear()
@@ -846,7 +846,7 @@ class PopService:
         ack's, built from its fields)."""
         r = self._current(group, topic, receipt_handle)
         if self.replicated:  # (before the watermark moves: it waits for the record, see log_acks)
-            self._unheld.setdefault(r.queue_key, collections.Counter())[r.queue_offset] += 1
+            self._acks_unheld.setdefault(r.queue_key, collections.Counter())[r.queue_offset] += 1
         self._finish(r)
         return r
 
@@ -895,14 +895,14 @@ class PopService:
         queues = set()
         lines = []
         for r in ended:
-            unheld = self._unheld.get(r.queue_key)
+            unheld = self._acks_unheld.get(r.queue_key)
             if unheld is None or unheld[r.queue_offset] <= 0:
                 continue  # (taken over since: nothing of this lending is left here)
             unheld[r.queue_offset] -= 1
             if unheld[r.queue_offset] <= 0:
                 del unheld[r.queue_offset]
                 if not unheld:
-                    del self._unheld[r.queue_key]
+                    del self._acks_unheld[r.queue_key]
             queues.add(r.queue_key)
             if not held and self._serving and r.key not in self.records:
                 self._acked.get(r.queue_key, set()).discard(r.queue_offset)
@@ -1428,7 +1428,7 @@ class PopService:
         pop offset when none is: the group has every message below it acked (or revived into the retry
         topic, or sent to the DLQ)."""
         nxt = self._next[queue]
-        unheld = self._unheld.get(queue)
+        unheld = self._acks_unheld.get(queue)
         if unheld:  # (an ack whose record is not held yet: as if still lent)
             nxt = min(nxt, min(unheld))
         lent = self._lent.get(queue)
