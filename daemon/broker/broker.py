@@ -950,7 +950,9 @@ class Broker:
         return found[0] if len(found) == 1 else None
 
     async def sync_from_master(self) -> list[str]:
-        """A slave's metadata sync now (also run at start and every 10 s); returns what changed."""
+        """A slave's metadata sync now (also run at start and every 10 s); returns what changed. A DLedger
+        member stops taking it in once elected: its config says slave until it is made master, and its POP
+        lends again from its own offset table from the moment it takes over (see ``sync_metadata``)."""
         if self.master_addr is None:
             return []
         asked: dict[str, TopicConfig] = {}  # the configs derived when the master's topic table was asked for
@@ -960,7 +962,12 @@ class Broker:
                 asked.update(self._derived_topics)
 
         changed = await sync_metadata(
-            self.client, self.master_addr, self.store.configs, self.slave_commits, asking=asking
+            self.client,
+            self.master_addr,
+            self.store.configs,
+            self.slave_commits,
+            asking=asking,
+            may_apply=self._not_leading,
         )
         if changed:
             log.info("synced %s from master %s", ", ".join(changed), self.master_addr)
@@ -977,6 +984,10 @@ class Broker:
                 self.topics.file.persist()
             self._derived_topics = {t: c for t, c in derived.items() if self.topics.get(t) is c}
         return changed
+
+    def _not_leading(self) -> bool:
+        """Whether this broker's DLedger member does not lead (a member elected may still say slave)."""
+        return self.dledger is None or not self.dledger.node.is_leader
 
     def _note_replicated(self, topic: str, queue_id: int, _max_offset: int) -> None:
         """(The dispatch thread's arrival listener on a slave.) A queue of a topic this slave has no config
@@ -1014,7 +1025,7 @@ class Broker:
     async def _metadata_sync_loop(self) -> None:
         while True:
             try:
-                if is_slave(self.config):  # (DLedger mode: only while not elected)
+                if is_slave(self.config) and self._not_leading():  # (DLedger mode: while not elected)
                     if self.master_addr is None and self.dledger is not None:
                         # a registration answered while no master was listed (a leader stepping down,
                         # elected again) names none, and the next one is a period (30 s) away

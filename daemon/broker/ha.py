@@ -1779,6 +1779,7 @@ async def sync_metadata(
     slave_commits: dict[tuple[str, str, int], int] | None = None,
     *,
     asking: Callable[[int], None] | None = None,
+    may_apply: Callable[[], bool] | None = None,
 ) -> list[str]:
     """4.9.8 ``SlaveSynchronize.syncAll``: topic configs (21), consumer offsets (43), delay offsets (45)
     and subscription groups (201) from the master, each persisted when it changed. Returns what changed.
@@ -1795,6 +1796,12 @@ async def sync_metadata(
 
     ``asking(code)`` is called right before each request: what the slave holds then is what the answer
     may already know of.
+
+    ``may_apply()`` is asked right before each table is taken in (nothing awaited between): once it says
+    no, the sync stops there. A DLedger member elected meanwhile must take nothing more from the member it
+    synced from, which may be a deposed leader still answering: its offset table can carry a POP ack that
+    the quorum never held, and the new leader, which lends again from its own table, would skip the
+    message that ack failed for.
     """
     changed: list[str] = []
     steps: list[tuple[int, JsonConfigFile]] = [
@@ -1820,6 +1827,11 @@ async def sync_metadata(
             data = fastjson.loads(response.body)
             if slave_commits and isinstance(manager, ConsumerOffsetManager):
                 await _hand_on_commits(client, master_addr, data, slave_commits)
+            if may_apply is not None and not may_apply():
+                log.info(
+                    "slave metadata sync from %s stopped: this member may no longer take it", master_addr
+                )
+                return changed
             if not _apply(manager, data):
                 continue
         except (ValueError, TypeError, AttributeError) as exc:

@@ -76,7 +76,7 @@ from store.message import (
     StoredMessage,
 )
 from store.names import RETRY_GROUP_TOPIC_PREFIX, REVIVE_GROUP, REVIVE_TOPIC_PREFIX, dlq_topic, retry_topic
-from store.results import GetMessageStatus, SelectedMessage
+from store.results import GetMessageStatus, PutMessageStatus, PutResult, SelectedMessage
 from store.words import plural
 
 if TYPE_CHECKING:
@@ -88,7 +88,6 @@ if TYPE_CHECKING:
     from daemon.protect import Peer
     from store.api import MessageStore
     from store.config_files import ConsumerOffsetManager
-    from store.results import PutResult
 
 log = logging.getLogger(__name__)
 
@@ -573,12 +572,19 @@ class PopService:
         #: Lendings acked this turn of the loop, logged at its end (see log_acks), and the future of that.
         self._ending: list[InFlight] = []
         self._acking: asyncio.Future[None] | None = None
+        #: The queue offsets of lendings acked here whose ack records the quorum does not hold yet: the
+        #: watermark stays below them (a follower takes the offset table; the ack may still fail).
+        self._acks_unheld: dict[_QueueKey, collections.Counter[int]] = {}
         self._logging: set[asyncio.Task[None]] = set()  # (the loop keeps only weak references to tasks)
         #: Whether this broker lends (DLedger: a member not leading answers every handle NO_MESSAGE).
         self._serving = False
         #: Copies an earlier leader logged the end of a lending for (see _make_copies): (the record's
         #: CommitLog offset, its store time, the group, the copy).
         self._copies: list[tuple[int, int, str, Copied]] = []
+        #: Lendings whose end a revive (or a send to the DLQ) began: their handles change and ack nothing
+        #: more. The value is the CommitLog offset of the copy it appended and did not see held (its wait
+        #: for a DLedger quorum ran out), -1 before: a retry waits for that copy, never puts another.
+        self._reviving: dict[_Key, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -619,9 +625,11 @@ class PopService:
         self._marks.clear()
         self._lent.clear()
         self._acked.clear()
+        self._acks_unheld.clear()
         self._logged.clear()
         self._moved.clear()
         self._copies.clear()
+        self._reviving.clear()
         self._held_end = 0
         try:
             if self.journal.exists:
@@ -837,6 +845,8 @@ class PopService:
         """End the lending here; returns it, for :meth:`log_acks` (the handle as text, or decoded: a batch
         ack's, built from its fields)."""
         r = self._current(group, topic, receipt_handle)
+        if self.replicated:  # (before the watermark moves: it waits for the record, see log_acks)
+            self._acks_unheld.setdefault(r.queue_key, collections.Counter())[r.queue_offset] += 1
         self._finish(r)
         return r
 
@@ -844,7 +854,12 @@ class PopService:
         """Log the ends of lendings acked here (:meth:`ack_one`): None outside a DLedger group, else a
         future done once the group's quorum holds their records (raising :class:`PopError` when it does
         not). The acks of one turn of the loop (the requests read together) are logged together at its
-        end, merged per queue and pop (:meth:`ack_records`); each caller awaits its own shield of it."""
+        end, merged per queue and pop (:meth:`ack_records`); each caller awaits its own shield of it.
+
+        The offset table's watermark passes an acked message only once its record is held, as a send
+        answers SEND_OK only then: the other members take the table from this one, and one elected
+        lends again from it. An ack not held (its client told it failed) puts the lending back: the
+        message is lent again when it runs out, here or by the next leader."""
         if not self.replicated or not ended:
             return None
         if self._acking is None:
@@ -863,6 +878,7 @@ class PopService:
 
         def settle(task: asyncio.Task[None]) -> None:
             self._logging.discard(task)
+            self._settle_acks(ended, held=not task.cancelled() and task.exception() is None)
             if task.cancelled():
                 done.set_exception(PopError(ResponseCode.SYSTEM_ERROR, "the acks were not logged: stopped"))
             elif (exc := task.exception()) is not None:
@@ -872,6 +888,32 @@ class PopService:
             done.exception()  # retrieved: a caller gone (its connection closed) leaves no warning
 
         task.add_done_callback(settle)
+
+    def _settle_acks(self, ended: list[InFlight], *, held: bool) -> None:
+        """The acks' records held or not: their watermarks move on, or the lendings are back (unless this
+        member stopped lending meanwhile, or the same message was lent again)."""
+        queues = set()
+        lines = []
+        for r in ended:
+            unheld = self._acks_unheld.get(r.queue_key)
+            if unheld is None or unheld[r.queue_offset] <= 0:
+                continue  # (taken over since: nothing of this lending is left here)
+            unheld[r.queue_offset] -= 1
+            if unheld[r.queue_offset] <= 0:
+                del unheld[r.queue_offset]
+                if not unheld:
+                    del self._acks_unheld[r.queue_key]
+            queues.add(r.queue_key)
+            if not held and self._serving and r.key not in self.records:
+                self._acked.get(r.queue_key, set()).discard(r.queue_offset)
+                self._add(r)
+                lines.append(record_line(r))
+        for queue in queues:
+            self._mark(queue, lines)
+        if lines:
+            self.journal.append(lines)
+        if held and queues:  # the records the watermarks passed now: the revive offset passes them too
+            self._compact_log()
 
     def ack_records(self, ended: list[InFlight]) -> list[Logged]:
         """The revive records of lendings ended by acks, for :meth:`hold` (none outside a DLedger group):
@@ -1063,8 +1105,13 @@ class PopService:
         if self.replicated and not self._serving:  # a member not leading (or still taking over)
             raise PopError(NO_MESSAGE, "receipt handle is no longer valid (this member does not lend)")
         real = topic if h.topic_type == NORMAL_TOPIC else retry_topic(group)
-        record = self.records.get((group, real, h.queue_id, h.queue_offset))
-        if record is None or (record.pop_time, record.invisible_ms) != (h.pop_time, h.invisible_ms):
+        key = (group, real, h.queue_id, h.queue_offset)
+        record = self.records.get(key)
+        if (
+            record is None
+            or (record.pop_time, record.invisible_ms) != (h.pop_time, h.invisible_ms)
+            or key in self._reviving  # (its copy on its way: a change or an ack would not stop it)
+        ):
             raise PopError(NO_MESSAGE, "receipt handle is no longer valid (acked, changed or redelivered)")
         if record.fifo and record.visible_at <= _now_ms():
             raise PopError(NO_MESSAGE, "invisible time expired")
@@ -1249,7 +1296,8 @@ class PopService:
         lent: list[InFlight],
     ) -> list[PoppedMessage]:
         """A FIFO queue whose lent messages expired: the same ones again, in order, one attempt more
-        (those past the group's retry limit into ``dead``, for the DLQ)."""
+        (those past the group's retry limit into ``dead``, for the DLQ, and so those whose copy into it
+        was begun: see :meth:`_reput`)."""
         out = []
         for r in sorted(held.values(), key=lambda r: r.queue_offset):
             r.attempt += 1
@@ -1258,7 +1306,7 @@ class PopService:
             r.attempt_id = ask.attempt_id
             found = self._look(r)
             journal.append(record_line(r))
-            if found is None or r.attempt > self._max_reconsume(r.group) + 1:
+            if found is None or r.attempt > self._max_reconsume(r.group) + 1 or r.key in self._reviving:
                 dead.append(r)
                 continue
             out.append(self._popped(r, found))
@@ -1376,9 +1424,13 @@ class PopService:
     # ------------------------------------------------------------------ the ack watermark
 
     def _watermark(self, queue: _QueueKey) -> int:
-        """The lowest offset of the queue still lent out, or its next pop offset when none is: the group
-        has every message below it acked (or revived into the retry topic, or sent to the DLQ)."""
+        """The lowest offset of the queue still lent out (or acked, its record not held yet), or its next
+        pop offset when none is: the group has every message below it acked (or revived into the retry
+        topic, or sent to the DLQ)."""
         nxt = self._next[queue]
+        unheld = self._acks_unheld.get(queue)
+        if unheld:  # (an ack whose record is not held yet: as if still lent)
+            nxt = min(nxt, min(unheld))
         lent = self._lent.get(queue)
         group, topic, queue_id = queue
         while lent and (group, topic, queue_id, lent[0]) not in self.records:
@@ -1501,23 +1553,44 @@ class PopService:
         only new copy is in a deposed leader's truncated tail. In a DLedger group the end is logged
         first, naming the copy's topic and the message: a member taking over after the record and
         before the copy puts the copy itself, and one taking over after both finds the copy and lends
-        nothing again (logged after the copy, a failover between the two lent it once more)."""
-        pop_time = r.pop_time
-        found = self._look(r)
-        copy = None
-        if found is not None:
-            msg = found.stored
-            if dlq is None:
-                dlq = msg.reconsume_times >= self._max_reconsume(r.group)
-            copy = self._retry_copy(r.group, msg, dlq=dlq)
-        if self.replicated:  # a member taking over must not lend (or revive) it again
-            name = self.broker.config.broker_name
-            end = ack_body(r, name, copy_to=copy.topic if copy is not None else "")
-            await self.hold([self._record(ACK_TAG, r, end)])
-        if copy is not None:
-            self._check_put(copy.topic, await self.broker.put(copy))
-        if self.records.get(r.key) is r and r.pop_time == pop_time:  # (else acked or lent anew meanwhile:
-            self._finish(r)  # the copy is one more delivery, never one less)
+        nothing again (logged after the copy, a failover between the two lent it once more).
+
+        Meanwhile the lending's handle is refused (a change or an ack would not stop the copy). A copy
+        appended and not seen held (the quorum's wait ran out) commits unless this leadership ends, as
+        5.x's revive counts an appended copy done: it stays refused and the retry waits for that copy,
+        where a second put was a second copy, the message lent twice at once."""
+        pop_time, key = r.pop_time, r.key
+        appended = self._reviving.get(key)
+        if appended == -1:  # (the revive loop tries again later)
+            raise PopError(ResponseCode.SYSTEM_ERROR, "its copy is being put already")
+        self._reviving[key] = appended = -1 if appended is None else appended
+        try:
+            found = self._look(r)
+            copy = None
+            if found is not None:
+                msg = found.stored
+                if dlq is None:
+                    dlq = msg.reconsume_times >= self._max_reconsume(r.group)
+                copy = self._retry_copy(r.group, msg, dlq=dlq)
+            if self.replicated and appended < 0:  # a member taking over must not lend (or revive) it again
+                name = self.broker.config.broker_name
+                end = ack_body(r, name, copy_to=copy.topic if copy is not None else "")
+                await self.hold([self._record(ACK_TAG, r, end)])
+            if copy is not None:
+                if appended >= 0:
+                    result = await self.broker.held(PutResult(PutMessageStatus.PUT_OK, appended))
+                else:
+                    result = await self.broker.put(copy)
+                    if not result.ok and result.phys_offset >= 0 and self.records.get(key) is r:
+                        self._reviving[key] = result.phys_offset
+                self._check_put(copy.topic, result)
+            if self.records.get(key) is r and r.pop_time == pop_time:  # (else taken over or lent anew
+                # meanwhile: the copy is one more delivery, never one less)
+                self._finish(r)
+                self._reviving.pop(key, None)
+        finally:
+            if self._reviving.get(key) == -1:  # nothing appended: the handle as it was
+                del self._reviving[key]
 
     async def _make_copies(self) -> None:
         """The copies earlier leaders logged the end of a lending for, put where they are missing. One

@@ -18,7 +18,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +163,7 @@ def consume(app: App, consumer: Any, name: str, fifo: bool) -> None:
         batch = []
         for m in got or []:
             d = Delivery(name, m.message_id, m.body.decode(), start, end, INVISIBLE_S, call)
+            d.handle, d.via = m.receipt_handle, str(m.endpoints)
             batch.append((d, m))
         with app.lock:
             app.deliveries += [d for d, _ in batch]
@@ -192,6 +193,25 @@ def consume(app: App, consumer: Any, name: str, fifo: bool) -> None:
                 app.error("ack")
                 if fifo:
                     break
+
+
+def unsettled(app: App, expected: set[str], faults: list[float]) -> str:
+    """What a drain that stopped shrinking left: the messages not acked (the oldest first), each with
+    when it was sent and its last lending, and the errors the application met."""
+    with app.lock:
+        missing = lost(expected, app.deliveries, faults, CALL_TIMEOUT_S)
+        seen = {d.body: d for d in app.deliveries}
+    sent_at = dict(app.sent_at)  # (a send may still be ending)
+    lines = [
+        f"{len(missing)} of {len(expected)} sent and not acked at {time.time():.1f}, the last sent"
+        f" at {max(sent_at.values()):.1f}; errors {app.errors}"
+    ]
+    lines += [f"last {what}: {text}" for what, text in app.last_errors.items()]
+    for body in sorted(missing, key=lambda b: sent_at.get(b, 0))[:30]:  # the oldest first
+        d = seen.get(body)
+        sent = f"sent at {sent_at.get(body, 0):.1f}, "
+        lines.append(f"{body}: {sent}" + (f"last lent {d}" if d else "never received"))
+    return "\n".join(lines)
 
 
 async def drained(app: App, expected: set[str], faults: list[float], unsettled: Callable[[], str]) -> None:
@@ -230,11 +250,11 @@ async def groups_everywhere(client: Any, data: Path, on: BrokerClient) -> None:
     await wait_until(held, 60)
 
 
-def takeovers(data: Path) -> list[tuple[float, str]]:
+def takeovers(stores: Iterable[Path]) -> list[tuple[float, str]]:
     """Each leader's start, from its term record in the members' stores (read once they stopped): when it
     was stored, and what it says."""
     terms: dict[str, float] = {}
-    for root in sorted(data.glob("store-broker-a-n*")):
+    for root in stores:
         for _offset, raw in raw_records(layout(root)):
             m = decode_record(raw, check_crc=False, inflate=False)
             if m.topic == DLEDGER_TERM_TOPIC:
@@ -363,23 +383,7 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
             print(f"faults at {faults}, sending stopped at {time.time():.1f}")
             expected = set(app.sent) | set(app.committed)
 
-            def unsettled() -> str:
-                with app.lock:
-                    missing = lost(expected, app.deliveries, faults, CALL_TIMEOUT_S)
-                    seen = {d.body: d for d in app.deliveries}
-                sent_at = dict(app.sent_at)  # (a send may still be ending)
-                lines = [
-                    f"{len(missing)} of {len(expected)} sent and not acked at {time.time():.1f}, the last sent"
-                    f" at {max(sent_at.values()):.1f}; errors {app.errors}"
-                ]
-                lines += [f"last {what}: {text}" for what, text in app.last_errors.items()]
-                for body in sorted(missing, key=lambda b: sent_at.get(b, 0))[:30]:  # the oldest first
-                    d = seen.get(body)
-                    sent = f"sent at {sent_at.get(body, 0):.1f}, "
-                    lines.append(f"{body}: {sent}" + (f"last lent {d}" if d else "never received"))
-                return "\n".join(lines)
-
-            await drained(app, expected, faults, unsettled)
+            await drained(app, expected, faults, lambda: unsettled(app, expected, faults))
             await asyncio.sleep(INVISIBLE_S + 5)  # what should not come back, were it to come
         finally:
             await asyncio.to_thread(running.stop)
@@ -390,7 +394,7 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
         timed = [b.decode() for q in (0, 1) for b in await pull_all(BrokerClient(leader, client), TIMED, q)]
     # every leader's start: a change the faults did not make (a member's loop held past its followers'
     # patience on a busy host) lends a normal message again as a fault's does
-    terms = takeovers(data)
+    terms = takeovers(sorted(data.glob("store-broker-a-n*")))
 
     print("terms:", ", ".join(f"{term} at {at:.1f}" for at, term in terms))
     check_app(app, faults, timed, f"leaders {first} {second} {third}", [at for at, _ in terms])

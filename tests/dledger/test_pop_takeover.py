@@ -21,6 +21,7 @@ from daemon.broker.broker import Broker
 from daemon.broker.pop import PopError, PopService
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import ResponseCode
+from store.commitlog import PutMessageStatus
 from store.message import Message
 from store.names import REVIVE_GROUP
 from store.results import PutResult
@@ -269,3 +270,49 @@ async def test_a_pop_reads_on_past_the_messages_acked_on_an_earlier_leader(
 
         got = await consumer.pop(T, queue_id=0, max_nums=4, invisible_ms=60_000, poll_ms=1000)
         assert [p.body for p in got] == [b"m40", b"m41", b"m42", b"m43"]
+
+
+@pytest.mark.slow
+async def test_an_ack_moves_the_offset_table_only_once_held_and_one_not_held_is_lent_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower takes the leader's offset table, and lends again from it when elected: the watermark
+    passes an acked message only once the quorum holds the ack's record. An ack not held (a cut off
+    leader's: its client told it failed) leaves the table below the message (a member taking over with
+    it lends the message again), and the lending stands: lent again when it runs out."""
+    async with RemotingClient() as client, leader_of_one(tmp_path, client) as (broker, on):
+        consumer = await sent(on, 2)
+        lent = await consumer.pop(T, queue_id=0, max_nums=2, invisible_ms=2000)
+        assert [p.body for p in lent] == [b"m0", b"m1"]
+        assert (await consumer.ack(T, lent[1])).code == ResponseCode.SUCCESS
+        held = broker.held
+        asked: list[PutResult] = []
+        cut_off = asyncio.Event()
+
+        async def not_held(result: PutResult) -> PutResult:
+            asked.append(result)
+            await cut_off.wait()
+            return PutResult(PutMessageStatus.OS_PAGECACHE_BUSY)
+
+        monkeypatch.setattr(broker, "held", not_held)
+        acking = asyncio.ensure_future(consumer.ack(T, lent[0]))
+        await wait_until(lambda: bool(asked))
+        assert broker.offsets.query_offset(G, T, 0) == 0  # what a follower takes meanwhile
+        cut_off.set()
+        assert (await acking).code == ResponseCode.SYSTEM_ERROR
+        assert broker.offsets.query_offset(G, T, 0) == 0
+        monkeypatch.setattr(broker, "held", held)
+        again = await pop_until_any(consumer, 20)
+        assert [p.body for p in again] == [b"m0"]  # lent again when it runs out
+        assert (await consumer.ack(T, again[0])).code == ResponseCode.SUCCESS
+        await wait_until(lambda: broker.offsets.query_offset(G, T, 0) == 2)
+
+
+async def pop_until_any(consumer: PopClient, seconds: float) -> list[Popped]:
+    """Pops of topic T (and its retry topic) until one lends something (or `seconds` passed)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = await consumer.pop(T, max_nums=32, invisible_ms=60_000, poll_ms=500)
+        if got:
+            return got
+    return []

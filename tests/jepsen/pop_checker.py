@@ -4,7 +4,8 @@ Producer sends): what a message queue owes an application across faults, as 5.x 
 Times are the client's, read before a call (``start``) and after it returned (``end``): a lending made
 by a receive began no sooner than the receive's start, so it lasts at least until that start plus its
 invisible duration (or a change's start plus the new duration, a change answered OK), unless an ack of
-it was tried before."""
+it was tried before. A receipt handle recorded with a delivery tells the broker's own time of the lending
+(its popTime, on the same host's clock): the lending runs from the later of the two."""
 
 from __future__ import annotations
 
@@ -27,12 +28,24 @@ class Delivery:
     call: int
     acks: list[tuple[float, bool]] = field(default_factory=list)
     changes: list[tuple[float, bool, float]] = field(default_factory=list)
+    #: The receipt handle the broker gave (``""``: not recorded), and the front that answered.
+    handle: str = ""
+    via: str = ""
+
+    @property
+    def pop_time(self) -> float | None:
+        """When the broker lent it: the handle's popTime (its second field, ms), None without one."""
+        fields = self.handle.split(" ")
+        try:
+            return int(fields[1]) / 1000 if len(fields) >= 8 else None
+        except ValueError:
+            return None
 
     @property
     def lent_until(self) -> float:
         """The earliest time the lending can have ended: its duration (a change answered OK starting it
-        again) from the start of the call that set it, or the first ack tried."""
-        until = self.start + self.invisible_s
+        again) from the later of the call's start and the broker's popTime, or the first ack tried."""
+        until = max(self.start, self.pop_time or self.start) + self.invisible_s
         for start, ok, seconds in self.changes:
             if ok:
                 until = max(until, start + seconds)
@@ -60,9 +73,12 @@ def lost(
 
 def lent_twice_at_once(deliveries: Iterable[Delivery], faults: Iterable[float] = ()) -> list[str]:
     """A message returned by another receive while an earlier lending of it still ran: the receive ended
-    before that lending's earliest end. With ``faults`` (the times a leader was killed or paused), a
-    second lending after a fault that struck during the first is allowed (a non-FIFO lending is not
-    logged: the next leader lends it again at once, as 5.x's slave acting master does)."""
+    before that lending's earliest end. With ``faults`` (the times a leader was killed or paused, or a
+    leader's term began), a second lending after a fault that came between the two is allowed (a
+    non-FIFO lending is not logged: the next leader lends it again at once, as 5.x's slave acting master
+    does). Between means after the first lending was made (its popTime when known, else its receive's
+    start) and before the second was (the same): a leader whose term began before the first lending was
+    made does not excuse it, as when a deposed leader lent on beside its successor."""
     by_key: dict[str, list[Delivery]] = {}
     for d in deliveries:
         by_key.setdefault(d.key, []).append(d)
@@ -73,13 +89,20 @@ def lent_twice_at_once(deliveries: Iterable[Delivery], faults: Iterable[float] =
             for later in ds[i + 1 :]:
                 if later.call == first.call or later.end >= first.lent_until:
                     continue
-                if any(first.start <= t <= later.end for t in faults):
+                made, again = first.pop_time or first.start, later.pop_time or later.end
+                if any(made <= t <= again for t in faults):
                     continue
                 found.append(
                     f"{key} ({first.body}): lent to {first.consumer} at {first.start:.1f} until at least "
-                    f"{first.lent_until:.1f}, and to {later.consumer} by {later.end:.1f}"
+                    f"{first.lent_until:.1f}, and to {later.consumer} by {later.end:.1f}{_told(first, later)}"
                 )
     return found
+
+
+def _told(*lendings: Delivery) -> str:
+    """What the broker told of each lending (its handle, the front that answered), when recorded."""
+    told = [f"handle {d.handle!r} via {d.via or '?'}" for d in lendings if d.handle]
+    return f" ({'; '.join(told)})" if told else ""
 
 
 def out_of_order(deliveries: Iterable[Delivery], sequence: dict[str, tuple[str, int]]) -> list[str]:

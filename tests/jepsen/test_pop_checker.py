@@ -31,6 +31,31 @@ def test_a_lending_while_another_runs_is_twice_at_once_unless_a_fault_struck_bet
     assert lent_twice_at_once([first, again]) == []
 
 
+def lent(consumer: str, body: str, start: float, pop_time: float, call: int) -> Delivery:
+    """A delivery with the handle the broker gave (popTime in ms, as 5.x's handle has it)."""
+    d = delivery(consumer, body, start, call)
+    d.end = pop_time + 0.01
+    d.handle = f"0 {round(pop_time * 1000)} 10000 0 0 broker-a 0 7 4096"
+    return d
+
+
+def test_a_lending_runs_from_the_brokers_pop_time_when_its_handle_tells_it() -> None:
+    first = lent("c1", "a", 0, 1.5, 1)  # a long poll: lent 1.5 s into its receive
+    assert first.pop_time == 1.5 and first.lent_until == 11.5
+    assert len(lent_twice_at_once([first, lent("c2", "a", 11, 11.2, 2)])) == 1
+    assert lent_twice_at_once([first, lent("c2", "a", 11, 11.5, 2)]) == []
+
+
+def test_a_leader_start_excuses_a_second_lending_only_between_the_two() -> None:
+    """The next leader lends again what its predecessor lent before it began; a lending made after a
+    leader began, then made again while it ran, is two leaders lending at once, or one lending twice."""
+    first = lent("c1", "a", 0, 1.5, 1)
+    again = lent("c2", "a", 4, 4.1, 2)
+    assert lent_twice_at_once([first, again], faults=[3]) == []
+    found = lent_twice_at_once([first, again], faults=[1])  # began after the receive, before the lending
+    assert len(found) == 1 and "handle '0 1500 10000" in found[0] and "handle '0 4100 10000" in found[0]
+
+
 def test_a_change_answered_ok_lengthens_the_lending() -> None:
     first = delivery("c1", "a", 0, 1)
     first.changes.append((8, True, 30))
