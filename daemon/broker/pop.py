@@ -891,7 +891,7 @@ class PopService:
 
     def _settle_acks(self, ended: list[InFlight], *, held: bool) -> None:
         """The acks' records held or not: their watermarks move on, or the lendings are back (unless this
-        member stopped lending meanwhile, or the same message was lent again)."""
+        member stopped lending meanwhile, the same message was lent again, or it is a FIFO lending)."""
         queues = set()
         lines = []
         for r in ended:
@@ -904,7 +904,9 @@ class PopService:
                 if not unheld:
                     del self._acks_unheld[r.queue_key]
             queues.add(r.queue_key)
-            if not held and self._serving and r.key not in self.records:
+            # (a FIFO lending is not put back: the ack released its queue's order, and the next messages
+            # may be lent already; back, it would come after them and they would be lent twice at once)
+            if not held and self._serving and r.key not in self.records and not r.fifo:
                 self._acked.get(r.queue_key, set()).discard(r.queue_offset)
                 self._add(r)
                 lines.append(record_line(r))

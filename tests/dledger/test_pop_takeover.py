@@ -308,6 +308,39 @@ async def test_an_ack_moves_the_offset_table_only_once_held_and_one_not_held_is_
         await wait_until(lambda: broker.offsets.query_offset(G, T, 0) == 2)
 
 
+@pytest.mark.slow
+async def test_a_fifo_ack_not_held_puts_no_lending_back_behind_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ack released the FIFO queue's order at once and the next message went out while its record
+    waited: an ack not held leaves that lending ended (back, it would come after the next one and lend
+    that one twice)."""
+    async with RemotingClient() as client, leader_of_one(tmp_path, client) as (broker, on):
+        consumer = await sent(on, 2)
+        [first] = await consumer.pop(T, queue_id=0, max_nums=1, order=True, invisible_ms=1000)
+        assert first.body == b"m0"
+        held = broker.held
+        asked: list[PutResult] = []
+        cut_off = asyncio.Event()
+
+        async def not_held(result: PutResult) -> PutResult:  # the ack's wait runs out; the next ones hold
+            if asked:
+                return await held(result)
+            asked.append(result)
+            await cut_off.wait()
+            return PutResult(PutMessageStatus.OS_PAGECACHE_BUSY)
+
+        monkeypatch.setattr(broker, "held", not_held)
+        acking = asyncio.ensure_future(consumer.ack(T, first))
+        await wait_until(lambda: bool(asked))
+        nxt = await pop_until(consumer, 1, 20, invisible_ms=60_000)
+        assert [p.body for p in nxt] == [b"m1"]
+        cut_off.set()
+        assert (await acking).code == ResponseCode.SYSTEM_ERROR
+        await asyncio.sleep(2)  # past m0's lending: had it come back, it would be due
+        assert await consumer.pop(T, queue_id=0, max_nums=32, order=True, poll_ms=500) == []
+
+
 async def pop_until_any(consumer: PopClient, seconds: float) -> list[Popped]:
     """Pops of topic T (and its retry topic) until one lends something (or `seconds` passed)."""
     deadline = time.monotonic() + seconds
