@@ -501,9 +501,12 @@ class Node:
         self._role(term, Role.FOLLOWER)
 
     def _led(self) -> None:
-        """(leaving the leadership) What each follower acknowledged in it, kept for its probes (`seen`)."""
+        """(leaving the leadership) What each follower acknowledged in it, kept for its probes (`seen`): a
+        follower that acknowledged nothing in it (down all along) took no part in the term, and counted as
+        seen in it, it would abstain on its return as if restored from an older copy."""
         for peer, push in self.pushes.items():
-            self._saw(peer, self.m.term, push.water_mark)
+            if push.water_mark >= 0:
+                self._saw(peer, self.m.term, push.water_mark)
 
     def _fail_waiting(self, code: Code) -> None:
         failed = self.failed

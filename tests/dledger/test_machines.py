@@ -1499,6 +1499,16 @@ def test_an_abstaining_member_grants_no_vote_and_stands_for_none() -> None:
     assert outs and {(o.code, o.epoch) for o in outs} == {(DLedgerRequestCode.VOTE, PROBE_EPOCH)}
 
 
+def test_a_leader_leaving_its_term_counts_no_follower_seen_in_it_that_acknowledged_nothing() -> None:
+    """A follower down for the whole term took no part in it: counted as seen in it, it abstains on its
+    return (its store older than its peers saw it) while the group may need its vote to elect anyone."""
+    m = MemberState("g", "n0", dict(PEERS), term=4)
+    node = Node(m, MemoryRaftLog(), Timings(), random.Random(1))
+    node.to_leader(4)
+    node.to_follower(5, "n1")
+    assert node.seen_of("n2") == (-1, -1)
+
+
 def test_a_probe_changes_nothing_on_the_member_asked() -> None:
     """A vote asked in term -1 with an empty log: refused for the log where there is one, else for the
     term (saying it), before any vote is looked at; DLedger's ``handleVote`` checks in the same order."""
