@@ -582,9 +582,14 @@ class PopService:
         #: CommitLog offset, its store time, the group, the copy).
         self._copies: list[tuple[int, int, str, Copied]] = []
         #: Lendings whose end a revive (or a send to the DLQ) began: their handles change and ack nothing
-        #: more. The value is the CommitLog offset of the copy it appended and did not see held (its wait
-        #: for a DLedger quorum ran out), -1 before: a retry waits for that copy, never puts another.
+        #: more. The value is the CommitLog offset of the copy it appended and did not see stored as asked
+        #: (its wait for a DLedger quorum, or for the disk, ran out), -1 before: a retry waits for that
+        #: copy, never puts another.
         self._reviving: dict[_Key, int] = {}
+        #: The tables' generation, moved on each time :meth:`take_over` drops them (a DLedger leadership
+        #: ended or begun): work begun under an earlier one leaves the tables alone when it ends, or it
+        #: would count an ack, lend a message or refuse a handle of the next leadership.
+        self._generation = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -618,6 +623,13 @@ class PopService:
         offsets of this member's own earlier lendings are dropped; a later leader may have moved on."""
         if self.records:
             log.info("POP: %s of an earlier lending dropped", plural(len(self.records), "in-flight record"))
+        self._generation += 1
+        if self._acking is not None:  # acks ended here whose records were not put yet: not logged now
+            self._acking.set_exception(
+                PopError(ResponseCode.SYSTEM_ERROR, "the acks were not logged: stopped")
+            )
+            self._acking.exception()  # (retrieved: a caller gone leaves no warning)
+            self._acking, self._ending = None, []
         self.records.clear()
         self._held.clear()
         self._due.clear()
@@ -647,6 +659,7 @@ class PopService:
             0, store.get_min_offset(topic, 0), self.broker.offsets.query_offset(REVIVE_GROUP, topic, 0)
         )
         read = 0
+        generation = self._generation
         while True:
             result = store.get_messages(REVIVE_GROUP, topic, 0, offset, CATCH_UP_BATCH)
             for selected in result.messages:
@@ -661,6 +674,8 @@ class PopService:
                 break
             offset = result.next_begin_offset
             await asyncio.sleep(0)
+            if self._generation != generation:  # taken over again meanwhile: the tables are not its own
+                return
         self._log_end = self._held_end = max(offset, store.get_max_offset(topic, 0))  # (committed only)
         if read:
             log.info(
@@ -777,10 +792,14 @@ class PopService:
                 continue
             dead: list[InFlight] = []
             lent: list[InFlight] = []
+            generation = self._generation
             found = self._pop_once(ask, dead, lent)
             read_on, self._read_on = self._read_on, False
             if dead:  # FIFO messages past their retries: to the DLQ before the answer, their queue freed
                 await self._forward_dead(dead)
+                if lent and self._generation != generation:  # (its lendings' tables are gone: not logged
+                    # in the next leadership's log, where they would stand beside its own lendings)
+                    raise PopError(ResponseCode.SYSTEM_ERROR, "the leadership changed meanwhile: pop again")
             if lent:  # a FIFO lending held by the DLedger quorum before it is answered
                 await self.hold(self.lending_records(lent))
             if dead and not found and time.monotonic() < deadline:
@@ -871,14 +890,17 @@ class PopService:
 
     def _flush_acks(self) -> None:
         done, ended = self._acking, self._ending
+        if done is None:  # (failed by a take-over, or flushed with an earlier turn's)
+            return
         self._acking, self._ending = None, []
-        assert done is not None
+        generation = self._generation
         task = asyncio.ensure_future(self.hold(self.ack_records(ended)))
         self._logging.add(task)
 
         def settle(task: asyncio.Task[None]) -> None:
             self._logging.discard(task)
-            self._settle_acks(ended, held=not task.cancelled() and task.exception() is None)
+            held = not task.cancelled() and task.exception() is None
+            self._settle_acks(ended, held=held, generation=generation)
             if task.cancelled():
                 done.set_exception(PopError(ResponseCode.SYSTEM_ERROR, "the acks were not logged: stopped"))
             elif (exc := task.exception()) is not None:
@@ -889,15 +911,19 @@ class PopService:
 
         task.add_done_callback(settle)
 
-    def _settle_acks(self, ended: list[InFlight], *, held: bool) -> None:
+    def _settle_acks(self, ended: list[InFlight], *, held: bool, generation: int) -> None:
         """The acks' records held or not: their watermarks move on, or the lendings are back (unless this
-        member stopped lending meanwhile, the same message was lent again, or it is a FIFO lending)."""
+        member stopped lending meanwhile, the same message was lent again, or it is a FIFO lending). Acks
+        of an earlier generation touch nothing: the counts and lendings here are the next leadership's
+        (an ack of its own of the same message counted, which this one's end would pass)."""
+        if generation != self._generation:
+            return
         queues = set()
         lines = []
         for r in ended:
             unheld = self._acks_unheld.get(r.queue_key)
             if unheld is None or unheld[r.queue_offset] <= 0:
-                continue  # (taken over since: nothing of this lending is left here)
+                continue  # (an operator's reset since: nothing of this lending is left here)
             unheld[r.queue_offset] -= 1
             if unheld[r.queue_offset] <= 0:
                 del unheld[r.queue_offset]
@@ -983,10 +1009,11 @@ class PopService:
             last = self._put_record(record)
         assert last is not None
         self._compact_log(relog=True)  # what it logs again is held by the same wait
-        end = self._log_end
+        end, generation = self._log_end, self._generation
         _refused(await self.broker.held(last))
-        self._held_end = max(self._held_end, end)
-        self._compact_log()
+        if self._generation == generation:  # (else `end` is an offset of a log the tables no longer track)
+            self._held_end = max(self._held_end, end)
+            self._compact_log()
 
     def _record(self, tag: str, r: InFlight, body: bytes, offsets: tuple[int, ...] = ()) -> Logged:
         msg = Message(
@@ -1523,7 +1550,10 @@ class PopService:
                         continue  # acked, changed (a newer entry), or FIFO
                     due.append(r)
                 # the slice's puts in turn, their waits for a DLedger quorum together
+                generation = self._generation
                 results = await asyncio.gather(*(self._reput(r) for r in due), return_exceptions=True)
+                if self._generation != generation:
+                    break  # taken over meanwhile: its lendings (and their retries) are gone with the tables
                 failed = [(r, x) for r, x in zip(due, results, strict=True) if isinstance(x, Exception)]
                 for r, exc in failed:
                     log.error(
@@ -1558,10 +1588,13 @@ class PopService:
         nothing again (logged after the copy, a failover between the two lent it once more).
 
         Meanwhile the lending's handle is refused (a change or an ack would not stop the copy). A copy
-        appended and not seen held (the quorum's wait ran out) commits unless this leadership ends, as
-        5.x's revive counts an appended copy done: it stays refused and the retry waits for that copy,
-        where a second put was a second copy, the message lent twice at once."""
-        pop_time, key = r.pop_time, r.key
+        appended and not seen stored as asked (a DLedger quorum's wait ran out, or a SYNC_FLUSH disk's)
+        is kept (in DLedger, it commits unless this leadership ends), as 5.x's revive counts an appended
+        copy done: it stays refused and the retry waits for that copy, where a second put was a second
+        copy, the message lent twice at once. Once a take-over moved the generation on, what is left of
+        it touches no table (the caller still gets its failure) and puts no copy: the member elected
+        puts one itself when the log names it."""
+        pop_time, key, generation = r.pop_time, r.key, self._generation
         appended = self._reviving.get(key)
         if appended == -1:  # (the revive loop tries again later)
             raise PopError(ResponseCode.SYSTEM_ERROR, "its copy is being put already")
@@ -1578,26 +1611,31 @@ class PopService:
                 name = self.broker.config.broker_name
                 end = ack_body(r, name, copy_to=copy.topic if copy is not None else "")
                 await self.hold([self._record(ACK_TAG, r, end)])
+                if self._generation != generation:
+                    raise PopError(ResponseCode.SYSTEM_ERROR, "the leadership changed meanwhile: not copied")
             if copy is not None:
                 if appended >= 0:
                     result = await self.broker.held(PutResult(PutMessageStatus.PUT_OK, appended))
                 else:
                     result = await self.broker.put(copy)
-                    if not result.ok and result.phys_offset >= 0 and self.records.get(key) is r:
+                    mine = self._generation == generation and self.records.get(key) is r
+                    if not result.ok and result.phys_offset >= 0 and mine:
                         self._reviving[key] = result.phys_offset
                 self._check_put(copy.topic, result)
-            if self.records.get(key) is r and r.pop_time == pop_time:  # (else taken over or lent anew
-                # meanwhile: the copy is one more delivery, never one less)
-                self._finish(r)
+            if self._generation == generation and self.records.get(key) is r and r.pop_time == pop_time:
+                self._finish(r)  # (else taken over or lent anew meanwhile: one more delivery, never one less)
                 self._reviving.pop(key, None)
         finally:
-            if self._reviving.get(key) == -1:  # nothing appended: the handle as it was
+            mine = self._generation == generation
+            if mine and self._reviving.get(key) == -1:  # nothing appended: the handle as it was
                 del self._reviving[key]
 
     async def _make_copies(self) -> None:
         """The copies earlier leaders logged the end of a lending for, put where they are missing. One
-        that fails stays for the next turn of the revive loop."""
+        that fails stays for the next turn of the revive loop. A take-over meanwhile ends it: the copies
+        to put are the next leadership's to find."""
         left = []
+        generation = self._generation
         for at, stored_ms, group, copied in self._copies:
             found = self._look_at(copied.phys_offset)
             if found is None:
@@ -1605,6 +1643,8 @@ class PopService:
             msg = found.stored
             if await self._copied(msg, copied.topic, at, stored_ms):
                 continue
+            if self._generation != generation:
+                return
             copy = self._retry_copy(group, msg, dlq=copied.topic == dlq_topic(group))
             try:
                 self._check_put(copy.topic, await self.broker.put(copy))
@@ -1615,7 +1655,8 @@ class PopService:
                 left.append((at, stored_ms, group, copied))
                 continue
             log.info("POP: a copy into %s an earlier leader logged and did not store, put now", copy.topic)
-        self._copies = left
+        if self._generation == generation:
+            self._copies = left
 
     async def _copied(self, msg: StoredMessage, topic: str, at: int, stored_ms: int) -> bool:
         """Whether ``topic`` holds a copy of ``msg`` stored after CommitLog offset ``at`` (its record's,
