@@ -14,7 +14,9 @@ from daemon.broker.pop import MAX_POLL_MS, READ_ON_LIMIT, PoppedMessage, Receipt
 from daemon.broker.processors.pop import POLLING_TIMEOUT
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
+from store.message import Message
 from store.record import decode_records
+from store.results import PutResult
 from tests.support.broker import BrokerClient, BrokerHandle, start_broker
 from tests.support.pop import PopClient, parse_pop
 from tests.support.waiting import wait_until
@@ -89,6 +91,39 @@ async def test_redelivery_through_retry_topic_then_dlq(broker: BrokerHandle) -> 
     dead = store.get_messages("", "%DLQ%G2", 0, 0, 1).messages[0].message
     assert dead.body == b"m0" and dead.properties["RETRY_TOPIC"] == T and dead.reconsume_times == 3
     assert broker.broker.pop.in_flight() == {}
+
+
+@pytest.mark.slow
+async def test_a_revive_copy_appended_and_not_seen_flushed_counts_and_is_not_put_again(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A single broker too: the revive's copy stored and its wait for the disk run out (a SYNC_FLUSH
+    broker's FLUSH_DISK_TIMEOUT) counts, as 5.x's revive counts an appended copy done. The revive is
+    tried again (the put did not say OK) and waits for that copy: a second put was a second copy, the
+    message lent to two consumers at once."""
+    from store.results import PutMessageStatus
+
+    await _fill(broker, 1, queues=1)
+    b = broker.broker
+    put = b.put
+    puts: list[str] = []
+
+    async def flush_missed_once(msg: Message) -> PutResult:
+        result = await put(msg)
+        puts.append(msg.topic)
+        if len(puts) == 1:
+            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return result
+
+    monkeypatch.setattr(b, "put", flush_missed_once)
+    c = PopClient(broker, "GFlush")
+    [lent] = await c.pop(T, max_nums=1, invisible_ms=100)
+    await wait_until(lambda: not b.pop.in_flight(), 10)
+    assert puts == ["%RETRY%GFlush"]
+    assert b.store.get_max_offset("%RETRY%GFlush", 0) == 1
+    again = await c.pop(T, max_nums=32, invisible_ms=60_000)
+    assert [(p.body, p.attempt) for p in again] == [(b"m0", 2)]
+    assert (await c.ack(T, lent)).code == 208
 
 
 @pytest.mark.slow
