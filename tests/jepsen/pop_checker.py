@@ -71,14 +71,48 @@ def lost(
     return sorted(set(sent) - {d.body for d in deliveries if acked(d)})
 
 
-def lent_twice_at_once(deliveries: Iterable[Delivery], faults: Iterable[float] = ()) -> list[str]:
+#: A leader's term that began this soon after a fault the test induced (a kill, a pause, a cut link or its
+#: heal) is the fault's doing: the election (or two) it made.
+INDUCED_WITHIN_S = 15.0
+#: The terms one induced fault can explain (a split vote elects in a second round).
+TERMS_PER_FAULT = 2
+#: Terms that no fault explains, excused all the same (a member's loop held past its followers' patience
+#: on a loaded host elects another): more are an election storm, reported, and excuse nothing.
+UNINDUCED_ALLOWANCE = 2
+
+
+def lent_twice_at_once(
+    deliveries: Iterable[Delivery],
+    faults: Iterable[float] = (),
+    starts: Iterable[float] = (),
+    *,
+    induced: Iterable[float] = (),
+    allowance: int = UNINDUCED_ALLOWANCE,
+) -> list[str]:
     """A message returned by another receive while an earlier lending of it still ran: the receive ended
-    before that lending's earliest end. With ``faults`` (the times a leader was killed or paused, or a
-    leader's term began), a second lending after a fault that came between the two is allowed (a
+    before that lending's earliest end. With ``faults`` (the times the test killed, paused or cut off a
+    member, or healed it), a second lending after a fault that came between the two is allowed (a
     non-FIFO lending is not logged: the next leader lends it again at once, as 5.x's slave acting master
     does). Between means after the first lending was made (its popTime when known, else its receive's
     start) and before the second was (the same): a leader whose term began before the first lending was
-    made does not excuse it, as when a deposed leader lent on beside its successor."""
+    made does not excuse it, as when a deposed leader lent on beside its successor.
+
+    ``starts`` are the times leaders' terms began (their term records). One that a fault explains (up to
+    ``TERMS_PER_FAULT`` within ``INDUCED_WITHIN_S`` after it; ``induced`` names events that can start a
+    term and are no fault for the other checks, a member's restart) excuses as a fault does, and so do
+    the first ``allowance`` that nothing explains. Each one more during the history is an anomaly of its
+    own, reported, and excuses nothing: an election storm would hide any lending twice at once."""
+    deliveries = list(deliveries)
+    faults = list(faults)
+    excusing = list(faults)
+    if deliveries:
+        began, ended = min(d.start for d in deliveries), max(d.end for d in deliveries)
+        explained, unexplained = _explained(starts, [*faults, *induced])
+        during = [t for t in unexplained if began <= t <= ended]
+        excusing += explained + during[:allowance]
+        storm = during[allowance:]
+    else:
+        storm = []
     by_key: dict[str, list[Delivery]] = {}
     for d in deliveries:
         by_key.setdefault(d.key, []).append(d)
@@ -90,13 +124,33 @@ def lent_twice_at_once(deliveries: Iterable[Delivery], faults: Iterable[float] =
                 if later.call == first.call or later.end >= first.lent_until:
                     continue
                 made, again = first.pop_time or first.start, later.pop_time or later.end
-                if any(made <= t <= again for t in faults):
+                if any(made <= t <= again for t in excusing):
                     continue
                 found.append(
                     f"{key} ({first.body}): lent to {first.consumer} at {first.start:.1f} until at least "
                     f"{first.lent_until:.1f}, and to {later.consumer} by {later.end:.1f}{_told(first, later)}"
                 )
+    found += [
+        f"a leader's term began at {t:.1f} that no fault explains, beyond the {allowance} allowed: an "
+        "election storm (it excuses no lending twice at once)"
+        for t in storm
+    ]
     return found
+
+
+def _explained(starts: Iterable[float], causes: Iterable[float]) -> tuple[list[float], list[float]]:
+    """``starts`` split in time order: those a cause explains (each at most ``TERMS_PER_FAULT``, within
+    ``INDUCED_WITHIN_S`` after it, the earliest cause that has room first), and the others."""
+    room = [[at, TERMS_PER_FAULT] for at in sorted(causes)]
+    explained, unexplained = [], []
+    for t in sorted(starts):
+        cause = next((c for c in room if c[1] and c[0] <= t <= c[0] + INDUCED_WITHIN_S), None)
+        if cause is None:
+            unexplained.append(t)
+        else:
+            cause[1] -= 1
+            explained.append(t)
+    return explained, unexplained
 
 
 def _told(*lendings: Delivery) -> str:
