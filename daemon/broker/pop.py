@@ -1595,6 +1595,8 @@ class PopService:
         it touches no table (the caller still gets its failure) and puts no copy: the member elected
         puts one itself when the log names it."""
         pop_time, key, generation = r.pop_time, r.key, self._generation
+        if self.records.get(key) is not r:  # ended since it was found (acked, or the tables taken over: a
+            return  # FIFO pop's next dead lending, a revive slice's next put), so nothing to end or copy
         appended = self._reviving.get(key)
         if appended == -1:  # (the revive loop tries again later)
             raise PopError(ResponseCode.SYSTEM_ERROR, "its copy is being put already")

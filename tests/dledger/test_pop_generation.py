@@ -136,3 +136,37 @@ async def test_a_catch_up_cut_short_by_a_take_over_reads_nothing_into_the_next_t
         pop.take_over()  # the leadership lost again
         await reading
         assert pop._acked == {} and not pop._logged
+
+
+async def test_a_fifo_pop_whose_leadership_ended_while_it_forwarded_a_dead_lending_lends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO pop of both queues finds queue 0's lending past its retries (to the DLQ first) and lends
+    queue 1's b0; the leadership ends while the DLQ copy's record waits. Answered b0, that lending would
+    be logged in the next leadership's log beside its own lending of b0: two consumers holding it."""
+    from store.models import SubscriptionGroupConfig
+
+    async with RemotingClient() as client, leader_of_one(tmp_path, client) as (broker, on):
+        broker.groups.put(SubscriptionGroupConfig(G, retry_max_times=0))  # one delivery, then the DLQ
+        await on.create_topic(T, 2)
+        for body, queue in ((b"a0", 0), (b"b0", 1)):
+            assert (await on.send(T, body, queue_id=queue)).code == 0
+        pop = broker.pop
+        fifo = {"group": G, "topic": T, "invisible_ms": 60_000, "poll_ms": 0, "fifo": True}
+        fifo |= {"expression_type": "TAG", "expression": "*", "max_messages": 32}
+        [a0] = await pop.pop(queue_id=0, **{**fifo, "invisible_ms": 200})  # type: ignore[arg-type]
+        assert (a0.queue_id, a0.queue_offset) == (0, 0)
+        await asyncio.sleep(0.3)
+        quorum = Quorum(broker, monkeypatch)
+        quorum.holding = True
+        popping = asyncio.ensure_future(pop.pop(queue_id=-1, **fifo))  # type: ignore[arg-type]
+        await wait_until(lambda: len(quorum.waits) == 1)  # a0's end logged, waiting
+        end = broker.store.get_max_offset(pop.revive_topic, 0)
+        table = [((G, T, 0), 0), ((G, T, 1), 0), ((REVIVE_GROUP, pop.revive_topic, 0), end)]
+        await taken_over_with(pop, broker, table)
+        quorum.holding = False
+        quorum.waits[0].set_result(True)
+        with pytest.raises(PopError):
+            await popping
+        again = await pop.pop(queue_id=1, **fifo)  # type: ignore[arg-type]
+        assert [(m.queue_id, m.queue_offset) for m in again] == [(1, 0)]
