@@ -14,11 +14,9 @@ from daemon.broker.pop import MAX_POLL_MS, READ_ON_LIMIT, PoppedMessage, Receipt
 from daemon.broker.processors.pop import POLLING_TIMEOUT
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
-from store.message import Message
 from store.record import decode_records
-from store.results import PutResult
 from tests.support.broker import BrokerClient, BrokerHandle, start_broker
-from tests.support.pop import PopClient, parse_pop
+from tests.support.pop import PopClient, first_put_answered, parse_pop
 from tests.support.waiting import wait_until
 
 T = "PopTopic"
@@ -105,17 +103,7 @@ async def test_a_revive_copy_appended_and_not_seen_flushed_counts_and_is_not_put
 
     await _fill(broker, 1, queues=1)
     b = broker.broker
-    put = b.put
-    puts: list[str] = []
-
-    async def flush_missed_once(msg: Message) -> PutResult:
-        result = await put(msg)
-        puts.append(msg.topic)
-        if len(puts) == 1:
-            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return result
-
-    monkeypatch.setattr(b, "put", flush_missed_once)
+    puts = first_put_answered(b, monkeypatch, PutMessageStatus.FLUSH_DISK_TIMEOUT)
     c = PopClient(broker, "GFlush")
     [lent] = await c.pop(T, max_nums=1, invisible_ms=100)
     await wait_until(lambda: not b.pop.in_flight(), 10)

@@ -16,7 +16,7 @@ from store.message import Message
 from store.results import PutMessageStatus, PutResult
 from tests.dledger.test_pop_revive_read import leader_of_one
 from tests.support.broker import BrokerClient
-from tests.support.pop import PopClient, Popped
+from tests.support.pop import PopClient, Popped, first_put_answered
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -54,17 +54,7 @@ async def test_a_revive_retried_after_its_copy_was_not_seen_held_puts_no_second_
     counts a copy once it is appended)."""
     async with RemotingClient() as client, leader_of_one(tmp_path, client) as (broker, on):
         consumer, lent = await lend_one(on)
-        put = broker.put
-        puts: list[str] = []
-
-        async def quorum_missed_once(msg: Message) -> PutResult:
-            result = await put(msg)
-            puts.append(msg.topic)
-            if len(puts) == 1:
-                result.status = PutMessageStatus.OS_PAGECACHE_BUSY
-            return result
-
-        monkeypatch.setattr(broker, "put", quorum_missed_once)
+        puts = first_put_answered(broker, monkeypatch, PutMessageStatus.OS_PAGECACHE_BUSY)
         await wait_until(lambda: not broker.pop.in_flight(), 30)
         assert puts == [RETRY]
         assert copies(broker) == 1

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pytest
 
 from daemon.broker.headers import (
     AckMessageRequestHeader,
@@ -14,10 +17,14 @@ from daemon.broker.headers import (
 )
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
-from store.message import StoredMessage
+from store.message import Message, StoredMessage
 from store.names import RETRY_GROUP_TOPIC_PREFIX
 from store.record import decode_records
+from store.results import PutMessageStatus, PutResult
 from tests.support.broker import BrokerClient
+
+if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
 
 
 @dataclass
@@ -128,3 +135,22 @@ class PopClient:
             parts[1:4] = [f["popTime"], f["invisibleTime"], f["reviveQid"]]
             p.handle = " ".join(parts)
         return response
+
+
+def first_put_answered(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, status: PutMessageStatus
+) -> list[str]:
+    """The broker's internal puts (a revive's copy) recorded by topic, the first one stored and answered
+    ``status`` (its wait for the disk or the quorum run out): the list of their topics."""
+    put = broker.put
+    puts: list[str] = []
+
+    async def missed_once(msg: Message) -> PutResult:
+        result = await put(msg)
+        puts.append(msg.topic)
+        if len(puts) == 1:
+            result.status = status
+        return result
+
+    monkeypatch.setattr(broker, "put", missed_once)
+    return puts
