@@ -77,7 +77,7 @@ INDUCED_WITHIN_S = 15.0
 #: The terms one induced fault can explain (a split vote elects in a second round).
 TERMS_PER_FAULT = 2
 #: Terms that no fault explains, excused all the same (a member's loop held past its followers' patience
-#: on a loaded host elects another): more are an election storm, reported, and excuse nothing.
+#: on a loaded host elects another): more are an election storm and excuse nothing.
 UNINDUCED_ALLOWANCE = 2
 
 
@@ -100,8 +100,9 @@ def lent_twice_at_once(
     ``starts`` are the times leaders' terms began (their term records). One that a fault explains (up to
     ``TERMS_PER_FAULT`` within ``INDUCED_WITHIN_S`` after it; ``induced`` names events that can start a
     term and are no fault for the other checks, a member's restart) excuses as a fault does, and so do
-    the first ``allowance`` that nothing explains. Each one more during the history is an anomaly of its
-    own, reported, and excuses nothing: an election storm would hide any lending twice at once."""
+    the first ``allowance`` that nothing explains. Each one more during the history excuses nothing (an
+    election storm would hide any lending twice at once); a lending it alone would have excused is
+    reported naming it. A storm with no such lending is no finding: it costs availability, not safety."""
     deliveries = list(deliveries)
     faults = list(faults)
     excusing = list(faults)
@@ -126,15 +127,16 @@ def lent_twice_at_once(
                 made, again = first.pop_time or first.start, later.pop_time or later.end
                 if any(made <= t <= again for t in excusing):
                     continue
+                stormy = [t for t in storm if made <= t <= again]
                 found.append(
                     f"{key} ({first.body}): lent to {first.consumer} at {first.start:.1f} until at least "
                     f"{first.lent_until:.1f}, and to {later.consumer} by {later.end:.1f}{_told(first, later)}"
+                    + "".join(
+                        f"; a leader's term began at {t:.1f} that no fault explains, beyond the "
+                        f"{allowance} allowed (an election storm excuses nothing)"
+                        for t in stormy
+                    )
                 )
-    found += [
-        f"a leader's term began at {t:.1f} that no fault explains, beyond the {allowance} allowed: an "
-        "election storm (it excuses no lending twice at once)"
-        for t in storm
-    ]
     return found
 
 
