@@ -7,7 +7,7 @@ durations, and ack (or leave a message to run out). Every call is recorded with 
 history is checked afterwards (tests/jepsen/pop_checker.py): no acknowledged send lost, no rolled-back
 message delivered, FIFO order kept within each message group, no message lent to two consumers at once
 (a FIFO one never; a normal one only across a fault or a term it explains, as 5.x's next master lends it
-again, and a couple of terms nothing explains: more are an election storm, reported), every timer
+again, and a couple of terms nothing explains: more excuse nothing), every timer
 delivered once and not before its time."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ SimpleConsumers of a group and two of a FIFO group receiving, changing invisible
 its history checked the same way: no acknowledged send lost, no rolled-back message delivered, FIFO
 order kept in each message group, no FIFO message lent to two consumers at once (a normal one only across
 a fault or a leader's start the faults explain, or one of a couple of elections the host's load made:
-more are an election storm, reported), every
+more excuse nothing), every
 timer delivered once and not before its time. A leader cut off must lend nothing past
 its lease and answer no ack or send it could not hold on a quorum."""
 
