@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, overload
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeGuard, TypeVar, overload
 
 from daemon.remoting.errors import (
     RemotingCommandError,
@@ -170,12 +170,31 @@ async def broker_names(admin: Admin) -> dict[str, str]:
     }
 
 
+async def record_failures(admin: Admin, failed: Iterable[tuple[str, Exception]]) -> None:
+    """Record each broker a read could not read (address, what it raised; the first per broker) for the
+    running command: the CLI warns about each once (see :func:`collecting`)."""
+    first: dict[str, Exception] = {}
+    for addr, exc in failed:
+        first.setdefault(addr, exc)
+    if not first:
+        return
+    names = await broker_names(admin)
+    _record([BrokerFailure(addr, names.get(addr), *failure_reason(exc)) for addr, exc in first.items()])
+
+
+def broker_failure(result: object) -> TypeGuard[RemotingError | MqctlError]:
+    """Whether a ``return_exceptions`` answer is a broker's failure to answer (not reached, refused, timed
+    out), which degrades what it was asked for; any other exception is a fault to raise."""
+    return isinstance(result, RemotingError | MqctlError)
+
+
 async def each_broker(
-    admin: Admin, addrs: Iterable[str], call: Callable[[str], Awaitable[T]]
+    admin: Admin, addrs: Iterable[str], call: Callable[[str], Awaitable[T]], *, required: bool = True
 ) -> dict[str, T]:
     """``call(addr)`` for every address at once: the answers by address (in the order given), with each
     failure recorded (see :func:`collecting`). No answer at all (and at least one address) raises
-    NothingReadError; an error that is not about reaching or being refused by a broker is raised as is."""
+    NothingReadError, unless not ``required`` (a second read whose failure only leaves some figures
+    unknown); an error that is not about reaching or being refused by a broker is raised as is."""
     targets = list(dict.fromkeys(addrs))
     # gather_limited's slots would be outside the count: waiting its turn counts as asked, so a command's
     # deadline names it
@@ -197,7 +216,7 @@ async def each_broker(
     answers: dict[str, T] = {}
     failed: list[tuple[str, Exception]] = []
     for addr, result in zip(targets, results, strict=True):
-        if isinstance(result, RemotingError | MqctlError):
+        if broker_failure(result):
             failed.append((addr, result))
         elif isinstance(result, BaseException):
             raise result
@@ -208,7 +227,7 @@ async def each_broker(
     names = await broker_names(admin)
     found = [BrokerFailure(addr, names.get(addr), *failure_reason(exc)) for addr, exc in failed]
     _record(found)
-    if not answers:
+    if not answers and required:
         named = "; ".join(f.describe() for f in found[:NAMED_FAILURES])
         if len(found) > NAMED_FAILURES:
             named += f"; and {len(found) - NAMED_FAILURES} more"

@@ -181,7 +181,15 @@ def group_cells(g: GroupRow, exact: bool = False) -> tuple[str, ...]:
         oldest = "≤" + age(g.oldest_age)
     else:
         oldest = NEVER_CONSUMED if g.never_consumed else NONE
-    return (g.name, count(g.lag, exact), count(g.consumers, exact), rate(g.consume_tps), oldest)
+    return (g.name, lag_cell(g, exact), count(g.consumers, exact), rate(g.consume_tps), oldest)
+
+
+def lag_cell(g: GroupRow, exact: bool = False) -> str:
+    """The group's lag, and how many queues of unknown lag it leaves out (``1,204 +3?``): a new group on an
+    old topic counted the topic's whole length from offset 0."""
+    if g.lag is None or not g.uncounted:
+        return count(g.lag, exact)
+    return f"{count(g.lag, exact)} +{g.uncounted}?"
 
 
 #: The oldest unconsumed cell of a group no master holds an offset of: no age to show, and not "-"
@@ -405,7 +413,7 @@ TOPIC_SORTS: tuple[SortKey[TopicRow], ...] = (
 )
 
 GROUP_SORTS: tuple[SortKey[GroupRow], ...] = (
-    SortKey("lag", lambda g: g.lag, True),
+    SortKey("lag", lambda g: -1 if g.lag is None else g.lag, True),
     SortKey("name", lambda g: g.name),
     SortKey("consume tps", lambda g: g.consume_tps, True),
     SortKey("oldest", lambda g: g.oldest_age or 0.0, True),
