@@ -18,7 +18,8 @@ from daemon.broker.bodies import ConsumeStats, MessageQueue, OffsetWrapper, Topi
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.errors import RemotingTimeoutError
 from mqctl.admin.client import Admin
-from mqctl.services import groups, offsets, topics
+from mqctl.services import checks, groups, offsets, topics
+from mqctl.services.checks import State
 from mqctl.services.fanout import collecting
 from store import SubscriptionGroupConfig
 
@@ -142,6 +143,30 @@ async def test_a_group_of_only_uncounted_queues_has_no_lag_to_show(admin: Admin)
     only = [lag for (_, _, _, q), lag in lags.items() if q == 1]
     assert groups.LagSum.of(only) == groups.LagSum(None, 1)
     assert groups.LagSum.of([]) == groups.LagSum(0, 0)  # nothing to count is no lag, not an unknown one
+
+
+# ------------------------------------------------------------------------------------------ check lag
+
+
+async def test_check_lag_warns_of_uncounted_queues_holding_messages(admin: Admin) -> None:
+    """They were left out of the lag and counted in the summary only: OK, and nothing to graph."""
+    verdict = await checks.lag(admin, GROUP, topic=None, warn=1000, crit=10000)
+    assert verdict.state is State.WARNING, verdict.line()
+    assert f"lag {KNOWN_LAG}" in verdict.summary and "1 of them holding messages" in verdict.summary
+    assert "uncounted_queues=1;0;;0" in verdict.line(), verdict.line()
+
+
+async def test_check_lag_is_ok_when_the_uncounted_queues_hold_nothing(
+    admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def expired(admin: Admin, topic: str, **_: Any) -> list[tuple[str, str, int, TopicOffset]]:
+        return [("broker-a", ADDR, q, TopicOffset(end, end)) for q, (end, *_) in QUEUES.items()]
+
+    monkeypatch.setattr(topics, "queue_offsets", expired)
+    verdict = await checks.lag(admin, GROUP, topic=None, warn=1000, crit=10000)
+    assert verdict.state is State.OK, verdict.line()
+    assert "never committed on, not counted" in verdict.summary
+    assert "uncounted_queues=0;0;;0" in verdict.line(), verdict.line()
 
 
 # ------------------------------------------------------------------ a broker failing the second read
