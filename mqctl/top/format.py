@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from mqctl.top.model import WATERMARKS, BrokerView, ClientView, GroupRow, QueueOffset, StoreView, TopicRow
-from mqctl.units import plural
+from mqctl.units import duration_text, plural
 
 R = TypeVar("R")
 
@@ -46,17 +46,10 @@ def count(n: int | None, exact: bool = False) -> str:
 
 
 def age(seconds: float | None) -> str:
-    """A short duration: 42s, 3m05s, 2h07m, 3d04h."""
+    """A duration in whole seconds as every table writes one (:func:`mqctl.units.duration_text`)."""
     if seconds is None:
         return NONE
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+    return duration_text(max(0, int(seconds)) * 1000)
 
 
 def percent(ratio: float | None) -> str:
