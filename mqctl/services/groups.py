@@ -299,8 +299,9 @@ async def delete(
 
 class GroupProgressRow(GroupRow):
     """A row of ``group list --progress``: mqadmin consumerProgress without -g, the dashboard's consumer
-    list. ``lag`` sums the queues ``group progress`` counts a lag of (:func:`lag_sums`), ``uncounted_queues``
-    the others; None where no broker answered the group's consume stats, or no queue's lag is known."""
+    list. ``lag`` sums the queues ``group progress`` counts a lag of (:func:`queue_lags`),
+    ``uncounted_queues`` counts the others; ``lag`` is None where no broker answered the group's consume
+    stats, or no queue's lag is known."""
 
     clients: int
     consume_type: str | None
