@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict, TypeGuard, TypeVar, overload
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, overload
 
 from daemon.remoting.errors import (
     RemotingCommandError,
@@ -182,12 +182,6 @@ async def record_failures(admin: Admin, failed: Iterable[tuple[str, Exception]])
     _record([BrokerFailure(addr, names.get(addr), *failure_reason(exc)) for addr, exc in first.items()])
 
 
-def broker_failure(result: object) -> TypeGuard[RemotingError | MqctlError]:
-    """Whether a ``return_exceptions`` answer is a broker's failure to answer (not reached, refused, timed
-    out), which degrades what it was asked for; any other exception is a fault to raise."""
-    return isinstance(result, RemotingError | MqctlError)
-
-
 async def each_broker(
     admin: Admin, addrs: Iterable[str], call: Callable[[str], Awaitable[T]], *, required: bool = True
 ) -> dict[str, T]:
@@ -216,7 +210,7 @@ async def each_broker(
     answers: dict[str, T] = {}
     failed: list[tuple[str, Exception]] = []
     for addr, result in zip(targets, results, strict=True):
-        if broker_failure(result):
+        if isinstance(result, RemotingError | MqctlError):
             failed.append((addr, result))
         elif isinstance(result, BaseException):
             raise result

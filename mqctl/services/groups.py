@@ -14,17 +14,10 @@ from daemon.broker.pop import parse_pop_in_flight
 from daemon.remoting.codes import version_name
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
-from mqctl.errors import ConflictError, NotFoundError
+from mqctl.errors import ConflictError, MqctlError, NotFoundError
 from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
-from mqctl.services.fanout import (
-    FailureRow,
-    broker_failure,
-    each_broker,
-    failures,
-    gather_limited,
-    record_failures,
-)
+from mqctl.services.fanout import FailureRow, each_broker, failures, gather_limited, record_failures
 from mqctl.services.offsets import GroupQueue, never_committed
 from mqctl.services.topics import BrokerChange, apply_to_tables, not_kept, route_or_not_found, target_masters
 from mqctl.units import plural, when
@@ -511,23 +504,23 @@ async def uncommitted_starts(admin: Admin, zeros: Iterable[GroupQueue]) -> dict[
     """Of ``zeros`` (queues whose ConsumeStats say the group's offset is 0), those it is not known to have
     committed on (:func:`~mqctl.services.offsets.never_committed`), each with the offset the broker starts a
     consumer of the group at (QUERY_CONSUMER_OFFSET): 0 on a young queue, else None (consumeFromWhere
-    decides). A broker that does not answer leaves its starts None (unknown): recorded, never raised."""
+    decides). A broker that does not answer leaves its starts None (unknown): recorded, never raised, and
+    not asked again (a silent broker's every queue waited its turn and its timeout)."""
     doubtful = sorted(await never_committed(admin, zeros))
-    answers = await gather_limited(
-        (admin.consumer_offset(*key) for key in doubtful), 16, return_exceptions=True
-    )
-    starts: dict[GroupQueue, int | None] = {}
-    failed: list[tuple[str, Exception]] = []
-    for key, answer in zip(doubtful, answers, strict=True):
-        if broker_failure(answer):
-            failed.append((key[0], answer))
-            starts[key] = None
-        elif isinstance(answer, BaseException):
-            raise answer
-        else:
-            starts[key] = answer
-    await record_failures(admin, failed)
-    return starts
+    failed: dict[str, Exception] = {}
+
+    async def start(addr: str, group: str, topic: str, queue_id: int) -> int | None:
+        if addr in failed:
+            return None
+        try:
+            return await admin.consumer_offset(addr, group, topic, queue_id)
+        except (RemotingError, MqctlError) as exc:
+            failed.setdefault(addr, exc)
+            return None
+
+    answers = await gather_limited((start(*key) for key in doubtful), 16)
+    await record_failures(admin, failed.items())
+    return dict(zip(doubtful, answers, strict=True))
 
 
 async def _uncommitted_starts(
