@@ -70,18 +70,23 @@ def size_text(n: int) -> str:
 
 
 def duration_text(ms: int) -> str:
-    """``3d 04h``, ``5h 12m``, ``12m 05s``, ``850 ms``: a duration or an age at a glance."""
-    if 0 <= ms < 1000:
-        return f"{ms} ms"
+    """``3d04h``, ``5h12m``, ``12m05s``, ``42s``, ``850ms``: a duration or an age at a glance, in the form
+    the duration flags take (``--since 2h30m``); the one form of every table and of ``top``."""
+    if ms < 0:
+        return f"-{duration_text(-ms)}"
+    if 0 < ms < 1000:
+        return f"{ms}ms"
     s = ms // 1000
     d, s = divmod(s, 86400)
     h, s = divmod(s, 3600)
     m, s = divmod(s, 60)
     if d:
-        return f"{d}d {h:02d}h"
+        return f"{d}d{h:02d}h"
     if h:
-        return f"{h}h {m:02d}m"
-    return f"{m}m {s:02d}s"
+        return f"{h}h{m:02d}m"
+    if m:
+        return f"{m}m{s:02d}s"
+    return f"{s}s"
 
 
 def iso(ms: int) -> str:

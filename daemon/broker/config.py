@@ -19,6 +19,10 @@ from daemon.schedslice import MAX_SLICE_US, MIN_SLICE_US
 from store.config import ASYNC_FLUSH, ASYNC_MASTER, SLAVE, SYNC_FLUSH, SYNC_MASTER, StoreConfig
 from store.names import TRACE_TOPIC
 
+#: 5.x's ``timerMaxDelaySec`` default: the furthest a timer message may be due, in seconds from its send;
+#: ``msg send --delay/--deliver-at`` refuses beyond it before sending.
+TIMER_MAX_DELAY_SEC = 3 * 24 * 3600
+
 #: Default port of the Prometheus endpoint (`metricsPort`); RocketMQ 5's exporter uses the same.
 DEFAULT_METRICS_PORT = 5557
 
@@ -299,7 +303,7 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     flush_delay_offset_interval: int = 10000
     # timer messages (RocketMQ 5.x's MessageStoreConfig keys; daemon.broker.timer)
     #: The furthest a timer message may be due, in seconds from its send (5.x: 3 days); beyond: refused.
-    timer_max_delay_sec: int = 3 * 24 * 3600
+    timer_max_delay_sec: int = TIMER_MAX_DELAY_SEC
     #: False refuses every timer message still to come, as 5.x does (WHEEL_TIMER_NOT_ENABLE).
     timer_wheel_enable: bool = True
     #: mqctl's: ms between snapshots of the pending timers, which a start reads instead of the timer queue.

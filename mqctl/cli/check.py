@@ -97,7 +97,11 @@ def lag(
     crit: CritOpt = 10000,
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic's queues.")] = None,
 ) -> None:
-    """A consumer group's total lag (messages not yet consumed) against --warn/--crit."""
+    """A consumer group's total lag (messages not yet consumed) against --warn/--crit.
+
+    A queue the group never committed on, where its consumer's consumeFromWhere decides the start, has no
+    lag to count: left out, and a WARNING when such queues hold messages, counted in the perfdata entry
+    uncounted_queues (as group progress shows them: lag '-')."""
     from mqctl.services.checks import lag as check_lag
 
     _run(

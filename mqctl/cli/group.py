@@ -212,7 +212,9 @@ def list_(
         typer.Option(
             "--progress",
             help="Also each group's online clients, consume type and model, consume TPS and lag (mqadmin "
-            "consumerProgress without -g; the dashboard's consumer list). Two requests per group and broker.",
+            "consumerProgress without -g; the dashboard's consumer list). Two requests per group and broker. "
+            "The lag counts each queue as 'group progress' does; queues of unknown lag (never committed on) "
+            "are left out and counted in uncounted_queues.",
         ),
     ] = False,
 ) -> None:
@@ -283,7 +285,8 @@ def progress(
     starts a consumer there (a young queue), else it is '-' (consumeFromWhere decides) and --lag-over
     leaves it out.
 
-    A broker that cannot be read (ACL denied, timed out, down) is named on stderr."""
+    A broker that cannot be read (ACL denied, timed out, down) is named on stderr; where only its offset
+    table or start offsets could not be read, its queues' offsets and lags it would tell are '-'."""
     from mqctl.services.groups import progress as group_progress
 
     online(lambda admin: group_progress(admin, group, topic=topic, lag_over=lag_over, cluster=cluster))

@@ -68,15 +68,30 @@ def _deliver_ms(deliver_at: str | None, delay: str | None, delay_level: int) -> 
         raise UsageError("give one of --deliver-at, --delay and --delay-level")
     now = int(time.time() * 1000)
     if deliver_at:
-        return parse_time(deliver_at, now_ms=now, flag="--deliver-at")
+        return _within_max_delay(
+            parse_time(deliver_at, now_ms=now, flag="--deliver-at"), now, "--deliver-at", deliver_at
+        )
     if delay:
         if delay.strip().isdecimal():  # a level (RocketMQ's DELAY) or seconds? neither is taken for the other
             raise UsageError(
                 f"--delay {delay.strip()} has no unit: give a duration such as 90s, 15m or 2h30m (up to the "
                 "broker's timerMaxDelaySec, 3 days by default), or a delay level 1-18 with --delay-level"
             )
-        return now + parse_duration(delay, flag="--delay")
+        return _within_max_delay(now + parse_duration(delay, flag="--delay"), now, "--delay", delay)
     return None
+
+
+def _within_max_delay(due_ms: int, now_ms: int, flag: str, given: str) -> int:
+    """``due_ms``, unless it is further ahead than a broker holds a timer message (its timerMaxDelaySec's
+    default): refused here (exit 2) rather than by the broker with a wire error once sent."""
+    from daemon.broker.config import TIMER_MAX_DELAY_SEC
+
+    if due_ms - now_ms > TIMER_MAX_DELAY_SEC * 1000:
+        raise UsageError(
+            f"bad {flag} {given!r}: further ahead than a broker holds a timer message (timerMaxDelaySec, "
+            f"{plural(TIMER_MAX_DELAY_SEC // 86400, 'day')} by default)"
+        )
+    return due_ms
 
 
 def _properties(pairs: list[str]) -> dict[str, str]:
@@ -150,13 +165,15 @@ def send(
         typer.Option(
             "--deliver-at",
             help="Deliver at this time (ISO 8601, epoch ms, or relative like +90s): a timer message "
-            "(TIMER_DELIVER_MS), which mqctl's brokers and RocketMQ 5.x hold until then; 4.x delivers at once.",
+            "(TIMER_DELIVER_MS), which mqctl's brokers and RocketMQ 5.x hold until then; 4.x delivers at once. "
+            "More than 3 days ahead (timerMaxDelaySec's default) is refused before sending (exit 2).",
         ),
     ] = None,
     delay: Annotated[
         str | None,
         typer.Option(
-            "--delay", help="Deliver after this long (90s, 15m, 2h30m): --deliver-at now + DURATION."
+            "--delay",
+            help="Deliver after this long (90s, 15m, 2h30m, at most 3d): --deliver-at now + DURATION.",
         ),
     ] = None,
     max_size: Annotated[

@@ -36,7 +36,8 @@ def show(
     A queue the group never committed on shows no committed offset ('-'; null in JSON and YAML). Its lag
     counts from where the broker starts a consumer of the group there: 0 on a young queue (its first
     message still in memory: the broker answers 0 whatever the consumer's consumeFromWhere); elsewhere
-    the consumer's consumeFromWhere decides, and the lag is '-' too."""
+    the consumer's consumeFromWhere decides, and the lag is '-' too. A broker whose offset table cannot be
+    read leaves its 0s unknown ('-'), with a warning naming it."""
     from mqctl.services.offsets import show as show_offsets
 
     online(

@@ -11,6 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 from daemon.broker.clean import WRITE_REFUSED_RUNTIME_KEY
 from daemon.broker.loopwatch import CLOCK_RUNTIME_KEY
@@ -23,6 +24,9 @@ from mqctl.errors import MqctlError, NotFoundError, is_acl_refusal, translate
 from mqctl.services.cluster import BrokerRow, brokers
 from mqctl.units import plural, server_float, server_int
 from store import dlq_topic
+
+if TYPE_CHECKING:
+    from mqctl.services.groups import QueueProgress
 
 
 class State(IntEnum):
@@ -123,7 +127,11 @@ def _refused(exc: BaseException) -> bool:
 
 
 async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: int) -> Verdict:
-    """The group's total lag (broker offset minus committed offset over its queues) against thresholds."""
+    """The group's total lag (broker offset minus committed offset over its queues) against thresholds.
+
+    A queue the group never committed on where its consumer's consumeFromWhere decides the start has no
+    lag to count (``group progress``): left out, and a WARNING when such a queue holds messages (no member
+    consumes it, or none ever started), counted in the perf entry ``uncounted_queues``."""
     from mqctl.services.groups import progress
 
     try:
@@ -136,11 +144,38 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     summary = f"group {group}{where} lag {total}"
     if worst_queue is not None and worst_queue.lag:
         summary += f" (most on {worst_queue.topic} {worst_queue.broker_name}:{worst_queue.queue_id}: {worst_queue.lag})"
-    uncounted = sum(r.lag is None for r in rows)
+    uncounted = [r for r in rows if r.lag is None]
+    holding = await _holding_messages(admin, uncounted)
     if uncounted:  # where consumeFromWhere decides the start, there is no lag to count (group progress)
-        summary += f"; {plural(uncounted, 'queue')} never committed on, not counted"
-    perf = [Perf("lag", total, "", warn, crit, 0), Perf("queues", len(rows), "", min=0)]
-    return Verdict("lag", threshold(total, warn, crit), summary, perf)
+        summary += f"; {plural(len(uncounted), 'queue')} never committed on, not counted"
+        if holding:
+            summary += f", {holding} of them holding messages"
+    perf = [
+        Perf("lag", total, "", warn, crit, 0),
+        Perf("queues", len(rows), "", min=0),
+        Perf("uncounted_queues", holding, "", 0, None, 0),
+    ]
+    state = worst([threshold(total, warn, crit), State.WARNING if holding else State.OK])
+    return Verdict("lag", state, summary, perf)
+
+
+async def _holding_messages(admin: Admin, queues: list[QueueProgress]) -> int:
+    """How many of ``queues`` hold messages (max offset above min; max above 0 where the range cannot be
+    read): messages no lag counts."""
+    from mqctl.services.topics import queue_offsets
+
+    ranges: dict[tuple[str, str, int], tuple[int, int]] = {}
+    for name in sorted({q.topic for q in queues}):
+        try:
+            found = await queue_offsets(admin, name, reads=True, partial=True)
+        except (MqctlError, RemotingError):  # (the broker that could not be read is recorded)
+            continue
+        ranges.update({(name, b, qid): (off.min_offset, off.max_offset) for b, _, qid, off in found})
+    held = 0
+    for q in queues:
+        low, high = ranges.get((q.topic, q.broker_name, q.queue_id), (0, q.max_offset))
+        held += high > low
+    return held
 
 
 # ------------------------------------------------------------------------------------------------ dlq

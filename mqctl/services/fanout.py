@@ -170,12 +170,25 @@ async def broker_names(admin: Admin) -> dict[str, str]:
     }
 
 
+async def record_failures(admin: Admin, failed: Iterable[tuple[str, Exception]]) -> None:
+    """Record each broker a read could not read (address, what it raised; the first per broker) for the
+    running command: the CLI warns about each once (see :func:`collecting`)."""
+    first: dict[str, Exception] = {}
+    for addr, exc in failed:
+        first.setdefault(addr, exc)
+    if not first:
+        return
+    names = await broker_names(admin)
+    _record([BrokerFailure(addr, names.get(addr), *failure_reason(exc)) for addr, exc in first.items()])
+
+
 async def each_broker(
-    admin: Admin, addrs: Iterable[str], call: Callable[[str], Awaitable[T]]
+    admin: Admin, addrs: Iterable[str], call: Callable[[str], Awaitable[T]], *, required: bool = True
 ) -> dict[str, T]:
     """``call(addr)`` for every address at once: the answers by address (in the order given), with each
     failure recorded (see :func:`collecting`). No answer at all (and at least one address) raises
-    NothingReadError; an error that is not about reaching or being refused by a broker is raised as is."""
+    NothingReadError, unless not ``required`` (a second read whose failure only leaves some figures
+    unknown); an error that is not about reaching or being refused by a broker is raised as is."""
     targets = list(dict.fromkeys(addrs))
     # gather_limited's slots would be outside the count: waiting its turn counts as asked, so a command's
     # deadline names it
@@ -208,7 +221,7 @@ async def each_broker(
     names = await broker_names(admin)
     found = [BrokerFailure(addr, names.get(addr), *failure_reason(exc)) for addr, exc in failed]
     _record(found)
-    if not answers:
+    if not answers and required:
         named = "; ".join(f.describe() for f in found[:NAMED_FAILURES])
         if len(found) > NAMED_FAILURES:
             named += f"; and {len(found) - NAMED_FAILURES} more"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
@@ -14,13 +14,13 @@ from daemon.broker.pop import parse_pop_in_flight
 from daemon.remoting.codes import version_name
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
-from mqctl.errors import ConflictError, NotFoundError
+from mqctl.errors import ConflictError, MqctlError, NotFoundError
 from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
-from mqctl.services.fanout import FailureRow, each_broker, failures, gather_limited
-from mqctl.services.offsets import never_committed
+from mqctl.services.fanout import FailureRow, each_broker, failures, gather_limited, record_failures
+from mqctl.services.offsets import GroupQueue, never_committed
 from mqctl.services.topics import BrokerChange, apply_to_tables, not_kept, route_or_not_found, target_masters
-from mqctl.units import when
+from mqctl.units import plural, when
 from store import CONSUME_MESSAGE_ORDERLY, SYSTEM_GROUPS, SubscriptionGroupConfig
 
 #: A group's settings as mqctl names them everywhere (the flags, ``group show``, the changes of create, update
@@ -292,13 +292,16 @@ async def delete(
 
 class GroupProgressRow(GroupRow):
     """A row of ``group list --progress``: mqadmin consumerProgress without -g, the dashboard's consumer
-    list. ``lag`` is None where no broker answered the group's consume stats."""
+    list. ``lag`` sums the queues ``group progress`` counts a lag of (:func:`queue_lags`),
+    ``uncounted_queues`` counts the others; ``lag`` is None where no broker answered the group's consume
+    stats, or no queue's lag is known."""
 
     clients: int
     consume_type: str | None
     message_model: str | None
     consume_tps: float
     lag: int | None
+    uncounted_queues: int
 
 
 async def group_on_broker(
@@ -338,10 +341,18 @@ async def list_groups(admin: Admin, *, cluster: str | None, system: bool, progre
     found: dict[str, list[tuple[ConsumeStats | None, ConsumerConnection | None]]] = {}
     for (group, _), answer in zip(asks, answers, strict=True):
         found.setdefault(group, []).append(answer)
+    lags = await queue_lags(
+        admin,
+        ((addr, group, stats) for (group, addr), (stats, _) in zip(asks, answers, strict=True) if stats),
+    )
+    per_group: dict[str, list[int | None]] = {}
+    for (_, group, _, _), lag in lags.items():
+        per_group.setdefault(group, []).append(lag)
     out: list[GroupProgressRow] = []
     for row in rows:
         stats = [s for s, _ in found[row["group"]] if s is not None]
         conns = [c for _, c in found[row["group"]] if c is not None]
+        total = LagSum.of(per_group.get(row["group"], [])) if stats else None
         out.append(
             {
                 **row,
@@ -349,15 +360,17 @@ async def list_groups(admin: Admin, *, cluster: str | None, system: bool, progre
                 "consume_type": next((c.consume_type for c in conns if c.consume_type), None),
                 "message_model": next((c.message_model for c in conns if c.message_model), None),
                 "consume_tps": round(sum(s.consume_tps for s in stats), 2),
-                "lag": sum(
-                    max(w.broker_offset - w.consumer_offset, 0)
-                    for s in stats
-                    for w in s.offset_table.values()
-                )
-                if stats
-                else None,
+                "lag": total.lag if total else None,
+                "uncounted_queues": total.uncounted if total else 0,
             }
         )
+    uncounted = sum(r["uncounted_queues"] for r in out)
+    if uncounted:
+        left_out = (
+            f"lag leaves out {plural(uncounted, 'queue')} of unknown start (never committed on: a consumer "
+            "starts where its consumeFromWhere says; 'group progress -g G' shows them)"
+        )
+        footer = f"{footer}; {left_out}" if footer else left_out
     return Rows(out, columns=list(GroupProgressRow.__annotations__), footer=footer)
 
 
@@ -480,20 +493,86 @@ async def progress(
 
 
 def _lag(end: int, start: int | None) -> int | None:
+    """A queue's lag from ``start`` to its ``end``; None where the start is unknown, but on a queue that
+    never held a message, which is no lag wherever a consumer starts."""
+    if end <= 0:
+        return 0
     return None if start is None else max(end - start, 0)
+
+
+async def uncommitted_starts(admin: Admin, zeros: Iterable[GroupQueue]) -> dict[GroupQueue, int | None]:
+    """Of ``zeros`` (queues whose ConsumeStats say the group's offset is 0), those it is not known to have
+    committed on (:func:`~mqctl.services.offsets.never_committed`), each with the offset the broker starts a
+    consumer of the group at (QUERY_CONSUMER_OFFSET): 0 on a young queue, else None (consumeFromWhere
+    decides). A broker that does not answer leaves its starts None (unknown): recorded, never raised, and
+    not asked again (a silent broker's every queue waited its turn and its timeout)."""
+    doubtful = sorted(await never_committed(admin, zeros))
+    failed: dict[str, Exception] = {}
+
+    async def start(addr: str, group: str, topic: str, queue_id: int) -> int | None:
+        if addr in failed:
+            return None
+        try:
+            return await admin.consumer_offset(addr, group, topic, queue_id)
+        except (RemotingError, MqctlError) as exc:
+            failed.setdefault(addr, exc)
+            return None
+
+    answers = await gather_limited((start(*key) for key in doubtful), 16)
+    await record_failures(admin, failed.items())
+    return dict(zip(doubtful, answers, strict=True))
 
 
 async def _uncommitted_starts(
     admin: Admin, group: str, where: dict[MessageQueue, str], offsets: dict[MessageQueue, OffsetWrapper]
 ) -> dict[MessageQueue, int | None]:
-    """The queues of ``offsets`` (ConsumeStats, read at ``where``) the group never committed on, each with
-    the offset the broker starts a consumer of it at: 0 on a young queue, else None (consumeFromWhere)."""
-    zeros = {(where[mq], mq.topic, mq.queue_id): mq for mq, w in offsets.items() if w.consumer_offset == 0}
-    fresh = list(await never_committed(admin, group, zeros))
-    answers = await gather_limited(
-        (admin.consumer_offset(addr, group, topic, queue_id) for addr, topic, queue_id in fresh), 16
-    )
-    return {zeros[key]: start for key, start in zip(fresh, answers, strict=True)}
+    """:func:`uncommitted_starts` of the queues of ``offsets`` (ConsumeStats, read at ``where``)."""
+    zeros = {
+        (where[mq], group, mq.topic, mq.queue_id): mq for mq, w in offsets.items() if w.consumer_offset == 0
+    }
+    return {zeros[key]: start for key, start in (await uncommitted_starts(admin, zeros)).items()}
+
+
+@dataclass(frozen=True)
+class LagSum:
+    """A group's lag over its queues, each counted as ``group progress`` counts it; ``uncounted``: queues
+    whose lag is unknown (never committed on where consumeFromWhere decides the start, or not read), left
+    out of ``lag`` (None when no queue could be counted)."""
+
+    lag: int | None
+    uncounted: int
+
+    @classmethod
+    def of(cls, lags: Iterable[int | None]) -> LagSum:
+        """The sum of per-queue lags (None: unknown)."""
+        given = list(lags)
+        known = [lag for lag in given if lag is not None]
+        uncounted = len(given) - len(known)
+        return cls(sum(known) if known or not uncounted else None, uncounted)
+
+
+async def queue_lags(
+    admin: Admin, answers: Iterable[tuple[str, str, ConsumeStats]]
+) -> dict[GroupQueue, int | None]:
+    """Each queue's lag in the ConsumeStats brokers answered ((address, group, stats)), as ``group progress``
+    counts it: on a queue the group never committed on from where the broker starts a consumer (0 on a young
+    queue; None, unknown, where consumeFromWhere decides), never from the 0 ConsumeStats says there (a new
+    group on an old topic was its whole length behind)."""
+    read = list(answers)
+    # an empty queue is no lag wherever a consumer starts: not asked about
+    zeros = [
+        (addr, group, mq.topic, mq.queue_id)
+        for addr, group, stats in read
+        for mq, w in stats.offset_table.items()
+        if w.consumer_offset == 0 and w.broker_offset > 0
+    ]
+    starts = await uncommitted_starts(admin, zeros)
+    lags: dict[GroupQueue, int | None] = {}
+    for addr, group, stats in read:
+        for mq, w in stats.offset_table.items():
+            key = (addr, group, mq.topic, mq.queue_id)
+            lags[key] = _lag(w.broker_offset, starts.get(key, w.consumer_offset))
+    return lags
 
 
 async def _may_exist(admin: Admin, group: str, addrs: list[str]) -> bool:

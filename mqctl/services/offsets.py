@@ -111,7 +111,7 @@ async def show(admin: Admin, group: str, topic: str) -> list[OffsetRow]:
     if rows and not await _group_known(admin, group, rows, sorted({r.broker_addr for r in rows})):
         raise _unknown(group, topic, hint="check the name ('mqctl group list')")
     fresh = await never_committed(
-        admin, group, [(r.broker_addr, r.topic, r.queue_id) for r in rows if r.consumer_offset == 0]
+        admin, [(r.broker_addr, group, r.topic, r.queue_id) for r in rows if r.consumer_offset == 0]
     )
     return [
         {
@@ -120,26 +120,32 @@ async def show(admin: Admin, group: str, topic: str) -> list[OffsetRow]:
             "queue_id": r.queue_id,
             "min_offset": r.min_offset,
             "max_offset": r.max_offset,
-            "consumer_offset": None if (r.broker_addr, r.topic, r.queue_id) in fresh else r.consumer_offset,
+            "consumer_offset": None
+            if (r.broker_addr, group, r.topic, r.queue_id) in fresh
+            else r.consumer_offset,
             "lag": None if r.consumer_offset is None else r.max_offset - r.consumer_offset,
         }
         for r in rows
     ]
 
 
-async def never_committed(
-    admin: Admin, group: str, zeros: Iterable[tuple[str, str, int]]
-) -> set[tuple[str, str, int]]:
-    """Of ``zeros`` (broker address, topic, queue id), queues whose broker answered the group's offset as 0,
-    those the group never committed on. Both answers say 0 for such a queue: GET_CONSUME_STATS on every
-    queue, QUERY_CONSUMER_OFFSET on a young one (where the broker starts a new consumer); only the
-    broker's offset table (GET_ALL_CONSUMER_OFFSET, read only where a 0 was answered) tells. A broker
-    that does not answer keeps its 0s."""
+#: A queue as a group's offset on it is asked for: (broker address, group, topic, queue id).
+GroupQueue = tuple[str, str, str, int]
+
+
+async def never_committed(admin: Admin, zeros: Iterable[GroupQueue]) -> set[GroupQueue]:
+    """Of ``zeros`` (broker address, group, topic, queue id), queues whose broker answered the group's
+    offset as 0, those the group is not known to have committed on. Both answers say 0 for a queue it never
+    committed on: GET_CONSUME_STATS on every queue, QUERY_CONSUMER_OFFSET on a young one (where the broker
+    starts a new consumer); only the broker's offset table (GET_ALL_CONSUMER_OFFSET, read once per broker
+    where a 0 was answered) tells. A broker whose table cannot be read leaves its 0s unknown: they are in
+    the set too, and the failure is recorded (one warning naming the broker), never raised."""
     wanted = list(zeros)
     if not wanted:
         return set()
-    tables = await each_broker(admin, sorted({addr for addr, _, _ in wanted}), admin.all_consumer_offsets)
-    return {(a, t, q) for a, t, q in wanted if a in tables and (group, t, q) not in tables[a]}
+    addrs = sorted({addr for addr, *_ in wanted})
+    tables = await each_broker(admin, addrs, admin.all_consumer_offsets, required=False)
+    return {(a, g, t, q) for a, g, t, q in wanted if a not in tables or (g, t, q) not in tables[a]}
 
 
 async def _queues(admin: Admin, group: str, topic: str, *, reads: bool = False) -> list[PlanRow]:
@@ -159,10 +165,10 @@ async def _committed_queues(admin: Admin, group: str, topic: str) -> list[PlanRo
     broker answers for it is where a consumer starts, not an offset the plan would move from."""
     rows = await _queues(admin, group, topic)
     fresh = await never_committed(
-        admin, group, [(r.broker_addr, r.topic, r.queue_id) for r in rows if r.consumer_offset == 0]
+        admin, [(r.broker_addr, group, r.topic, r.queue_id) for r in rows if r.consumer_offset == 0]
     )
     for row in rows:
-        if (row.broker_addr, row.topic, row.queue_id) in fresh:
+        if (row.broker_addr, group, row.topic, row.queue_id) in fresh:
             row.consumer_offset = None
     return rows
 

@@ -55,7 +55,7 @@ class FileRow:
     file: str
     from_offset: int
     size: int
-    age_ms: int  # tables show it as "3d 04h"
+    age_ms: int  # tables show it as "3d04h"
     expired: bool
     action: str  # delete / keep
     why: str | None  # expired / watermark

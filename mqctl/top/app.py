@@ -60,7 +60,9 @@ A view whose data is older than two refresh intervals is marked STALE.
 Oldest unconsumed (≤) is an upper bound: the age of the last consumed
 message on the group's furthest-behind queue (on a queue it never
 consumed: the queue's oldest message); "never consumed": no broker
-holds an offset of the group, so its lag is unknown.
+holds an offset of the group, so its lag is unknown. Lag "+3?": three
+queues the group never committed on, where a consumer starts as its
+consumeFromWhere says, are left out (Enter lists them as "-").
 
 Press Esc or ? to close."""
 

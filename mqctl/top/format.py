@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from mqctl.top.model import WATERMARKS, BrokerView, ClientView, GroupRow, QueueOffset, StoreView, TopicRow
-from mqctl.units import plural
+from mqctl.units import duration_text, plural
 
 R = TypeVar("R")
 
@@ -46,17 +46,10 @@ def count(n: int | None, exact: bool = False) -> str:
 
 
 def age(seconds: float | None) -> str:
-    """A short duration: 42s, 3m05s, 2h07m, 3d04h."""
+    """A duration in whole seconds as every table writes one (:func:`mqctl.units.duration_text`)."""
     if seconds is None:
         return NONE
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+    return duration_text(max(0, int(seconds)) * 1000)
 
 
 def percent(ratio: float | None) -> str:
@@ -181,7 +174,15 @@ def group_cells(g: GroupRow, exact: bool = False) -> tuple[str, ...]:
         oldest = "≤" + age(g.oldest_age)
     else:
         oldest = NEVER_CONSUMED if g.never_consumed else NONE
-    return (g.name, count(g.lag, exact), count(g.consumers, exact), rate(g.consume_tps), oldest)
+    return (g.name, lag_cell(g, exact), count(g.consumers, exact), rate(g.consume_tps), oldest)
+
+
+def lag_cell(g: GroupRow, exact: bool = False) -> str:
+    """The group's lag, and how many queues of unknown lag it leaves out (``1,204 +3?``): a new group on an
+    old topic counted the topic's whole length from offset 0."""
+    if g.lag is None or not g.uncounted:
+        return count(g.lag, exact)
+    return f"{count(g.lag, exact)} +{g.uncounted}?"
 
 
 #: The oldest unconsumed cell of a group no master holds an offset of: no age to show, and not "-"
@@ -405,7 +406,7 @@ TOPIC_SORTS: tuple[SortKey[TopicRow], ...] = (
 )
 
 GROUP_SORTS: tuple[SortKey[GroupRow], ...] = (
-    SortKey("lag", lambda g: g.lag, True),
+    SortKey("lag", lambda g: -1 if g.lag is None else g.lag, True),
     SortKey("name", lambda g: g.name),
     SortKey("consume tps", lambda g: g.consume_tps, True),
     SortKey("oldest", lambda g: g.oldest_age or 0.0, True),

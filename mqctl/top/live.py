@@ -29,7 +29,7 @@ from mqctl.admin.messaging import view
 from mqctl.errors import ConnectError, NotFoundError
 from mqctl.services.cluster import BrokerRow, brokers, first_float, stall_split
 from mqctl.services.fanout import failure_reason
-from mqctl.services.groups import connections, group_on_broker, progress
+from mqctl.services.groups import LagSum, connections, group_on_broker, progress, queue_lags
 from mqctl.services.retention import broker_plan
 from mqctl.services.topics import KINDS, topic_kind, topic_offsets
 from mqctl.top.model import (
@@ -345,13 +345,18 @@ class LiveSource:
         names = sorted({g for found in per_broker for g in found})
         asks = [(b.view.addr, g) for b, found in zip(masters, per_broker, strict=True) for g in found]
         answers = await asyncio.gather(*(self._limited(self._group_on(addr, g)) for addr, g in asks))
-        lag = dict.fromkeys(names, 0)
         tps = dict.fromkeys(names, 0.0)
         oldest: dict[str, float | None] = dict.fromkeys(names)
         clients: dict[str, set[str]] = {g: set() for g in names}
         offsets_held: set[str] = set()  # groups with an offset (a queue in its consume stats) on some master
         unanswered: set[str] = set()  # groups some master did not give its consume stats for
         unread: dict[tuple[str, str, int], list[str]] = {}  # queues with no consumed message left
+        # each queue's lag as group progress counts it: a queue never committed on is not counted from 0
+        lags = await queue_lags(
+            self.admin,
+            ((addr, group, stats) for (addr, group), (stats, _) in zip(asks, answers, strict=True) if stats),
+        )
+        per_group: dict[str, list[int | None]] = {g: [] for g in names}
         for (addr, group), (stats, conns) in zip(asks, answers, strict=True):
             if conns is not None:
                 clients[group].update(c.client_id for c in conns.connection_set)
@@ -362,8 +367,10 @@ class LiveSource:
             if stats.offset_table:
                 offsets_held.add(group)
             for mq, wrapper in stats.offset_table.items():
-                behind = max(wrapper.broker_offset - wrapper.consumer_offset, 0)
-                lag[group] += behind
+                behind = lags[(addr, group, mq.topic, mq.queue_id)]
+                per_group[group].append(behind)
+                if behind is None:  # where a consumer starts is its consumeFromWhere's: no age to count
+                    continue
                 if behind and wrapper.last_timestamp > 0:
                     seen = now - wrapper.last_timestamp / 1000
                     oldest[group] = max(seen, oldest[group] or 0.0)
@@ -379,14 +386,16 @@ class LiveSource:
                     continue
                 for group in unread[key]:
                     oldest[group] = max(now - at, oldest[group] or 0.0)
+        sums = {g: LagSum.of(per_group[g]) for g in names}
         return tuple(
             GroupRow(
                 g,
-                lag[g],
+                sums[g].lag,
                 len(clients[g]),
                 tps[g],
                 oldest[g],
                 never_consumed=g not in offsets_held and g not in unanswered,
+                uncounted=sums[g].uncounted,
             )
             for g in names
         )

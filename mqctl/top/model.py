@@ -114,14 +114,17 @@ class GroupRow:
     no consumed message left (never consumed) the age of its oldest stored message. ``never_consumed``: no
     master holds an offset of the group for any queue (no consumer ever committed one, none is online),
     each having answered so:
-    its lag cannot be counted, and a consumer that starts reads as its consumeFromWhere says."""
+    its lag cannot be counted, and a consumer that starts reads as its consumeFromWhere says. ``lag`` counts
+    each queue as ``group progress`` does; ``uncounted``: queues of unknown lag left out of it (never
+    committed on where consumeFromWhere decides the start), ``lag`` None when no queue could be counted."""
 
     name: str
-    lag: int
+    lag: int | None
     consumers: int
     consume_tps: float
     oldest_age: float | None = None
     never_consumed: bool = False
+    uncounted: int = 0
 
 
 @dataclass(frozen=True)

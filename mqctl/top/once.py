@@ -79,6 +79,7 @@ def _group(g: GroupRow) -> dict[str, Any]:
     return {
         "group": g.name,
         "lag": g.lag,
+        "uncounted_queues": g.uncounted,
         "consumers": g.consumers,
         "consume_tps": g.consume_tps,
         "oldest_age_ms": _ms(g.oldest_age),

@@ -113,6 +113,19 @@ def test_a_delay_the_parser_rejects_names_the_flag_and_its_forms(mq: RunCli, val
 
 
 @pytest.mark.parametrize(
+    ("flag", "value"), [("--delay", "4d"), ("--delay", "72h1s"), ("--deliver-at", "+3d1m")]
+)
+def test_a_delay_beyond_the_brokers_max_is_refused_before_sending(mq: RunCli, flag: str, value: str) -> None:
+    """``--delay 4d`` went to the broker and came back a wire error (exit 8): refused here, by the limit the
+    broker applies (timerMaxDelaySec's default), on one line naming the flag; nothing is sent."""
+    result = mq("msg", "send", "-t", "EdgeFar", flag, value, "x")
+    assert result.code == UsageError.exit_code, result
+    [line] = result.stderr.splitlines()
+    assert f"bad {flag} {value!r}" in line and "timerMaxDelaySec" in line and "3 days" in line, line
+    assert mq("topic", "show", "-t", "EdgeFar").code == 3  # never auto-created: nothing went out
+
+
+@pytest.mark.parametrize(
     "args",
     [
         ("msg", "send", "-t", TOPIC, "x", "--deliver-at", "tomorrow"),

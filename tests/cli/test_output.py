@@ -145,6 +145,7 @@ def test_row_stream_writes_json_lines_and_one_csv_header() -> None:
 
 
 def test_one_rule_for_sizes_times_and_durations() -> None:
+    from mqctl.timespec import parse_duration
     from mqctl.units import duration_text, size_text, time_fields
 
     assert [size_text(n) for n in (512, 1536, 4 * 1024 * 1024, 3 * 1024**3)] == [
@@ -153,7 +154,18 @@ def test_one_rule_for_sizes_times_and_durations() -> None:
         "4.0 MiB",
         "3.0 GiB",
     ]
-    assert duration_text(2 * 86_400_000 + 6 * 3_600_000) == "2d 06h" and duration_text(850) == "850 ms"
+    # one form, the duration flags': a few seconds read as such, not "0m 03s" (store commitlog ls's age)
+    assert [duration_text(ms) for ms in (850, 0, 3_000, 59_999, 60_000, 185_000, 7_260_000)] == [
+        "850ms",
+        "0s",
+        "3s",
+        "59s",
+        "1m00s",
+        "3m05s",
+        "2h01m",
+    ]
+    assert duration_text(2 * 86_400_000 + 6 * 3_600_000) == "2d06h"
+    assert parse_duration(duration_text(2 * 86_400_000 + 6 * 3_600_000)) == 2 * 86_400_000 + 6 * 3_600_000
     assert time_fields("t", 0) == {"t": None, "t_ms": 0}
     assert time_fields("t", 1_000) == {"t": "1970-01-01T00:00:01.000Z", "t_ms": 1_000}
     rows = [{"file": "f", "size": 1048576, "age_ms": 90_000, **time_fields("last", 0)}]
@@ -161,7 +173,7 @@ def test_one_rule_for_sizes_times_and_durations() -> None:
         {"file": "f", "size": 1048576, "age_ms": 90_000, "last": None, "last_ms": 0}
     ]
     table = rendered(rows, "table")
-    assert "1.0 MiB" in table and "1m 30s" in table and "never" in table
+    assert "1.0 MiB" in table and "1m30s" in table and "never" in table
     assert "LAST MS" not in table and "AGE MS" not in table and "AGE" in table
     record = rendered({"size": 2048, **time_fields("created", 0)}, "table")
     assert "2.0 KiB" in record and "never" in record and "created_ms" not in record

@@ -98,10 +98,16 @@ def test_a_delay_without_a_unit_points_at_the_level_flag(mq: Callable[..., CliRe
     assert mq("topic", "show", "-t", "TmNoUnit").code == 3  # never auto-created: nothing went out
 
 
-def test_beyond_the_brokers_max_delay_is_a_broker_error(mq: Callable[..., CliResult]) -> None:
-    result = mq("msg", "send", "-t", "TmFar", "--delay", "4d", "x")
-    assert result.code == 8, result.stderr
-    assert "max delay" in result.stderr
+def test_a_broker_set_below_the_default_max_delay_refuses_on_the_wire(mq: Callable[..., CliResult]) -> None:
+    """Beyond the default max the CLI refuses (test_operator_edges); a broker set lower still says so."""
+    result = mq("broker", "config", "set", "timerMaxDelaySec=3600")
+    assert result.code == 0, result.stderr
+    try:
+        result = mq("msg", "send", "-t", "TmFar", "--delay", "2h", "x")
+        assert result.code == 8, result.stderr
+        assert "max delay" in result.stderr
+    finally:
+        mq("broker", "config", "set", "timerMaxDelaySec=259200")
 
 
 def test_the_unique_key_finds_the_delivered_copy(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
