@@ -117,20 +117,6 @@ def is_local(ip: str, local_ip: str) -> bool:
     return is_loopback(ip) or (ip != "" and ip == local_ip)
 
 
-def same_host(a: str, b: str) -> bool:
-    """Whether two IP addresses are the same host's, whatever their spelling (``::ffff:10.0.0.2`` and
-    ``10.0.0.2``, IPv6 abbreviated or not); anything that is no IP (a name, ``""``) only as the same text."""
-    try:
-        one, two = (ipaddress.ip_address(x.split("%", 1)[0]) for x in (a, b))
-    except ValueError:
-        return a == b and a != ""
-    folded = [
-        x.ipv4_mapped if isinstance(x, ipaddress.IPv6Address) and x.ipv4_mapped is not None else x
-        for x in (one, two)
-    ]
-    return folded[0] == folded[1]
-
-
 def is_own_address(ip: str) -> bool:
     """Whether ``ip`` is an address of this machine: the kernel routes to it from itself (a UDP
     "connect" sends nothing). A configured address (``brokerIP1``) may be a NAT's or a load balancer's,

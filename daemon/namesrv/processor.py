@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ipaddress
 import logging
 import os
 import zlib
@@ -26,7 +27,7 @@ from daemon.config import (
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimitError
 from daemon.namesrv.routes import CLOCK_FIELD, RouteInfoManager
-from daemon.protect import WAYS_OUT, budget_host, is_local, protection, same_host
+from daemon.protect import WAYS_OUT, budget_host, is_local, protection
 from daemon.remoting.bodies import DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.client import parse_addr, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -118,6 +119,20 @@ class _Departed:
     host: str
     left_ms: int
     group: frozenset[str]
+
+
+def _same_host(a: str, b: str) -> bool:
+    """Whether two IP addresses are the same host's, whatever their spelling (``::ffff:10.0.0.2`` and
+    ``10.0.0.2``, IPv6 abbreviated or not); anything that is no IP (a name, ``""``) only as the same text."""
+    try:
+        one, two = (ipaddress.ip_address(x.split("%", 1)[0]) for x in (a, b))
+    except ValueError:
+        return a == b and a != ""
+    folded = [
+        x.ipv4_mapped if isinstance(x, ipaddress.IPv6Address) and x.ipv4_mapped is not None else x
+        for x in (one, two)
+    ]
+    return folded[0] == folded[1]
 
 
 def _dledger_hosts(h: RegisterBrokerRequestHeader) -> tuple[frozenset[str] | None, str | None]:
@@ -473,7 +488,7 @@ class NamesrvProcessor:
                 host = parse_addr(addr)[0]
             except ValueError:
                 host = addr
-            if not same_host(host, peer):
+            if not _same_host(host, peer):
                 return (
                     f"protected mode: REGISTER_BROKER from {peer or '?'} registers broker {h.broker_name} id "
                     f"{h.broker_id} with {key} {addr}, not an address of that peer: a broker off this "
