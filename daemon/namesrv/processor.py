@@ -137,13 +137,17 @@ def _same_host(a: str, b: str) -> bool:
 
 def _dledger_hosts(h: RegisterBrokerRequestHeader) -> tuple[frozenset[str] | None, str | None]:
     """The hosts a registration names for its DLedger group, or why they are refused."""
-    if h.d_ledger_hosts is None:
+    raw = h.d_ledger_hosts
+    if raw is None:
         return None, None
-    hosts = frozenset(x for x in h.d_ledger_hosts.split(",") if x)
-    if len(hosts) <= MAX_DLEDGER_HOSTS and all(len(x) <= MAX_DLEDGER_HOST_CHARS for x in hosts):
-        return hosts, None
+    named = raw.count(",") + 1
+    if len(raw) <= MAX_DLEDGER_HOSTS * (MAX_DLEDGER_HOST_CHARS + 1):  # (else refused unsplit)
+        hosts = frozenset(x for x in raw.split(",") if x)
+        if len(hosts) <= MAX_DLEDGER_HOSTS and all(len(x) <= MAX_DLEDGER_HOST_CHARS for x in hosts):
+            return hosts, None
+        named = len(hosts)
     return None, (
-        f"broker {h.broker_name} at {h.broker_addr} names {len(hosts)} hosts of its DLedger group "
+        f"broker {h.broker_name} at {h.broker_addr} names {named} hosts of its DLedger group "
         f"(dLedgerHosts): at most {MAX_DLEDGER_HOSTS} are taken, each of {MAX_DLEDGER_HOST_CHARS} characters "
         "at most (a DLedger group has a handful of members)"
     )

@@ -770,11 +770,23 @@ async def master_on(
 
 
 @pytest.mark.slow
-async def test_the_gate_matches_the_peers_address_off_loopback(tmp_path: Path) -> None:
+async def test_the_gate_matches_the_peers_address_off_loopback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """From a network namespace's own address: refused while the NameServer lists the group's slave on
-    another host (loopback), admitted once it lists one at that address."""
+    another host (loopback), admitted once it lists one at that address. The master (ASYNC, protected
+    mode, no haTls) says at start that it streams to whoever the NameServers list."""
     with peer_namespace() as (ns_name, ours, theirs):
-        async with master_on(tmp_path, ours) as (namesrv, master, sender):
+        with caplog.at_level(logging.WARNING, logger="daemon.broker.broker"):
+            started = master_on(tmp_path, ours)
+            namesrv, master, sender = await started.__aenter__()
+        try:
+            said = [
+                r.getMessage()
+                for r in caplog.records
+                if "streams its CommitLog to any host" in r.getMessage()
+            ]
+            assert said, [r.getMessage() for r in caplog.records]
             assert (await sender.send("Far", b"x" * 100)).code == 0
             ha = master.config.ha_listen_port
             assert (await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)).code == 0
@@ -782,6 +794,8 @@ async def test_the_gate_matches_the_peers_address_off_loopback(tmp_path: Path) -
             assert (await namesrv.register({}, broker_addr=f"{theirs}:1", broker_id=2)).code == 0
             await asyncio.sleep(1.1)  # the gate looks its slaves up again at most once a second
             assert await asyncio.to_thread(peer_reads, ns_name, ours, ha) > 0
+        finally:
+            await started.__aexit__(None, None, None)
 
 
 @pytest.mark.slow
