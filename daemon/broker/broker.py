@@ -69,6 +69,7 @@ from daemon.protect import (
     binds_beyond_loopback,
     creation_refusal,
     is_local,
+    is_own_address,
     listening,
     lock_refusal,
     protection,
@@ -600,10 +601,13 @@ class Broker:
 
     def _ha_counts(self, host: str, local_ip: str) -> bool:
         """In protected mode without haTls, whether a SYNC_MASTER counts the acknowledgements of a slave
-        the HA gate admitted: one on this machine, or at `haWhiteRemoteAddresses`. The gate trusts the
-        NameServers, which take anyone's registration then: a peer registered as a slave, connected and
-        acknowledged every byte storing none, and this master answered SEND_OK for data only it held."""
-        return is_local(host, local_ip) or any(match(host) for match in self._ha_white)
+        the HA gate admitted: one on this machine (loopback, or from any address of this machine: no
+        other host completes a TCP handshake from one), or at `haWhiteRemoteAddresses`. The gate trusts
+        the NameServers, which take anyone's registration then: a peer registered as a slave, connected
+        and acknowledged every byte storing none, and this master answered SEND_OK for data only it held."""
+        if is_local(host, local_ip) or any(match(host) for match in self._ha_white):
+            return True
+        return is_own_address(host)
 
     def _say_which_slaves_count(self) -> None:
         """At start, on a master in protected mode without haTls: whose acknowledgements a SYNC_MASTER
