@@ -90,7 +90,7 @@ MAX_FILTER_SERVER_CHARS = 255
 #: The hosts a DLedger member's registration may name for its group (``dLedgerHosts``), and the longest
 #: one: a Raft group has a handful of members (3 or 5; each name in ``dLegerPeers`` resolved to its
 #: addresses), and an IP literal, an IPv6 one with its zone, is under 64 characters. The list is kept per
-#: address: 30,000 invented hosts in each of a hundred registrations held some 400 MB.
+#: address: invented brokers naming a header's worth of hosts each held it all (docs/security.md).
 MAX_DLEDGER_HOSTS = 16
 MAX_DLEDGER_HOST_CHARS = 64
 #: Places (broker name, id) remembered for a while after their holder left (see `_Departed`), per

@@ -88,9 +88,9 @@ async def unregister(conn: Connection, addr: str, broker_id: int = 0, name: str 
 
 async def test_what_a_registration_keeps_goes_with_its_address(tmp_path: Path) -> None:
     """A DLedger member's term and group's hosts were kept per broker address for good: registered and
-    unregistered again and again under invented addresses, each with 250 KB of hosts, they held hundreds
-    of MB. They go when the address is unregistered, expires or its connection closes, and a list longer
-    than a DLedger group's is refused."""
+    unregistered again and again under invented addresses, each naming a header's worth of hosts, they
+    held it all. They go when the address is unregistered, expires or its connection closes, and a list
+    longer than a DLedger group's is refused."""
     ns = Namesrv(tmp_path, listen_host="127.0.0.1")
     kept = ns.processor
 
