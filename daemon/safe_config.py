@@ -48,6 +48,7 @@ LOCKED_KEYS = frozenset(
         "haListenPort",
         "vipListenEnable",  # read at start: whether listenPort - 2 opens
         "haTls",
+        "haWhiteRemoteAddresses",  # whose acknowledgements a SYNC_MASTER counts
         "metricsEnable",
         "metricsPort",
         "metricsHost",

@@ -69,6 +69,7 @@ from daemon.protect import (
     binds_beyond_loopback,
     creation_refusal,
     is_local,
+    is_own_address,
     listening,
     lock_refusal,
     protection,
@@ -308,6 +309,8 @@ class Broker:
         self.state = "starting"
         #: The ACL files when `aclEnable` is on (codes 50-54 edit them); None: no ACL.
         self.acl_files: AclFiles | None = None
+        #: `haWhiteRemoteAddresses` as matchers (see _ha_counts).
+        self._ha_white = config.ha_white_matchers()
         #: The VIP port's listener (its connections are the main server's).
         #: The gRPC front for 5.x clients (daemon.grpc) once started; None: off, or not installed here.
         self.grpc: GrpcFront | None = None
@@ -543,6 +546,7 @@ class Broker:
             ssl=ha_tls.server_context(require_client=True) if ha_tls else None,
             refuse=self._ha_acl_refusal if c.acl_enable and not c.ha_tls else None,
             identify=self.registered_slave_at,
+            counts=self._ha_counts if self.protection.active and not c.ha_tls else None,
         )
         try:
             bound = await self.ha_master.start()
@@ -563,6 +567,7 @@ class Broker:
                 c.listen_host,
                 bound,
             )
+        self._say_which_slaves_count()
         if is_slave(c):
             # the master's records are asked of its broker address, which only a NameServer tells
             records = (
@@ -593,6 +598,43 @@ class Broker:
         if self.dledger is None:
             return None
         return ",".join(sorted(set().union(*self.dledger.gate.hosts.values())))
+
+    def _ha_counts(self, host: str, local_ip: str) -> bool:
+        """In protected mode without haTls, whether a SYNC_MASTER counts the acknowledgements of a slave
+        the HA gate admitted: one on this machine (loopback, or from any address of this machine: no
+        other host completes a TCP handshake from one), or at `haWhiteRemoteAddresses`. The gate trusts
+        the NameServers, which take anyone's registration then: a peer registered as a slave, connected
+        and acknowledged every byte storing none, and this master answered SEND_OK for data only it held."""
+        if is_local(host, local_ip) or any(match(host) for match in self._ha_white):
+            return True
+        return is_own_address(host)
+
+    def _say_which_slaves_count(self) -> None:
+        """At start, on a master in protected mode without haTls: whose acknowledgements a SYNC_MASTER
+        counts, or that an ASYNC_MASTER streams to whoever the NameServers list as its slave."""
+        c = self.config
+        if is_slave(c) or not self.protection.active or c.ha_tls or self.dledger is not None:
+            return
+        if c.broker_role == "SYNC_MASTER":
+            log.warning(
+                "HA: protected mode (ACL off, listening on %s) and haTls off: this SYNC_MASTER counts the "
+                "acknowledgements of slaves on this machine%s only; another slave the NameServers list is "
+                "streamed to, but a send waits for none of its acknowledgements (SLAVE_NOT_AVAILABLE "
+                "without a counted slave); set haWhiteRemoteAddresses to the slaves' hosts, or haTls=true",
+                c.listen_host,
+                f" and at haWhiteRemoteAddresses={c.ha_white_remote_addresses}"
+                if c.ha_white_remote_addresses.strip()
+                else "",
+            )
+        else:
+            log.warning(
+                "HA: protected mode (ACL off, listening on %s) and haTls off: this master streams its "
+                "CommitLog to any host the NameServers list as a slave of %s, and a NameServer with ACL "
+                "off lists whoever registers; set haTls=true, or aclEnable=true with the slaves' hosts in "
+                "globalWhiteRemoteAddresses",
+                c.listen_host,
+                c.broker_name,
+            )
 
     def _ha_acl_refusal(self, host: str, local_ip: str) -> str | None:
         """With ACL on and the HA stream not on mutual TLS, a slave beyond this machine must also be in

@@ -379,6 +379,11 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     #: Replication on mutual TLS: the HA listener demands a client certificate its trust file verifies,
     #: and a slave presents one (`tls.client.*`, else the `tls.server.*` pair) and verifies the master's.
     ha_tls: bool = False
+    #: In protected mode (ACL off, listening beyond loopback) without haTls, the hosts whose HA
+    #: acknowledgements a SYNC_MASTER counts besides this machine's: RocketMQ address patterns as in
+    #: ``globalWhiteRemoteAddresses`` (``10.0.0.7``, ``10.0.1.*``, ``10.0.2.{5,6}``), ``;``-separated.
+    #: Empty: only slaves on this machine are counted (docs/replication.md §the-ha-gate).
+    ha_white_remote_addresses: str = ""
     #: Why the broker listens where it does (the start-up line says it); not a setting.
     listen_why: str = field(default="", metadata={"internal": True}, repr=False, compare=False)
 
@@ -400,6 +405,16 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
         self.listen_why = self.listen_why or why
         self.inner_credentials()  # a malformed value fails the start, not the first signed request
+        self.ha_white_matchers()
+
+    def ha_white_matchers(self) -> list[Callable[[str], bool]]:
+        """`haWhiteRemoteAddresses` as matchers of a peer's IP; ConfigError for a malformed pattern."""
+        from daemon.acl.plain import AclConfigError, address_matcher
+
+        try:
+            return [address_matcher(p) for p in self.ha_white_remote_addresses.split(";") if p.strip()]
+        except AclConfigError as exc:
+            raise ConfigError(f"haWhiteRemoteAddresses: {exc}") from None
 
     def inner_credentials(self) -> tuple[str, str] | None:
         """(access key, secret key) of :attr:`inner_client_authentication_credentials`; None when unset."""

@@ -186,8 +186,16 @@ class SlaveState:
 class SlaveConnection:
     """One connected slave: a reader of its offset reports and a writer of CommitLog frames."""
 
-    def __init__(self, master: HAMaster, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        master: HAMaster,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        counted: bool = True,
+    ) -> None:
         self.master = master
+        #: Whether a SYNC_MASTER counts its acknowledgements (see `HAMaster.counts`).
+        self.counted = counted
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
@@ -306,7 +314,8 @@ class SlaveConnection:
             sent = self._sent
             while sent and sent[0][0] <= offset:
                 sent.popleft()
-            self.master.on_ack(offset)
+            if self.counted:
+                self.master.on_ack(offset)
 
     @property
     def lag_seconds(self) -> float:
@@ -419,7 +428,8 @@ class HAMaster:
     """The master side: the HA listener, its slave connections and the SYNC_MASTER waiters.
 
     Every connection passes the :class:`SlaveGate` first, so every acknowledgement a SYNC_MASTER counts
-    comes from a slave the NameServers list for this broker group."""
+    comes from a slave the NameServers list for this broker group; with ``counts``, only from one it
+    also vouches for (a NameServer that takes anyone's registration lists anyone as a slave)."""
 
     def __init__(
         self,
@@ -433,8 +443,13 @@ class HAMaster:
         ssl: _ssl.SSLContext | None = None,
         refuse: Callable[[str, str], str | None] | None = None,
         identify: Callable[[str], Awaitable[tuple[str, int] | None]] | None = None,
+        counts: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.config = config
+        #: Whether the acknowledgements of a slave the gate admitted count for SYNC_MASTER, given its host
+        #: and the address it connected to (None: every admitted slave's do); see `Broker._ha_counts`.
+        self.counts = counts
+        self._uncounted = WarningGate(log)
         #: Which registered slave (broker address, brokerId) is at the far end of an HA connection, given
         #: that end's address, or None when it cannot be told yet: what /metrics labels a slave by, for
         #: its source port changes with every reconnect.
@@ -559,8 +574,16 @@ class HAMaster:
             self._refused(sock, host, peer[1], f"TLS handshake failed (haTls): {exc or type(exc).__name__}")
             return
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        conn = SlaveConnection(self, reader, writer)
+        counted = self.counts is None or self.counts(peer_host(host), peer_host(str(own[0])))
+        conn = SlaveConnection(self, reader, writer, counted)
         log.info("HA slave connected from %s", conn.addr)
+        if not counted and self.sync:
+            self._uncounted.warning(
+                "HA: slave %s is streamed to, but this SYNC_MASTER counts none of its acknowledgements: in "
+                "protected mode only a slave on this machine, at haWhiteRemoteAddresses or under haTls is "
+                "counted (the NameServers list whoever registers)",
+                conn.addr,
+            )
         self.connections.add(conn)
         if self.notify not in self._wakers:
             self._wakers.append(self.notify)
@@ -618,8 +641,12 @@ class HAMaster:
     def slave_ok(self, end: int) -> bool:
         """4.9.8 ``isSlaveOK``: a slave is connected and lags behind ``end`` by less than the max. A slave
         from its first report on (4.9.8 counts a connection from its accept): a connection asking for a
-        description never acknowledges, and counted it made a send wait ``slaveTimeout`` for nothing."""
-        return bool(self.slaves) and end - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max
+        description never acknowledges, and counted it made a send wait ``slaveTimeout`` for nothing. A
+        slave whose acknowledgements do not count (`counts`) is none either."""
+        return (
+            any(c.counted for c in self.slaves)
+            and end - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max
+        )
 
     async def wait_replicated(self, end: int) -> PutMessageStatus:
         """SYNC_MASTER: wait until a slave acked ``end`` (PUT_OK), else SLAVE_NOT_AVAILABLE at once or

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ipaddress
 import logging
 import os
 import zlib
@@ -26,8 +27,9 @@ from daemon.config import (
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimitError
 from daemon.namesrv.routes import CLOCK_FIELD, RouteInfoManager
+from daemon.protect import WAYS_OUT, budget_host, is_local, protection
 from daemon.remoting.bodies import DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper
-from daemon.remoting.client import peer_host
+from daemon.remoting.client import parse_addr, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
@@ -85,6 +87,72 @@ MAX_FILTER_SERVERS = 64
 MAX_FILTER_SERVER_CHARS = 255
 
 
+#: The hosts a DLedger member's registration may name for its group (``dLedgerHosts``), and the longest
+#: one: a Raft group has a handful of members (3 or 5; each name in ``dLegerPeers`` resolved to its
+#: addresses), and an IP literal, an IPv6 one with its zone, is under 64 characters. The list is kept per
+#: address: invented brokers naming a header's worth of hosts each held it all (docs/security.md).
+MAX_DLEDGER_HOSTS = 16
+MAX_DLEDGER_HOST_CHARS = 64
+#: Places (broker name, id) remembered for a while after their holder left (see `_Departed`), per
+#: registering host (an IPv6 peer's /64) and in all: past either, the oldest is forgotten first.
+MAX_DEPARTED_PER_HOST = 256
+MAX_DEPARTED = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class _Holder:
+    """Who registered a broker address: the place it took, the host it registered from, its DLedger
+    group's hosts (empty without any)."""
+
+    name: str
+    broker_id: int
+    host: str
+    group: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Departed:
+    """A place (broker name, id) whose holder left (unregistered, expired, its connection closed), kept
+    for `brokerExpireMs` after: in protected mode another host may not take it meanwhile (a restarting
+    broker's window), but a DLedger member of its group registering with a term may."""
+
+    host: str
+    left_ms: int
+    group: frozenset[str]
+
+
+def _same_host(a: str, b: str) -> bool:
+    """Whether two IP addresses are the same host's, whatever their spelling (``::ffff:10.0.0.2`` and
+    ``10.0.0.2``, IPv6 abbreviated or not); anything that is no IP (a name, ``""``) only as the same text."""
+    try:
+        one, two = (ipaddress.ip_address(x.split("%", 1)[0]) for x in (a, b))
+    except ValueError:
+        return a == b and a != ""
+    folded = [
+        x.ipv4_mapped if isinstance(x, ipaddress.IPv6Address) and x.ipv4_mapped is not None else x
+        for x in (one, two)
+    ]
+    return folded[0] == folded[1]
+
+
+def _dledger_hosts(h: RegisterBrokerRequestHeader) -> tuple[frozenset[str] | None, str | None]:
+    """The hosts a registration names for its DLedger group, or why they are refused."""
+    raw = h.d_ledger_hosts
+    if raw is None:
+        return None, None
+    named = raw.count(",") + 1
+    if len(raw) <= MAX_DLEDGER_HOSTS * (MAX_DLEDGER_HOST_CHARS + 1):  # (else refused unsplit)
+        hosts = frozenset(x for x in raw.split(",") if x)
+        if len(hosts) <= MAX_DLEDGER_HOSTS and all(len(x) <= MAX_DLEDGER_HOST_CHARS for x in hosts):
+            return hosts, None
+        named = len(hosts)
+    return None, (
+        f"broker {h.broker_name} at {h.broker_addr} names {named} hosts of its DLedger group "
+        f"(dLedgerHosts): at most {MAX_DLEDGER_HOSTS} are taken, each of {MAX_DLEDGER_HOST_CHARS} characters "
+        "at most (a DLedger group has a handful of members)"
+    )
+
+
 def _filter_server_refusal(h: RegisterBrokerRequestHeader, servers: list[str]) -> str | None:
     if len(servers) <= MAX_FILTER_SERVERS and all(len(one) <= MAX_FILTER_SERVER_CHARS for one in servers):
         return None
@@ -125,6 +193,17 @@ class NamesrvProcessor:
         self._member_hosts: dict[str, frozenset[str]] = {}
         #: The body each broker address last registered (see _unchanged_body).
         self._bodies: dict[str, _AcceptedBody] = {}
+        #: Who registered each listed broker address (see _Holder), and the places whose holder left
+        #: lately, oldest first, also by registering host (`budget_host`): see _taken_from_elsewhere.
+        self._holders: dict[str, _Holder] = {}
+        self._departed: dict[tuple[str, int], _Departed] = {}
+        self._departed_of: dict[str, dict[tuple[str, int], None]] = {}
+        #: The DLedger group's hosts of each broker name whose brokerId 0 registered with a term, while the
+        #: name is listed: who may take that place from a holder that registered with none (see
+        #: _takes_over_by_term).
+        self._group_hosts: dict[str, frozenset[str]] = {}
+        self._place_refusals = WarningGate(log)
+        routes.on_removed.append(self._forget)
 
     def table(self) -> dict[int, Processor]:
         """The processor table for RemotingServer."""
@@ -189,6 +268,16 @@ class NamesrvProcessor:
 
     async def register_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = RegisterBrokerRequestHeader.from_ext_fields(req.ext_fields)
+        group, refusal = _dledger_hosts(h)
+        if refusal is not None:
+            self._route_cap_warnings.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
+            return req.make_response(ResponseCode.SYSTEM_ERROR, refusal)
+        peer = peer_host(conn.address[0])
+        guarded = not is_local(peer, conn.local_ip()) and self._protected()
+        refusal = self._not_its_own_address(h, peer) if guarded else None
+        if refusal is not None:
+            self._place_refusals.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
+            return req.make_response(ResponseCode.NO_PERMISSION, refusal)
         digest = await body_digest(req.body)
         topics = self._unchanged_body(h, req, digest)
         decoded = False
@@ -216,9 +305,9 @@ class NamesrvProcessor:
             except ValueError as exc:
                 return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad registration body: {exc}")
         holder = self._live_holder(conn, h.broker_name, h.broker_id, h.broker_addr)
-        if holder is not None and self._takes_over_by_term(h, holder, peer_host(conn.address[0])):
+        if holder is not None and self._takes_over_by_term(h, holder, peer):
             log.warning(
-                "%s takes %s id 0 from %s (live, DLedger term %s) with the newer term %d",
+                "%s takes %s id 0 from %s (live, DLedger term %s) with the term %d",
                 h.broker_addr,
                 h.broker_name,
                 holder,
@@ -240,6 +329,9 @@ class NamesrvProcessor:
                 f"broker {h.broker_name} id {h.broker_id} at {h.broker_addr}: {holder} is registered over "
                 "another live connection; its place and address can be taken once that broker is gone",
             )
+        refusal = self._taken_from_elsewhere(h, peer, group) if guarded else None
+        if refusal is not None:
+            return req.make_response(ResponseCode.NO_PERMISSION, refusal)
         refusal = _filter_server_refusal(h, topics.filter_server_list)
         if refusal is not None:  # (refused whole, a listed broker too: its list is replaced whole)
             self._route_cap_warnings.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
@@ -268,10 +360,11 @@ class NamesrvProcessor:
             self._terms.pop(h.broker_addr, None)
         else:
             self._terms[h.broker_addr] = h.d_ledger_term
-        if h.d_ledger_hosts is None:
+        if group is None:
             self._member_hosts.pop(h.broker_addr, None)
         else:
-            self._member_hosts[h.broker_addr] = frozenset(x for x in h.d_ledger_hosts.split(",") if x)
+            self._member_hosts[h.broker_addr] = group
+        self._took(h, peer, group)
         if decoded:
             self._remember_body(h, req, topics, digest)
         order = self.kv.namespace(ORDER_TOPIC_CONFIG)
@@ -346,17 +439,23 @@ class NamesrvProcessor:
         registration; here only one whose Raft term is above the one the holder registered with, so no
         broker without a term, or with a stale one, can take a live master's place. A term is only the
         registrant's word: when the holder named its group's hosts, the registration must also come
-        from one of them (`peer`), or anyone reaching this port could put itself in the group's routes."""
+        from one of them (`peer`), or anyone reaching this port could put itself in the group's routes.
+        A holder registered without a term takes it from a member of the group whose brokerId 0 last
+        registered with one (from one of the hosts that master named): a peer that registered that
+        place in an election's gap, term-less, kept it from the group's new leader for as long as its
+        connection lived. A master/slave group's master (no term, no DLedger master before it) keeps it."""
         if h.broker_id != 0 or h.d_ledger_term is None or holder == h.broker_addr:
-            return False
-        members = self._member_hosts.get(holder)
-        if members is not None and peer not in members:
             return False
         broker = self.routes.broker_addr_table.get(h.broker_name)
         if broker is None or broker.broker_addrs.get(0) != holder:
             return False
         held = self._terms.get(holder)
-        return held is not None and h.d_ledger_term > held
+        if held is None:
+            return peer in self._known_group(h.broker_name)
+        members = self._member_hosts.get(holder)
+        if members is not None and peer not in members:
+            return False
+        return h.d_ledger_term > held
 
     def _held_elsewhere(self, conn: Connection, addr: str) -> bool:
         """Whether the broker at `addr` registered over another connection that is still open."""
@@ -375,6 +474,128 @@ class NamesrvProcessor:
             if held is not None and self._held_elsewhere(conn, held):
                 return held
         return None
+
+    def _protected(self) -> bool:
+        c = self.config
+        return protection(enabled=c.protected_mode, acl_enable=c.acl_enable, hosts=[c.listen_host]).active
+
+    @staticmethod
+    def _not_its_own_address(h: RegisterBrokerRequestHeader, peer: str) -> str | None:
+        """Why a peer off this machine may not register ``h`` in protected mode: a broker registers its
+        own address (`brokerIP1`, the host it connects from), and its HA address on the same host. A peer
+        registering a broker at another's address (its own HA address beside it) took that broker's
+        place whenever it was briefly not listed, and its slaves were told the peer's HA address."""
+        for key, addr in (("brokerAddr", h.broker_addr), ("haServerAddr", h.ha_server_addr)):
+            if not addr and key == "haServerAddr":
+                continue
+            try:
+                host = parse_addr(addr)[0]
+            except ValueError:
+                host = addr
+            if not _same_host(host, peer):
+                return (
+                    f"protected mode: REGISTER_BROKER from {peer or '?'} registers broker {h.broker_name} id "
+                    f"{h.broker_id} with {key} {addr}, not an address of that peer: a broker off this "
+                    "daemon's machine registers its own (brokerIP1, the address it connects from; a broker "
+                    f"behind NAT, or leaving from another address, does not); this daemon has ACL off and "
+                    f"listens beyond loopback; {WAYS_OUT}"
+                )
+        return None
+
+    def _taken_from_elsewhere(
+        self, h: RegisterBrokerRequestHeader, peer: str, group: frozenset[str] | None
+    ) -> str | None:
+        """Why a peer off this machine may not take (name, id) in protected mode: its holder left it
+        from another host less than `brokerExpireMs` ago. A broker's restart unregisters it; a peer
+        registering that place at once kept it over its live connection, the real broker refused on
+        its return and its topics gone from the routes. A DLedger member registering with a term from a
+        host of its group may (its group's new leader, on another host than the old)."""
+        key = (h.broker_name, h.broker_id)
+        left = self._departed.get(key)
+        if left is None or left.host == peer:
+            return None
+        now = self.routes.clock()
+        if now - left.left_ms >= self.config.broker_expire_ms:
+            return None
+        if h.d_ledger_term is not None and peer in self._known_group(h.broker_name):
+            return None
+        self._place_refusals.warning(
+            "refused REGISTER_BROKER of %s as %s id %d from %s: that place was held from %s until %d ms ago "
+            "(protected mode: another host may take it %d ms after it left)",
+            h.broker_addr,
+            h.broker_name,
+            h.broker_id,
+            peer,
+            left.host,
+            now - left.left_ms,
+            self.config.broker_expire_ms,
+        )
+        return (
+            f"protected mode: broker {h.broker_name} id {h.broker_id} was registered from another host "
+            f"{(now - left.left_ms) // 1000} s ago; a host off this daemon's machine may take that place "
+            f"{self.config.broker_expire_ms // 1000} s after its holder left (brokerExpireMs); {WAYS_OUT}"
+        )
+
+    def _known_group(self, name: str) -> frozenset[str]:
+        """The hosts of broker ``name``'s DLedger group, as its brokerId 0 named them with a term: the one
+        registered now, or one that left less than `brokerExpireMs` ago."""
+        group = self._group_hosts.get(name, frozenset())
+        left = self._departed.get((name, 0))
+        if left is not None and self.routes.clock() - left.left_ms < self.config.broker_expire_ms:
+            group = group | left.group
+        return group
+
+    def _took(self, h: RegisterBrokerRequestHeader, peer: str, group: frozenset[str] | None) -> None:
+        """Remember who registered ``h`` (see _Holder), and a DLedger master's group's hosts."""
+        termed = group if group is not None and h.d_ledger_term is not None else frozenset()
+        self._holders[h.broker_addr] = _Holder(h.broker_name, h.broker_id, peer, termed)
+        self._drop_departed((h.broker_name, h.broker_id))
+        if h.broker_id == 0 and h.d_ledger_term is not None and group:
+            self._group_hosts[h.broker_name] = group
+
+    def _forget(self, addr: str) -> None:
+        """The routes dropped ``addr``: forget what was kept for it, and remember the place it held."""
+        self._terms.pop(addr, None)
+        self._member_hosts.pop(addr, None)
+        self._bodies.pop(addr, None)
+        holder = self._holders.pop(addr, None)
+        now = self.routes.clock()
+        self._expire_departed(now)
+        if holder is None:
+            return
+        if holder.name not in self.routes.broker_addr_table:
+            self._group_hosts.pop(holder.name, None)
+        key = (holder.name, holder.broker_id)
+        self._drop_departed(key)
+        self._departed[key] = _Departed(
+            holder.host, now, holder.group if holder.broker_id == 0 else frozenset()
+        )
+        mine = self._departed_of.setdefault(budget_host(holder.host), {})
+        mine[key] = None
+        if len(mine) > MAX_DEPARTED_PER_HOST:
+            self._drop_departed(next(iter(mine)))
+        if len(self._departed) > MAX_DEPARTED:
+            self._drop_departed(next(iter(self._departed)))
+
+    def _drop_departed(self, key: tuple[str, int]) -> None:
+        left = self._departed.pop(key, None)
+        if left is None:
+            return
+        host = budget_host(left.host)
+        mine = self._departed_of.get(host)
+        if mine is not None:
+            mine.pop(key, None)
+            if not mine:
+                del self._departed_of[host]
+
+    def _expire_departed(self, now: int) -> None:
+        """Forget the places left longer ago than `brokerExpireMs` (the oldest first)."""
+        expire = self.config.broker_expire_ms
+        while self._departed:
+            key, left = next(iter(self._departed.items()))
+            if now - left.left_ms < expire:
+                return
+            self._drop_departed(key)
 
     def _unchanged_body(
         self, h: RegisterBrokerRequestHeader, req: RemotingCommand, digest: bytes

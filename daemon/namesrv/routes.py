@@ -86,6 +86,9 @@ class RouteInfoManager:
     #: Entries of `topic_queue_table` (a topic on a broker), kept as they come and go: the cap
     #: `routeMaxQueueDatas` is checked against it without a walk.
     queue_datas: int = field(default=0, init=False)
+    #: Told each broker address the routes drop (unregistered, expired, its connection closed), after
+    #: it is dropped: what others keep per address (the NameServer's processor) goes with it.
+    on_removed: list[Callable[[str], None]] = field(default_factory=list, init=False, repr=False)
 
     def added_queue_datas(self, broker_name: str, topics: TopicConfigSerializeWrapper) -> int:
         """How many entries a master's registration of ``topics`` as ``broker_name`` would add."""
@@ -195,6 +198,7 @@ class RouteInfoManager:
             "broker unregistered: %s %s (id %d) from %s", broker_name, broker_addr, broker_id, cluster_name
         )
         self._route_cache.clear()
+        self._removed(broker_addr)
 
     def holds(self, broker_name: str, broker_id: int, broker_addr: str, version: DataVersion) -> bool:
         """The broker at ``broker_addr`` is registered as (``broker_name``, ``broker_id``), live, at
@@ -257,6 +261,11 @@ class RouteInfoManager:
             if ids and not broker.broker_addrs:
                 self._drop_broker_name(name)
         self._route_cache.clear()
+        self._removed(broker_addr)
+
+    def _removed(self, broker_addr: str) -> None:
+        for forget in self.on_removed:
+            forget(broker_addr)
 
     def _drop_broker_name(self, broker_name: str) -> None:
         broker = self.broker_addr_table.pop(broker_name)

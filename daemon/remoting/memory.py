@@ -86,14 +86,16 @@ def connect_pair(
     server: RequestDispatcher,
     client: RequestDispatcher | None = None,
     on_server_close: Callable[[Connection], None] | None = None,
+    hosts: tuple[str, str] = ("memory-client", "memory-server"),
 ) -> tuple[Connection, Connection]:
     """Return `(client_side, server_side)` connections; call inside a running event loop.
 
-    `on_server_close` plays the role of `RemotingServer.on_connection_closed`.
+    `on_server_close` plays the role of `RemotingServer.on_connection_closed`; `hosts` name the client's
+    and the server's ends (an IP stands for a peer on another host, or on loopback).
     """
     client_conn = Connection(client or RequestDispatcher())
     server_conn = Connection(server, on_close=on_server_close)
-    _join(client_conn, server_conn, ("memory-client", "memory-server"))
+    _join(client_conn, server_conn, hosts)
     return client_conn, server_conn
 
 

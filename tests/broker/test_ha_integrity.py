@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -769,11 +770,23 @@ async def master_on(
 
 
 @pytest.mark.slow
-async def test_the_gate_matches_the_peers_address_off_loopback(tmp_path: Path) -> None:
+async def test_the_gate_matches_the_peers_address_off_loopback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """From a network namespace's own address: refused while the NameServer lists the group's slave on
-    another host (loopback), admitted once it lists one at that address."""
+    another host (loopback), admitted once it lists one at that address. The master (ASYNC, protected
+    mode, no haTls) says at start that it streams to whoever the NameServers list."""
     with peer_namespace() as (ns_name, ours, theirs):
-        async with master_on(tmp_path, ours) as (namesrv, master, sender):
+        with caplog.at_level(logging.WARNING, logger="daemon.broker.broker"):
+            started = master_on(tmp_path, ours)
+            namesrv, master, sender = await started.__aenter__()
+        try:
+            said = [
+                r.getMessage()
+                for r in caplog.records
+                if "streams its CommitLog to any host" in r.getMessage()
+            ]
+            assert said, [r.getMessage() for r in caplog.records]
             assert (await sender.send("Far", b"x" * 100)).code == 0
             ha = master.config.ha_listen_port
             assert (await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)).code == 0
@@ -781,6 +794,8 @@ async def test_the_gate_matches_the_peers_address_off_loopback(tmp_path: Path) -
             assert (await namesrv.register({}, broker_addr=f"{theirs}:1", broker_id=2)).code == 0
             await asyncio.sleep(1.1)  # the gate looks its slaves up again at most once a second
             assert await asyncio.to_thread(peer_reads, ns_name, ours, ha) > 0
+        finally:
+            await started.__aexit__(None, None, None)
 
 
 @pytest.mark.slow
@@ -806,6 +821,84 @@ async def test_an_acl_master_streams_beyond_loopback_only_to_a_whitelisted_slave
             acl_file.write_text(PLAIN_ACL.replace("  - 10.10.103.*\n", f"  - 10.10.103.*\n  - {theirs}\n"))
             await asyncio.sleep(2.2)  # the ACL file is looked at once a second, the slaves too
             assert await asyncio.to_thread(peer_reads, ns_name, ours, ha) > 0
+
+
+#: From the namespace: an HA "slave" that reports offset 0, then acknowledges every byte it is sent,
+#: storing none, for argv[3] seconds.
+_ACKING_PEER = """
+import socket, struct, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+s.sendall(struct.pack(">q", 0))
+until = time.monotonic() + float(sys.argv[3])
+
+def read(n):
+    got = b""
+    while len(got) < n:
+        chunk = s.recv(n - len(got))
+        if not chunk:
+            raise SystemExit(0)
+        got += chunk
+    return got
+
+while time.monotonic() < until:
+    offset, size = struct.unpack(">qi", read(12))
+    read(size)
+    s.sendall(struct.pack(">q", offset + size))
+"""
+
+
+@pytest.mark.slow
+async def test_a_sync_master_in_protected_mode_counts_a_slave_off_the_machine_only_when_told(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A NameServer with ACL off takes anyone's registration, and the HA gate admits whoever it lists as
+    a slave: a peer that registered as one, connected and acknowledged every byte while storing none had
+    a SYNC_MASTER answer SEND_OK for data only the master held. In protected mode without haTls the
+    master counts the acknowledgements of a slave off its machine only at haWhiteRemoteAddresses, and
+    says so at start; the slave is streamed to all the same."""
+    with peer_namespace() as (ns_name, ours, theirs):
+        for white, expected in (
+            ("", ResponseCode.SLAVE_NOT_AVAILABLE),
+            (f"{theirs};10.9.9.*", ResponseCode.SUCCESS),
+        ):
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="daemon.broker.broker"):
+                started = master_on(
+                    tmp_path / (white or "unlisted"),
+                    ours,
+                    broker_role=SYNC_MASTER,
+                    ha_white_remote_addresses=white,
+                )
+                namesrv, master, sender = await started.__aenter__()
+            try:
+                said = [r.getMessage() for r in caplog.records if "SYNC_MASTER counts" in r.getMessage()]
+                assert said and (theirs in said[0]) == bool(white), said
+                assert (await namesrv.register({}, broker_addr=f"{theirs}:1", broker_id=1)).code == 0
+                ha = master.ha_master
+                assert ha is not None
+                argv = [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns_name,
+                    sys.executable,
+                    "-c",
+                    _ACKING_PEER,
+                    ours,
+                    str(ha.port),
+                    "20",
+                ]
+                peer = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                try:
+                    await wait_until(lambda ha=ha: bool(ha.slaves), timeout=15)
+                    answer = await sender.send("Sync", b"x" * 100)
+                    assert answer.code == expected, answer.remark
+                    assert (ha.push2slave_max_offset > 0) == bool(white)
+                finally:
+                    peer.kill()
+                    peer.wait()
+            finally:
+                await started.__aexit__(None, None, None)
 
 
 def test_the_walk_back_finds_the_last_shared_record_across_files(tmp_path: Path) -> None:

@@ -307,6 +307,52 @@ async def test_a_stranger_claiming_a_newer_term_takes_no_dledger_masters_place(t
             await namesrv.stop()
 
 
+@pytest.mark.slow
+async def test_a_peer_off_loopback_takes_no_restarting_brokers_place(tmp_path: Path) -> None:
+    """A broker's restart unregisters it: a peer off the machine that registered `broker-a` id 0 in
+    that moment, at the broker's address with its own HA address (or at its own address), kept the
+    place while its connection lived, and the broker, back, was refused. Now the first is refused as
+    not the peer's address, the second as a place another host left a moment ago; the broker returns."""
+    with peer_namespace() as peer:
+        namesrv = NamesrvController(
+            NamesrvConfig(listen_host="0.0.0.0", listen_port=0, data_dir=tmp_path / "ns-open")
+        )
+        await namesrv.start()
+        ns_addr = f"127.0.0.1:{namesrv.port}"
+        broker = await start_broker(tmp_path / "b", namesrv_addr=ns_addr)
+        real = broker.addr
+
+        def master() -> str | None:
+            group = namesrv.routes.broker_addr_table.get("broker-a")
+            return group.broker_addrs.get(0) if group is not None else None
+
+        try:
+            assert master() == real
+            await broker.stop()
+            assert master() is None
+            body = RegisterBrokerBody(TopicConfigSerializeWrapper({}, DataVersion(1, 1))).encode().decode()
+
+            def squat(addr: str) -> tuple[int, dict[str, str], str]:
+                header = RegisterBrokerRequestHeader(
+                    "broker-a", addr, "DefaultCluster", f"{peer.peer_ip}:1", 0
+                )
+                return (R.REGISTER_BROKER, {k: str(v) for k, v in header.to_ext_fields().items()}, body)
+
+            theirs, own = await peer.send(
+                f"{peer.host_ip}:{namesrv.port}", [squat(real), squat(f"{peer.peer_ip}:1")]
+            )
+            assert theirs[0] == ResponseCode.NO_PERMISSION and "brokerIP1" in theirs[1], theirs
+            assert own[0] == ResponseCode.NO_PERMISSION and "brokerExpireMs" in own[1], own
+            assert master() is None
+            broker = await start_broker(
+                tmp_path / "b", namesrv_addr=ns_addr, listen_port=int(real.rpartition(":")[2])
+            )
+            await wait_until(lambda: master() == real, timeout=15)
+        finally:
+            await broker.stop()
+            await namesrv.stop()
+
+
 @pytest.mark.parametrize(
     ("overrides", "warned"),
     [

@@ -23,8 +23,9 @@ from tests.support.netns import peer_namespace
 SLAVES = 8
 TOPICS = 8_000
 
-#: From the namespace, against argv[1]: SLAVES invented slaves (broker id 1), each registering a body of
-#: TOPICS topics from its own address, then each one again; prints the answers' codes.
+#: From the namespace, against argv[1]: SLAVES invented slaves (broker id 1) at the peer's address argv[2]
+#: (protected mode takes no other host's), each registering a body of TOPICS topics at its own port, then
+#: each one again; prints the answers' codes.
 _FLOOD = f"""
 import asyncio, sys
 from daemon.remoting.bodies import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
@@ -39,7 +40,7 @@ async def main():
     async with RemotingClient() as client:
         for again in range(2):
             for i in range({SLAVES}):
-                addr = f"10.77.0.{{i + 1}}:10911"
+                addr = f"{{sys.argv[2]}}:{{10911 + i}}"
                 header = RegisterBrokerRequestHeader(f"invented-{{i}}", addr, "DefaultCluster", addr, 1)
                 request = RemotingCommand.request(103, header.to_ext_fields(), body)
                 codes.append((await client.invoke(sys.argv[1], request, 120)).code)
@@ -59,7 +60,9 @@ async def test_invented_slaves_registering_large_bodies_leave_no_body_held(tmp_p
             tracemalloc.start()
             before = tracemalloc.get_traced_memory()[0]
             argv = ["ip", "netns", "exec", peer.name, sys.executable, "-c", _FLOOD]
-            done = await run_bounded([*argv, f"{peer.host_ip}:{controller.port}"], deadline=600, what="flood")
+            done = await run_bounded(
+                [*argv, f"{peer.host_ip}:{controller.port}", peer.peer_ip], deadline=600, what="flood"
+            )
             assert done.returncode == 0, done.stderr
             size, *codes = (int(x) for x in done.stdout.split())
             assert codes == [0] * (2 * SLAVES)  # registered: a slave's table is not the routes' to cap
