@@ -69,8 +69,10 @@ from daemon.protect import (
     binds_beyond_loopback,
     creation_refusal,
     is_local,
+    is_parking_topic,
     listening,
     lock_refusal,
+    parking_refusal,
     protection,
 )
 from daemon.remoting.bodies import (
@@ -339,6 +341,13 @@ class Broker:
         if not isinstance(self.server.dispatcher.guard, ProtectedModeGuard):
             return None
         return creation_refusal(peer, what)
+
+    def parking_refusal(self, peer: Peer, topic: str) -> str | None:
+        """Why ``peer`` may not pull or query ``topic``: protected mode, a peer off this machine, and one
+        of the topics the broker parks others' messages in; else None."""
+        if not is_parking_topic(topic) or not isinstance(self.server.dispatcher.guard, ProtectedModeGuard):
+            return None
+        return parking_refusal(peer, topic)
 
     def lock_refusal(self, conn: Connection, group: str, client_id: str) -> str | None:
         """Why ``conn`` may not lock or unlock ``group``'s queues as ``client_id``: protected mode, a peer

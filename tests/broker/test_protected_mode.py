@@ -4,6 +4,7 @@ peer off loopback may send and consume but not change data or configuration."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.headers import RegisterBrokerRequestHeader
 from daemon.safe_config import FORCE_FIELD
+from store.names import REVIVE_TOPIC_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 from tests.dledger.test_single import dledger_keys
 from tests.support.broker import send_fields, start_broker, start_cluster, stop_cluster
 from tests.support.netns import peer_namespace
@@ -202,6 +204,44 @@ async def test_a_peer_off_loopback_creates_no_topic_or_group_on_use(tmp_path: Pa
             assert local_beat.code == ResponseCode.SUCCESS and broker.groups.get("PeerGroup0") is not None
             (again,) = await peer.send(addr, [(R.SEND_MESSAGE_V2, send_fields("PeerTopic"), "hello")])
             assert again[0] == ResponseCode.SUCCESS, again  # made from this machine, it serves the peer
+        finally:
+            await stop_cluster(handle)
+
+
+@pytest.mark.slow
+async def test_a_peer_off_loopback_reads_no_parking_topic(tmp_path: Path) -> None:
+    """The broker parks every producer's delayed, timer and half messages in topics of its own: a peer
+    off the machine that pulled the timer topic learnt each pending timer message's unique key, its
+    recall handle (and read every producer's parked messages). It pulls and queries none of them now;
+    this machine's tools still do."""
+    with peer_namespace() as peer:
+        handle = await start_cluster(tmp_path, listen_host="0.0.0.0")
+        try:
+            addr = f"{peer.host_ip}:{handle.broker.server.port}"
+            assert (await handle.heartbeat("local@1", "Reader", ["TBW102"])).code == ResponseCode.SUCCESS
+            due = str(int(time.time() * 1000) + 600_000)
+            timed = await handle.call(
+                R.SEND_MESSAGE_V2, send_fields("Timed", props={"TIMER_DELIVER_MS": due}), b"x"
+            )
+            assert timed.code == ResponseCode.SUCCESS, timed.remark
+            await wait_until(lambda: handle.broker.timers.pending == 1, timeout=10)
+            parked = (TIMER_TOPIC, SCHEDULE_TOPIC, TRANS_HALF_TOPIC, REVIVE_TOPIC_PREFIX + "DefaultCluster")
+
+            def pull(topic: str) -> tuple[int, dict[str, str], str]:
+                header = PullMessageRequestHeader("Reader", topic, 0, 0, 32, 0x4, 0, 0, 0, "*", "TAG")
+                return (R.PULL_MESSAGE, header.to_ext_fields(), "")
+
+            query = {"topic": TIMER_TOPIC, "key": "k", "maxNum": "32", "beginTimestamp": "0",
+                     "endTimestamp": str(2**62)}  # fmt: skip
+            answers = await peer.send(
+                addr, [*map(pull, parked), (R.QUERY_MESSAGE, query, ""), pull("TBW102")]
+            )
+            for answer in answers[:-1]:
+                assert answer[0] == ResponseCode.NO_PERMISSION, answer
+                assert "protected mode" in answer[1] and "parks others' messages" in answer[1]
+            assert answers[-1][0] == ResponseCode.PULL_NOT_FOUND, answers[-1]  # client topics: as before
+            local = await handle.call(*pull(TIMER_TOPIC)[:2])
+            assert local.code != ResponseCode.NO_PERMISSION, local.remark
         finally:
             await stop_cluster(handle)
 

@@ -157,6 +157,9 @@ class PullProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{broker.config.broker_ip1}] pulling message is forbidden",
             )
+        parked = broker.parking_refusal(conn, h.topic)
+        if parked is not None:
+            raise fail(ResponseCode.NO_PERMISSION, parked)
         group = broker.groups.find(h.consumer_group, conn)
         if group is None:
             raise fail(
