@@ -79,32 +79,71 @@ class ClientChannel:
 
 @dataclass(slots=True)
 class ConsumerGroupInfo:
+    """A live consumer group. Each member's subscriptions are its own (its last heartbeat's, merged as
+    4.9.8 merges a group's); ``subscriptions``, what admin commands and rebalance read, is their union.
+    4.9.8 keeps one table for the group, which any heartbeat rewrites: one naming an existing group with
+    a filter matching nothing and the highest ``subVersion`` made every member's pulls match nothing,
+    and one that left a topic out took it from the group."""
+
     group: str
     consume_type: str
     message_model: str
     consume_from_where: str
+    #: topic -> the subscription of the highest ``subVersion`` among the members that list the topic
     subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
     channels: dict[Connection, ClientChannel] = field(default_factory=dict)
+    #: each member connection's own subscriptions, by topic
+    members: dict[Connection, dict[str, SubscriptionData]] = field(default_factory=dict)
 
     def client_ids(self) -> list[str]:
         return [c.client_id for c in self.channels.values()]
 
-    def update_subscriptions(self, subs: list[SubscriptionData]) -> bool:
-        """Merge a heartbeat's subscriptions; True when a topic was added or removed."""
+    def own_subscription(self, conn: Connection, topic: str) -> SubscriptionData | None:
+        """The subscription to ``topic`` that ``conn`` registered itself; the group's when ``conn``
+        registered none for this group (a pull from a connection that sent no heartbeat)."""
+        own = self.members.get(conn)
+        if own is None:
+            return self.subscriptions.get(topic)
+        return own.get(topic)
+
+    def update_subscriptions(self, conn: Connection, subs: list[SubscriptionData]) -> bool:
+        """Merge a heartbeat's subscriptions into its connection's own, as 4.9.8 merges a group's (a
+        topic is added, replaced by a higher ``subVersion``, dropped when not listed); True when the
+        group's topics changed."""
+        own = self.members.get(conn)
+        if own is None:
+            own = self.members[conn] = {}
         changed = False
         listed = set()
         for sub in subs:
             listed.add(sub.topic)
-            old = self.subscriptions.get(sub.topic)
-            if old is None:
-                self.subscriptions[sub.topic] = sub
+            old = own.get(sub.topic)
+            if old is None or sub.sub_version > old.sub_version:
+                own[sub.topic] = sub
                 changed = True
-            elif sub.sub_version > old.sub_version:
-                self.subscriptions[sub.topic] = sub
-        for topic in [t for t in self.subscriptions if t not in listed]:
-            del self.subscriptions[topic]
+        for topic in [t for t in own if t not in listed]:
+            del own[topic]
             changed = True
-        return changed
+        if not changed:
+            return False
+        return self._merge()
+
+    def drop_member(self, conn: Connection) -> None:
+        """Forget a member's subscriptions: the group keeps the topics its other members list."""
+        if self.members.pop(conn, None) is not None:
+            self._merge()
+
+    def _merge(self) -> bool:
+        """Rebuild the group's view from its members'; True when its topics changed."""
+        merged: dict[str, SubscriptionData] = {}
+        for own in self.members.values():
+            for topic, sub in own.items():
+                held = merged.get(topic)
+                if held is None or sub.sub_version > held.sub_version:
+                    merged[topic] = sub
+        topics_changed = merged.keys() != self.subscriptions.keys()
+        self.subscriptions = merged
+        return topics_changed
 
     def connection(self) -> ConsumerConnection:
         return ConsumerConnection(
@@ -143,7 +182,7 @@ class ConsumerManager:
         else:
             assert old is not None
             old.last_update = channel.last_update
-        topics_changed = info.update_subscriptions(data.subscription_data_set)
+        topics_changed = info.update_subscriptions(channel.conn, data.subscription_data_set)
         if joined or topics_changed:
             self.on_ids_changed(info)
 
@@ -151,12 +190,14 @@ class ConsumerManager:
         info = self.groups.get(group)
         groups_of(conn, CONSUMER_GROUPS).discard(group)
         if info is not None and info.channels.pop(conn, None) is not None:
+            info.drop_member(conn)
             self._left(info)
 
     def connection_closed(self, conn: Connection) -> None:
         groups_of(conn, CONSUMER_GROUPS).clear()
         for info in list(self.groups.values()):
             if info.channels.pop(conn, None) is not None:
+                info.drop_member(conn)
                 self._left(info)
 
     def scan_expired(self) -> None:
@@ -166,6 +207,7 @@ class ConsumerManager:
             for conn in expired:
                 log.warning("consumer %s of group %s expired", info.channels[conn].client_id, info.group)
                 del info.channels[conn]
+                info.drop_member(conn)
                 groups_of(conn, CONSUMER_GROUPS).discard(info.group)
                 conn.close()
             if expired:
