@@ -231,6 +231,7 @@ class Broker:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
+        self.consumers.on_member_left = self.locks.drop_client
         self.stats = BrokerStats(config.broker_cluster_name)
         #: The event loop's lag and the cyclic GC's pauses (runtime info, /metrics).
         self.loop_watch = LoopWatch(table_size=self._table_size, stack_after=config.loop_stack_millis / 1000)
@@ -1228,6 +1229,7 @@ class Broker:
     def _scan_clients(self) -> None:
         self.consumers.scan_expired()
         self.producers.scan_expired()
+        self.locks.sweep()
 
     def _connection_closed(self, conn: Connection) -> None:
         self.hold.drop(conn)  # its held pulls: nobody to answer

@@ -165,6 +165,8 @@ async def test_queue_offset_lookups(broker: BrokerHandle) -> None:
 
 async def test_lock_batch_is_exclusive_until_unlock(broker: BrokerHandle) -> None:
     mqs = [MessageQueue("LockT", "broker-a", i) for i in range(2)]
+    await broker.create_topic("LockT", 2)
+    assert (await broker.heartbeat("a", "LG", ["LockT"])).code == ResponseCode.SUCCESS  # (makes the group)
 
     async def lock(client_id: str) -> list[MessageQueue]:
         body = LockBatchRequestBody("LG", client_id, mqs).dumps()
@@ -177,6 +179,38 @@ async def test_lock_batch_is_exclusive_until_unlock(broker: BrokerHandle) -> Non
     unlock = LockBatchRequestBody("LG", "a", mqs[:1]).dumps()
     assert (await broker.call(RequestCode.UNLOCK_BATCH_MQ, body=unlock)).code == ResponseCode.SUCCESS
     assert await lock("b") == mqs[:1]
+
+
+async def test_a_lock_names_only_this_brokers_queues_of_existing_topics_and_groups(
+    broker: BrokerHandle,
+) -> None:
+    """4.9.8 locks whatever a LOCK_BATCH_MQ names: one registered consumer locked millions of invented
+    queues (of a group that did not exist), and the table grew without bound. Queues of another broker,
+    of a topic this broker lacks, past the topic's queue count, or of a group that does not exist are
+    answered as not locked; a group holds `max_per_group` locks at most; a member that leaves drops its."""
+    await broker.create_topic("LockT", 2)
+    assert (await broker.heartbeat("a", "LG", ["LockT"])).code == ResponseCode.SUCCESS
+    real = [MessageQueue("LockT", "broker-a", i) for i in range(2)]
+    invented = [MessageQueue("LockT", "broker-b", 0), MessageQueue("LockT", "broker-a", 2),
+                MessageQueue("NoSuchTopic", "broker-a", 0)]  # fmt: skip
+
+    async def lock(group: str, client_id: str, mqs: list[MessageQueue]) -> list[MessageQueue]:
+        body = LockBatchRequestBody(group, client_id, mqs).dumps()
+        r = await broker.call(RequestCode.LOCK_BATCH_MQ, body=body)
+        assert r.code == ResponseCode.SUCCESS, r.remark  # (a refusal would break the client's rebalance)
+        return LockBatchResponseBody.loads(r.body).lock_ok_m_q_set
+
+    locks = broker.broker.locks
+    assert await lock("NoSuchGroup", "a", real) == [] and locks.count() == 0
+    assert await lock("LG", "a", invented + real) == real and locks.count() == 2
+    locks.max_per_group = 3
+    await broker.create_topic("LockU", 4)
+    more = [MessageQueue("LockU", "broker-a", i) for i in range(4)]
+    assert await lock("LG", "a", more) == more[:1] and locks.count() == 3
+    assert await lock("LG", "a", real) == real  # what it holds it renews at the cap
+    unregister = {"clientID": "a", "consumerGroup": "LG"}
+    assert (await broker.call(RequestCode.UNREGISTER_CLIENT, unregister)).code == ResponseCode.SUCCESS
+    assert locks.count() == 0
 
 
 async def test_lock_expires_after_max_live_time(broker: BrokerHandle) -> None:

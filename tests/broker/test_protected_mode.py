@@ -257,6 +257,8 @@ async def test_a_peer_off_loopback_locks_only_as_a_consumer_it_registered(tmp_pa
         try:
             addr = f"{peer.host_ip}:{handle.broker.server.port}"
             queues = [MessageQueue("Orders", "broker-a", q) for q in range(4)]
+            await handle.create_topic("Orders", 4)
+            assert (await handle.heartbeat("local@1", "Orderly", ["Orders"])).code == ResponseCode.SUCCESS
 
             def lock_body(client_id: str, mqs: list[MessageQueue] = queues) -> str:
                 return LockBatchRequestBody("Orderly", client_id, mqs).dumps().decode()

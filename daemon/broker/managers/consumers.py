@@ -159,6 +159,8 @@ class ConsumerManager:
     def __init__(self) -> None:
         self.groups: dict[str, ConsumerGroupInfo] = {}
         self.on_ids_changed: Callable[[ConsumerGroupInfo], None] = lambda info: None
+        #: Called with (group, client id) when a member leaves by UNREGISTER_CLIENT or expires.
+        self.on_member_left: Callable[[str, str], None] = lambda group, client_id: None
 
     def get(self, group: str) -> ConsumerGroupInfo | None:
         return self.groups.get(group)
@@ -189,9 +191,12 @@ class ConsumerManager:
     def unregister(self, conn: Connection, group: str) -> None:
         info = self.groups.get(group)
         groups_of(conn, CONSUMER_GROUPS).discard(group)
-        if info is not None and info.channels.pop(conn, None) is not None:
+        left = info.channels.pop(conn, None) if info is not None else None
+        if info is not None and left is not None:
             info.drop_member(conn)
             self._left(info)
+            if left.client_id not in info.client_ids():  # (the same client on another connection)
+                self.on_member_left(group, left.client_id)
 
     def connection_closed(self, conn: Connection) -> None:
         groups_of(conn, CONSUMER_GROUPS).clear()
@@ -205,8 +210,11 @@ class ConsumerManager:
         for info in list(self.groups.values()):
             expired = [c for c, ch in info.channels.items() if ch.last_update < deadline]
             for conn in expired:
-                log.warning("consumer %s of group %s expired", info.channels[conn].client_id, info.group)
+                client_id = info.channels[conn].client_id
+                log.warning("consumer %s of group %s expired", client_id, info.group)
                 del info.channels[conn]
+                if client_id not in info.client_ids():
+                    self.on_member_left(info.group, client_id)
                 info.drop_member(conn)
                 groups_of(conn, CONSUMER_GROUPS).discard(info.group)
                 conn.close()
