@@ -112,6 +112,35 @@ async def test_offsets_commit_query_and_oneway(broker: BrokerHandle) -> None:
     assert broker.broker.offsets.query_offset("OG", "OT", 0) == 1
 
 
+async def test_an_offset_commit_names_an_existing_topics_queue_and_a_valid_group(
+    broker: BrokerHandle,
+) -> None:
+    """4.9.8 keeps whatever UPDATE_CONSUMER_OFFSET names: a peer's 920 commits of ~100 KB invented group
+    and topic names made consumerOffset.json 184 MB (shipped to every slave at each metadata sync). A
+    commit now names a group as a group may be named, an existing topic and a queue below its count."""
+    await broker.create_topic("OT", 2)
+    offsets = broker.broker.offsets
+    before = dict(offsets.table)
+
+    async def commit(group: str, topic: str, queue_id: int) -> tuple[int, str]:
+        update = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": "1"}
+        r = await broker.call(RequestCode.UPDATE_CONSUMER_OFFSET, update)
+        return r.code, r.remark or ""
+
+    huge = "G" * 100_000
+    code, remark = await commit(huge, "OT", 0)
+    assert code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and len(remark) < 300, remark
+    assert (await commit("OG", "X" * 100_000, 0))[0] == ResponseCode.TOPIC_NOT_EXIST
+    assert (await commit("OG", "NoSuchTopic", 0))[0] == ResponseCode.TOPIC_NOT_EXIST
+    assert (await commit("OG", "OT", 2))[0] == ResponseCode.SYSTEM_ERROR
+    assert (await commit("OG", "OT", -1))[0] == ResponseCode.SYSTEM_ERROR
+    assert offsets.query_offset(huge, "OT", 0) < 0 and offsets.query_offset("OG", "OT", 2) < 0
+    assert offsets.table == before
+    # from this machine a group that does not exist yet is committed for, as 4.9.8 (mqctl's offset tools)
+    assert (await commit("NewGroup", "OT", 1))[0] == ResponseCode.SUCCESS
+    assert offsets.query_offset("NewGroup", "OT", 1) == 1
+
+
 async def test_offsets_persist_periodically_in_a_worker_thread(tmp_path: Path) -> None:
     """Each write fsyncs the file and its directory (milliseconds): on the loop it stalled every request."""
     b = await start_broker(tmp_path / "store", flush_consumer_offset_interval=20)
@@ -127,6 +156,7 @@ async def test_offsets_persist_periodically_in_a_worker_thread(tmp_path: Path) -
     offsets._write = recorded  # type: ignore[method-assign]
     try:
         handle = BrokerHandle(b.addr, client, b)
+        await handle.create_topic("PT", 1)
         update = {"consumerGroup": "PG", "topic": "PT", "queueId": "0", "commitOffset": "5"}
         assert (await handle.call(RequestCode.UPDATE_CONSUMER_OFFSET, update)).code == ResponseCode.SUCCESS
         on_disk = ConsumerOffsetManager(

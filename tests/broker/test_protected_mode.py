@@ -247,6 +247,34 @@ async def test_a_peer_off_loopback_reads_no_parking_topic(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+async def test_a_peer_off_loopback_commits_offsets_only_for_existing_groups(tmp_path: Path) -> None:
+    """A commit for a group that does not exist would make one in consumerOffset.json: a peer off the
+    machine may not (a consumer's group exists by its first heartbeat), and its commits of an existing
+    group's queues pass as before."""
+    with peer_namespace() as peer:
+        handle = await start_cluster(tmp_path, listen_host="0.0.0.0")
+        try:
+            addr = f"{peer.host_ip}:{handle.broker.server.port}"
+            await handle.create_topic("Ledger", 2)
+            assert (await handle.heartbeat("local@1", "Known", ["Ledger"])).code == ResponseCode.SUCCESS
+
+            def commit(group: str) -> tuple[int, dict[str, str], str]:
+                return (R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": "Ledger", "queueId": "1",
+                                                   "commitOffset": "7"}, "")  # fmt: skip
+
+            unknown, known = await peer.send(addr, [commit("Invented"), commit("Known")])
+            assert unknown[0] == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "protected mode" in unknown[1]
+            assert known[0] == ResponseCode.SUCCESS, known
+            offsets = handle.broker.offsets
+            assert (
+                offsets.query_offset("Invented", "Ledger", 1) < 0
+                and offsets.query_offset("Known", "Ledger", 1) == 7
+            )
+        finally:
+            await stop_cluster(handle)
+
+
+@pytest.mark.slow
 async def test_a_peer_off_loopback_locks_only_as_a_consumer_it_registered(tmp_path: Path) -> None:
     """4.9.8 grants LOCK_BATCH_MQ to anyone: a peer off the machine that locked every queue of an orderly
     group (or unlocked a member's, naming its client id) starved the group's consumers for the lock's
