@@ -17,7 +17,11 @@ from daemon.broker.bodies import (
     MessageQueue,
 )
 from daemon.broker.config import BrokerConfig, load_broker_config
-from daemon.broker.headers import PopMessageRequestHeader, PullMessageRequestHeader
+from daemon.broker.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    PopMessageRequestHeader,
+    PullMessageRequestHeader,
+)
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.protect import (
@@ -33,6 +37,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.headers import RegisterBrokerRequestHeader
 from daemon.safe_config import FORCE_FIELD
+from store.models import SubscriptionGroupConfig
 from store.names import REVIVE_TOPIC_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 from tests.dledger.test_single import dledger_keys
 from tests.support.broker import send_fields, start_broker, start_cluster, stop_cluster
@@ -270,6 +275,38 @@ async def test_a_peer_off_loopback_commits_offsets_only_for_existing_groups(tmp_
                 offsets.query_offset("Invented", "Ledger", 1) < 0
                 and offsets.query_offset("Known", "Ledger", 1) == 7
             )
+        finally:
+            await stop_cluster(handle)
+
+
+@pytest.mark.slow
+async def test_a_peer_off_loopback_makes_only_an_existing_groups_retry_and_dlq_topics(tmp_path: Path) -> None:
+    """What on-use creation makes for a peer off the machine: for a group that exists, its `%RETRY%` topic
+    (at its heartbeat, as 4.9.8's; a 4.9.8 push consumer rebalances it, and its failed messages come back
+    through it) and its `%DLQ%` topic (at a send-back past its retries); for a group that does not
+    exist, nothing. Both are bounded by the groups an operator made."""
+    with peer_namespace() as peer:
+        handle = await start_cluster(tmp_path, listen_host="0.0.0.0")
+        try:
+            broker = handle.broker
+            addr = f"{peer.host_ip}:{broker.server.port}"
+            broker.groups.put(SubscriptionGroupConfig("Known"))
+            sent = await handle.call(R.SEND_MESSAGE_V2, send_fields("Payments"), b"x")  # CommitLog offset 0
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            beat = HeartbeatData("peer@1", [], [ConsumerData("Known"), ConsumerData("Invented")])
+
+            def back(group: str) -> tuple[int, dict[str, str], str]:
+                header = ConsumerSendMsgBackRequestHeader(0, group, -1, None, "Payments")
+                return (R.CONSUMER_SEND_MSG_BACK, {k: str(v) for k, v in header.to_ext_fields().items()}, "")
+
+            beaten, known, invented = await peer.send(
+                addr, [(R.HEART_BEAT, {}, beat.dumps().decode()), back("Known"), back("Invented")]
+            )
+            assert beaten[0] == ResponseCode.SUCCESS and known[0] == ResponseCode.SUCCESS, (beaten, known)
+            assert invented[0] == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, invented
+            made = {t for t in broker.topics.table if "Known" in t or "Invented" in t}
+            assert made == {"%RETRY%Known", "%DLQ%Known"}
+            assert broker.groups.get("Invented") is None
         finally:
             await stop_cluster(handle)
 
