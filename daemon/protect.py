@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -170,29 +171,31 @@ class Peer(Protocol):
     def local_ip(self) -> str: ...
 
 
-def creation_refusal(peer: Peer, what: str) -> str | None:
-    """Why ``peer`` may not auto-create ``what`` (a topic or a subscription group) at a daemon in protected
-    mode, or None: it is this machine. Creating one on use is creating it as the admin codes do, so a peer
-    beyond loopback sees `autoCreateTopicEnable` and `autoCreateSubscriptionGroup` off."""
+def _off_host(peer: Peer, refused: Callable[[str], str], fix: str) -> str | None:
+    """The protected-mode remark ``refused(peer's ip)`` says, then how to do it instead; None for a peer
+    on this machine."""
     ip = peer.address[0]
     if is_local(ip, peer.local_ip()):
         return None
     return (
-        f"protected mode: {what} does not exist and {ip or '?'} may not create it on use (this daemon has "
-        f"ACL off and listens beyond loopback); create it from 127.0.0.1, or {WAYS_OUT}"
+        f"protected mode: {refused(ip or '?')} (this daemon has ACL off and listens beyond loopback); "
+        f"{fix} from 127.0.0.1, or {WAYS_OUT}"
     )
+
+
+def creation_refusal(peer: Peer, what: str) -> str | None:
+    """Why ``peer`` may not auto-create ``what`` (a topic or a subscription group) at a daemon in protected
+    mode, or None: it is this machine. Creating one on use is creating it as the admin codes do, so a peer
+    beyond loopback sees `autoCreateTopicEnable` and `autoCreateSubscriptionGroup` off."""
+    return _off_host(peer, lambda ip: f"{what} does not exist and {ip} may not create it on use", "create it")
 
 
 def parking_refusal(peer: Peer, topic: str) -> str | None:
     """Why ``peer`` may not read parking topic ``topic`` (`is_parking_topic`) at a daemon in protected
     mode, or None: it is this machine. A peer that pulled the timer topic learnt every pending timer
     message's recall handle, and read every producer's delayed and half messages."""
-    ip = peer.address[0]
-    if is_local(ip, peer.local_ip()):
-        return None
-    return (
-        f"protected mode: {ip or '?'} may not read {topic}, where this broker parks others' messages (this "
-        f"daemon has ACL off and listens beyond loopback); read it from 127.0.0.1, or {WAYS_OUT}"
+    return _off_host(
+        peer, lambda ip: f"{ip} may not read {topic}, where this broker parks others' messages", "read it"
     )
 
 
