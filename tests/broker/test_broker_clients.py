@@ -115,8 +115,8 @@ async def test_offsets_commit_query_and_oneway(broker: BrokerHandle) -> None:
 async def test_an_offset_commit_names_an_existing_topics_queue_and_a_valid_group(
     broker: BrokerHandle,
 ) -> None:
-    """4.9.8 keeps whatever UPDATE_CONSUMER_OFFSET names: a peer's 920 commits of ~100 KB invented group
-    and topic names made consumerOffset.json 184 MB (shipped to every slave at each metadata sync). A
+    """4.9.8 keeps whatever UPDATE_CONSUMER_OFFSET names: a peer's commits of huge invented group and
+    topic names grew consumerOffset.json without bound (shipped to every slave at each metadata sync). A
     commit now names a group as a group may be named, an existing topic and a queue below its count."""
     await broker.create_topic("OT", 2)
     offsets = broker.broker.offsets
@@ -214,7 +214,7 @@ async def test_lock_batch_is_exclusive_until_unlock(broker: BrokerHandle) -> Non
 async def test_a_lock_names_only_this_brokers_queues_of_existing_topics_and_groups(
     broker: BrokerHandle,
 ) -> None:
-    """4.9.8 locks whatever a LOCK_BATCH_MQ names: one registered consumer locked millions of invented
+    """4.9.8 locks whatever a LOCK_BATCH_MQ names: one registered consumer locked invented
     queues (of a group that did not exist), and the table grew without bound. Queues of another broker,
     of a topic this broker lacks, past the topic's queue count, or of a group that does not exist are
     answered as not locked; a group holds `max_per_group` locks at most; a member that leaves drops its."""
