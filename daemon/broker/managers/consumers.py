@@ -120,30 +120,38 @@ class ConsumerGroupInfo:
             old = own.get(sub.topic)
             if old is None or sub.sub_version > old.sub_version:
                 own[sub.topic] = sub
-                changed = True
+                changed = self._took(sub) or changed
         for topic in [t for t in own if t not in listed]:
-            del own[topic]
-            changed = True
-        if not changed:
-            return False
-        return self._merge()
+            changed = self._gave_up(own.pop(topic)) or changed
+        return changed
 
     def drop_member(self, conn: Connection) -> None:
         """Forget a member's subscriptions: the group keeps the topics its other members list."""
-        if self.members.pop(conn, None) is not None:
-            self._merge()
+        for sub in (self.members.pop(conn, None) or {}).values():
+            self._gave_up(sub)
 
-    def _merge(self) -> bool:
-        """Rebuild the group's view from its members'; True when its topics changed."""
-        merged: dict[str, SubscriptionData] = {}
+    def _took(self, sub: SubscriptionData) -> bool:
+        """A member now lists ``sub``: the group's view takes it when it is newer; True for a new topic."""
+        held = self.subscriptions.get(sub.topic)
+        if held is None or sub.sub_version > held.sub_version:
+            self.subscriptions[sub.topic] = sub
+        return held is None
+
+    def _gave_up(self, sub: SubscriptionData) -> bool:
+        """A member no longer lists ``sub``: when the view held it, the view takes the newest of the other
+        members' (a look at each member then, only for that topic); True when no member lists the topic."""
+        if self.subscriptions.get(sub.topic) is not sub:
+            return False
+        best: SubscriptionData | None = None
         for own in self.members.values():
-            for topic, sub in own.items():
-                held = merged.get(topic)
-                if held is None or sub.sub_version > held.sub_version:
-                    merged[topic] = sub
-        topics_changed = merged.keys() != self.subscriptions.keys()
-        self.subscriptions = merged
-        return topics_changed
+            other = own.get(sub.topic)
+            if other is not None and (best is None or other.sub_version > best.sub_version):
+                best = other
+        if best is None:
+            del self.subscriptions[sub.topic]
+            return True
+        self.subscriptions[sub.topic] = best
+        return False
 
     def connection(self) -> ConsumerConnection:
         return ConsumerConnection(
