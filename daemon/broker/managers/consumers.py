@@ -89,11 +89,13 @@ class ConsumerGroupInfo:
     consume_type: str
     message_model: str
     consume_from_where: str
-    #: topic -> the subscription of the highest ``subVersion`` among the members that list the topic
+    #: topic -> the subscription of the highest ``subVersion`` a member listing the topic sent
     subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
     channels: dict[Connection, ClientChannel] = field(default_factory=dict)
     #: each member connection's own subscriptions, by topic
     members: dict[Connection, dict[str, SubscriptionData]] = field(default_factory=dict)
+    #: topic -> how many members list it
+    listing: dict[str, int] = field(default_factory=dict)
 
     def client_ids(self) -> list[str]:
         return [c.client_id for c in self.channels.values()]
@@ -120,7 +122,7 @@ class ConsumerGroupInfo:
             old = own.get(sub.topic)
             if old is None or sub.sub_version > old.sub_version:
                 own[sub.topic] = sub
-                changed = self._took(sub) or changed
+                changed = self._took(sub, old is None) or changed
         for topic in [t for t in own if t not in listed]:
             changed = self._gave_up(own.pop(topic)) or changed
         return changed
@@ -130,28 +132,27 @@ class ConsumerGroupInfo:
         for sub in (self.members.pop(conn, None) or {}).values():
             self._gave_up(sub)
 
-    def _took(self, sub: SubscriptionData) -> bool:
-        """A member now lists ``sub``: the group's view takes it when it is newer; True for a new topic."""
+    def _took(self, sub: SubscriptionData, new: bool) -> bool:
+        """A member now lists ``sub`` (``new``: a topic it did not list): the group's view takes it when
+        it is newer; True for a topic no member listed."""
+        if new:
+            self.listing[sub.topic] = self.listing.get(sub.topic, 0) + 1
         held = self.subscriptions.get(sub.topic)
         if held is None or sub.sub_version > held.sub_version:
             self.subscriptions[sub.topic] = sub
         return held is None
 
     def _gave_up(self, sub: SubscriptionData) -> bool:
-        """A member no longer lists ``sub``: when the view held it, the view takes the newest of the other
-        members' (a look at each member then, only for that topic); True when no member lists the topic."""
-        if self.subscriptions.get(sub.topic) is not sub:
+        """A member no longer lists ``sub``'s topic; True when no member does, and the view drops it. While
+        another member lists it the view keeps what it holds, as 4.9.8's table keeps a departed member's
+        (looking for the newest of the rest would cost every member at each departure)."""
+        left = self.listing.get(sub.topic, 0) - 1
+        if left > 0:
+            self.listing[sub.topic] = left
             return False
-        best: SubscriptionData | None = None
-        for own in self.members.values():
-            other = own.get(sub.topic)
-            if other is not None and (best is None or other.sub_version > best.sub_version):
-                best = other
-        if best is None:
-            del self.subscriptions[sub.topic]
-            return True
-        self.subscriptions[sub.topic] = best
-        return False
+        self.listing.pop(sub.topic, None)
+        self.subscriptions.pop(sub.topic, None)
+        return True
 
     def connection(self) -> ConsumerConnection:
         return ConsumerConnection(
