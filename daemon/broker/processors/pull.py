@@ -31,6 +31,7 @@ from daemon.broker.headers import (
 )
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.broker.processors.offset import _HOT_RATIO, _memory_bytes
+from daemon.protect import PARKING_TOPICS
 from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -40,6 +41,7 @@ from daemon.remoting.errors import RemotingCommandError
 from daemon.remoting.limits import WarningGate
 from store.config import SLAVE
 from store.errors import DamagedUnitError
+from store.names import REVIVE_TOPIC_PREFIX
 from store.results import GetMessageStatus, GetResult
 
 if TYPE_CHECKING:
@@ -159,9 +161,10 @@ class PullProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{broker.config.broker_ip1}] pulling message is forbidden",
             )
-        parked = broker.parking_refusal(conn, h.topic)
-        if parked is not None:
-            raise fail(ResponseCode.NO_PERMISSION, parked)
+        if h.topic in PARKING_TOPICS or h.topic.startswith(REVIVE_TOPIC_PREFIX):  # (no call per pull)
+            parked = broker.parking_refusal(conn, h.topic)
+            if parked is not None:
+                raise fail(ResponseCode.NO_PERMISSION, parked)
         group = broker.groups.find(h.consumer_group, conn)
         if group is None:
             raise fail(
