@@ -15,12 +15,20 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from daemon.remoting.limits import WarningGate
+from store.names import (
+    REVIVE_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
 
 if TYPE_CHECKING:
     from daemon.remoting.command import RemotingCommand
@@ -29,6 +37,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 R = RequestCode
+#: 5.x's RECALL_MESSAGE: what a gRPC RecallMessage is checked as. It cancels a pending timer message,
+#: anyone's: it deletes data (4.9.8 has no such request).
+RECALL_MESSAGE: Final = 370
 #: What a non-loopback peer may not send to a daemon in protected mode: every request that changes or
 #: deletes data or configuration. Registration (103/104, 322) is a broker's client traffic and stays open.
 PROTECTED_CODES: Final = frozenset(
@@ -58,6 +69,7 @@ PROTECTED_CODES: Final = frozenset(
         R.WIPE_WRITE_PERM_OF_BROKER,
         R.ADD_WRITE_PERM_OF_BROKER,
         R.UPDATE_NAMESRV_CONFIG,
+        RECALL_MESSAGE,
     )
 )
 
@@ -140,6 +152,17 @@ def refusal(ip: str, code: int, local_ip: str = "") -> str | None:
     )
 
 
+#: Where the broker parks every producer's messages until it delivers them (delay levels, timers,
+#: half and op messages) or logs POP acks: no client reads them (a slave copies them over HA). Their
+#: messages carry each one's unique key, a timer message's recall handle.
+PARKING_TOPICS: Final = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC})
+
+
+def is_parking_topic(topic: str) -> bool:
+    """Whether ``topic`` is one the broker parks others' messages in (`PARKING_TOPICS`, the revive topics)."""
+    return topic in PARKING_TOPICS or topic.startswith(REVIVE_TOPIC_PREFIX)
+
+
 class Peer(Protocol):
     """Whoever sent a request: a remoting connection, or a 5.x client's channel."""
 
@@ -148,16 +171,31 @@ class Peer(Protocol):
     def local_ip(self) -> str: ...
 
 
-def creation_refusal(peer: Peer, what: str) -> str | None:
-    """Why ``peer`` may not auto-create ``what`` (a topic or a subscription group) at a daemon in protected
-    mode, or None: it is this machine. Creating one on use is creating it as the admin codes do, so a peer
-    beyond loopback sees `autoCreateTopicEnable` and `autoCreateSubscriptionGroup` off."""
+def _off_host(peer: Peer, refused: Callable[[str], str], fix: str) -> str | None:
+    """The protected-mode remark ``refused(peer's ip)`` says, then how to do it instead; None for a peer
+    on this machine."""
     ip = peer.address[0]
     if is_local(ip, peer.local_ip()):
         return None
     return (
-        f"protected mode: {what} does not exist and {ip or '?'} may not create it on use (this daemon has "
-        f"ACL off and listens beyond loopback); create it from 127.0.0.1, or {WAYS_OUT}"
+        f"protected mode: {refused(ip or '?')} (this daemon has ACL off and listens beyond loopback); "
+        f"{fix} from 127.0.0.1, or {WAYS_OUT}"
+    )
+
+
+def creation_refusal(peer: Peer, what: str) -> str | None:
+    """Why ``peer`` may not auto-create ``what`` (a topic or a subscription group) at a daemon in protected
+    mode, or None: it is this machine. Creating one on use is creating it as the admin codes do, so a peer
+    beyond loopback sees `autoCreateTopicEnable` and `autoCreateSubscriptionGroup` off."""
+    return _off_host(peer, lambda ip: f"{what} does not exist and {ip} may not create it on use", "create it")
+
+
+def parking_refusal(peer: Peer, topic: str) -> str | None:
+    """Why ``peer`` may not read parking topic ``topic`` (`is_parking_topic`) at a daemon in protected
+    mode, or None: it is this machine. A peer that pulled the timer topic learnt every pending timer
+    message's recall handle, and read every producer's delayed and half messages."""
+    return _off_host(
+        peer, lambda ip: f"{ip} may not read {topic}, where this broker parks others' messages", "read it"
     )
 
 

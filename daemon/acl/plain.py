@@ -33,6 +33,7 @@ from daemon.acl.signature import (
     Verifier,
     fresh_code,
 )
+from daemon.protect import RECALL_MESSAGE
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingCommandError
@@ -453,6 +454,7 @@ _RESOURCE_CODES: Final = frozenset(
         R.ACK_MESSAGE,
         R.CHANGE_MESSAGE_INVISIBLETIME,
         R.BATCH_ACK_MESSAGE,
+        RECALL_MESSAGE,
     )
 )
 
@@ -478,6 +480,8 @@ def needed_resources(request: RemotingCommand) -> list[tuple[str, int]]:
         return [(f.get("topic", ""), SUB), (_retry(f.get("consumerGroup")), SUB)]
     if code == R.QUERY_MESSAGE:
         return [(f.get("topic", ""), SUB)]
+    if code == RECALL_MESSAGE:  # as 5.x's proxy checks it: PUB on the topic (its producer's act)
+        return [(f.get("topic", ""), PUB)]
     if code in (R.UNREGISTER_CLIENT, R.GET_CONSUMER_LIST_BY_GROUP):
         group = f.get("consumerGroup")
         return [(_retry(group), SUB)] if group else []

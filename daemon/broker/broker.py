@@ -70,8 +70,10 @@ from daemon.protect import (
     creation_refusal,
     is_local,
     is_own_address,
+    is_parking_topic,
     listening,
     lock_refusal,
+    parking_refusal,
     protection,
 )
 from daemon.remoting.bodies import (
@@ -230,6 +232,7 @@ class Broker:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
+        self.consumers.on_member_left = self.locks.drop_client
         self.stats = BrokerStats(config.broker_cluster_name)
         #: The event loop's lag and the cyclic GC's pauses (runtime info, /metrics).
         self.loop_watch = LoopWatch(table_size=self._table_size, stack_after=config.loop_stack_millis / 1000)
@@ -342,6 +345,13 @@ class Broker:
         if not isinstance(self.server.dispatcher.guard, ProtectedModeGuard):
             return None
         return creation_refusal(peer, what)
+
+    def parking_refusal(self, peer: Peer, topic: str) -> str | None:
+        """Why ``peer`` may not pull or query ``topic``: protected mode, a peer off this machine, and one
+        of the topics the broker parks others' messages in; else None."""
+        if not is_parking_topic(topic) or not isinstance(self.server.dispatcher.guard, ProtectedModeGuard):
+            return None
+        return parking_refusal(peer, topic)
 
     def lock_refusal(self, conn: Connection, group: str, client_id: str) -> str | None:
         """Why ``conn`` may not lock or unlock ``group``'s queues as ``client_id``: protected mode, a peer
@@ -1261,6 +1271,7 @@ class Broker:
     def _scan_clients(self) -> None:
         self.consumers.scan_expired()
         self.producers.scan_expired()
+        self.locks.sweep()
 
     def _connection_closed(self, conn: Connection) -> None:
         self.hold.drop(conn)  # its held pulls: nobody to answer

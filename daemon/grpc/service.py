@@ -47,7 +47,7 @@ from daemon.grpc.convert import (
     type_conflict,
 )
 from daemon.grpc.leases import Leases
-from daemon.protect import is_own_address
+from daemon.protect import RECALL_MESSAGE, is_own_address
 from daemon.remoting.bodies import PermName, TopicRouteData
 from daemon.remoting.codes import RequestCode, ResponseCode, version_ordinal
 from daemon.remoting.command import RemotingCommand
@@ -753,7 +753,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         client, meta = self._client(context)
         topic, handle = request.topic.name, request.recall_handle
         try:
-            self._check(client, meta, RequestCode.SEND_MESSAGE_V2, {"b": topic})
+            # it deletes a message, anyone's: refused off this machine in protected mode (not a send)
+            self._check(client, meta, RECALL_MESSAGE, {"topic": topic})
             if self.broker.config.broker_role == SLAVE:  # (a DLedger follower): timers are the master's
                 raise Refused(
                     grpc_code(ResponseCode.SERVICE_NOT_AVAILABLE),

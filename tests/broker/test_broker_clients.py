@@ -112,6 +112,35 @@ async def test_offsets_commit_query_and_oneway(broker: BrokerHandle) -> None:
     assert broker.broker.offsets.query_offset("OG", "OT", 0) == 1
 
 
+async def test_an_offset_commit_names_an_existing_topics_queue_and_a_valid_group(
+    broker: BrokerHandle,
+) -> None:
+    """4.9.8 keeps whatever UPDATE_CONSUMER_OFFSET names: a peer's commits of huge invented group and
+    topic names grew consumerOffset.json without bound (shipped to every slave at each metadata sync). A
+    commit now names a group as a group may be named, an existing topic and a queue below its count."""
+    await broker.create_topic("OT", 2)
+    offsets = broker.broker.offsets
+    before = dict(offsets.table)
+
+    async def commit(group: str, topic: str, queue_id: int) -> tuple[int, str]:
+        update = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": "1"}
+        r = await broker.call(RequestCode.UPDATE_CONSUMER_OFFSET, update)
+        return r.code, r.remark or ""
+
+    huge = "G" * 100_000
+    code, remark = await commit(huge, "OT", 0)
+    assert code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and len(remark) < 300, remark
+    assert (await commit("OG", "X" * 100_000, 0))[0] == ResponseCode.TOPIC_NOT_EXIST
+    assert (await commit("OG", "NoSuchTopic", 0))[0] == ResponseCode.TOPIC_NOT_EXIST
+    assert (await commit("OG", "OT", 2))[0] == ResponseCode.SYSTEM_ERROR
+    assert (await commit("OG", "OT", -1))[0] == ResponseCode.SYSTEM_ERROR
+    assert offsets.query_offset(huge, "OT", 0) < 0 and offsets.query_offset("OG", "OT", 2) < 0
+    assert offsets.table == before
+    # from this machine a group that does not exist yet is committed for, as 4.9.8 (mqctl's offset tools)
+    assert (await commit("NewGroup", "OT", 1))[0] == ResponseCode.SUCCESS
+    assert offsets.query_offset("NewGroup", "OT", 1) == 1
+
+
 async def test_offsets_persist_periodically_in_a_worker_thread(tmp_path: Path) -> None:
     """Each write fsyncs the file and its directory (milliseconds): on the loop it stalled every request."""
     b = await start_broker(tmp_path / "store", flush_consumer_offset_interval=20)
@@ -127,6 +156,7 @@ async def test_offsets_persist_periodically_in_a_worker_thread(tmp_path: Path) -
     offsets._write = recorded  # type: ignore[method-assign]
     try:
         handle = BrokerHandle(b.addr, client, b)
+        await handle.create_topic("PT", 1)
         update = {"consumerGroup": "PG", "topic": "PT", "queueId": "0", "commitOffset": "5"}
         assert (await handle.call(RequestCode.UPDATE_CONSUMER_OFFSET, update)).code == ResponseCode.SUCCESS
         on_disk = ConsumerOffsetManager(
@@ -165,6 +195,8 @@ async def test_queue_offset_lookups(broker: BrokerHandle) -> None:
 
 async def test_lock_batch_is_exclusive_until_unlock(broker: BrokerHandle) -> None:
     mqs = [MessageQueue("LockT", "broker-a", i) for i in range(2)]
+    await broker.create_topic("LockT", 2)
+    assert (await broker.heartbeat("a", "LG", ["LockT"])).code == ResponseCode.SUCCESS  # (makes the group)
 
     async def lock(client_id: str) -> list[MessageQueue]:
         body = LockBatchRequestBody("LG", client_id, mqs).dumps()
@@ -177,6 +209,38 @@ async def test_lock_batch_is_exclusive_until_unlock(broker: BrokerHandle) -> Non
     unlock = LockBatchRequestBody("LG", "a", mqs[:1]).dumps()
     assert (await broker.call(RequestCode.UNLOCK_BATCH_MQ, body=unlock)).code == ResponseCode.SUCCESS
     assert await lock("b") == mqs[:1]
+
+
+async def test_a_lock_names_only_this_brokers_queues_of_existing_topics_and_groups(
+    broker: BrokerHandle,
+) -> None:
+    """4.9.8 locks whatever a LOCK_BATCH_MQ names: one registered consumer locked invented
+    queues (of a group that did not exist), and the table grew without bound. Queues of another broker,
+    of a topic this broker lacks, past the topic's queue count, or of a group that does not exist are
+    answered as not locked; a group holds `max_per_group` locks at most; a member that leaves drops its."""
+    await broker.create_topic("LockT", 2)
+    assert (await broker.heartbeat("a", "LG", ["LockT"])).code == ResponseCode.SUCCESS
+    real = [MessageQueue("LockT", "broker-a", i) for i in range(2)]
+    invented = [MessageQueue("LockT", "broker-b", 0), MessageQueue("LockT", "broker-a", 2),
+                MessageQueue("NoSuchTopic", "broker-a", 0)]  # fmt: skip
+
+    async def lock(group: str, client_id: str, mqs: list[MessageQueue]) -> list[MessageQueue]:
+        body = LockBatchRequestBody(group, client_id, mqs).dumps()
+        r = await broker.call(RequestCode.LOCK_BATCH_MQ, body=body)
+        assert r.code == ResponseCode.SUCCESS, r.remark  # (a refusal would break the client's rebalance)
+        return LockBatchResponseBody.loads(r.body).lock_ok_m_q_set
+
+    locks = broker.broker.locks
+    assert await lock("NoSuchGroup", "a", real) == [] and locks.count() == 0
+    assert await lock("LG", "a", invented + real) == real and locks.count() == 2
+    locks.max_per_group = 3
+    await broker.create_topic("LockU", 4)
+    more = [MessageQueue("LockU", "broker-a", i) for i in range(4)]
+    assert await lock("LG", "a", more) == more[:1] and locks.count() == 3
+    assert await lock("LG", "a", real) == real  # what it holds it renews at the cap
+    unregister = {"clientID": "a", "consumerGroup": "LG"}
+    assert (await broker.call(RequestCode.UNREGISTER_CLIENT, unregister)).code == ResponseCode.SUCCESS
+    assert locks.count() == 0
 
 
 async def test_lock_expires_after_max_live_time(broker: BrokerHandle) -> None:

@@ -4,6 +4,7 @@ peer off loopback may send and consume but not change data or configuration."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,11 @@ from daemon.broker.bodies import (
     MessageQueue,
 )
 from daemon.broker.config import BrokerConfig, load_broker_config
-from daemon.broker.headers import PopMessageRequestHeader, PullMessageRequestHeader
+from daemon.broker.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    PopMessageRequestHeader,
+    PullMessageRequestHeader,
+)
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.protect import (
@@ -32,6 +37,8 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.headers import RegisterBrokerRequestHeader
 from daemon.safe_config import FORCE_FIELD
+from store.models import SubscriptionGroupConfig
+from store.names import REVIVE_TOPIC_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 from tests.dledger.test_single import dledger_keys
 from tests.support.broker import send_fields, start_broker, start_cluster, stop_cluster
 from tests.support.netns import peer_namespace
@@ -207,6 +214,104 @@ async def test_a_peer_off_loopback_creates_no_topic_or_group_on_use(tmp_path: Pa
 
 
 @pytest.mark.slow
+async def test_a_peer_off_loopback_reads_no_parking_topic(tmp_path: Path) -> None:
+    """The broker parks every producer's delayed, timer and half messages in topics of its own: a peer
+    off the machine that pulled the timer topic learnt each pending timer message's unique key, its
+    recall handle (and read every producer's parked messages). It pulls and queries none of them now;
+    this machine's tools still do."""
+    with peer_namespace() as peer:
+        handle = await start_cluster(tmp_path, listen_host="0.0.0.0")
+        try:
+            addr = f"{peer.host_ip}:{handle.broker.server.port}"
+            assert (await handle.heartbeat("local@1", "Reader", ["TBW102"])).code == ResponseCode.SUCCESS
+            due = str(int(time.time() * 1000) + 600_000)
+            timed = await handle.call(
+                R.SEND_MESSAGE_V2, send_fields("Timed", props={"TIMER_DELIVER_MS": due}), b"x"
+            )
+            assert timed.code == ResponseCode.SUCCESS, timed.remark
+            await wait_until(lambda: handle.broker.timers.pending == 1, timeout=10)
+            parked = (TIMER_TOPIC, SCHEDULE_TOPIC, TRANS_HALF_TOPIC, REVIVE_TOPIC_PREFIX + "DefaultCluster")
+
+            def pull(topic: str) -> tuple[int, dict[str, str], str]:
+                header = PullMessageRequestHeader("Reader", topic, 0, 0, 32, 0x4, 0, 0, 0, "*", "TAG")
+                return (R.PULL_MESSAGE, header.to_ext_fields(), "")
+
+            query = {"topic": TIMER_TOPIC, "key": "k", "maxNum": "32", "beginTimestamp": "0",
+                     "endTimestamp": str(2**62)}  # fmt: skip
+            answers = await peer.send(
+                addr, [*map(pull, parked), (R.QUERY_MESSAGE, query, ""), pull("TBW102")]
+            )
+            for answer in answers[:-1]:
+                assert answer[0] == ResponseCode.NO_PERMISSION, answer
+                assert "protected mode" in answer[1] and "parks others' messages" in answer[1]
+            assert answers[-1][0] == ResponseCode.PULL_NOT_FOUND, answers[-1]  # client topics: as before
+            local = await handle.call(*pull(TIMER_TOPIC)[:2])
+            assert local.code != ResponseCode.NO_PERMISSION, local.remark
+        finally:
+            await stop_cluster(handle)
+
+
+@pytest.mark.slow
+async def test_a_peer_off_loopback_commits_offsets_only_for_existing_groups(tmp_path: Path) -> None:
+    """A commit for a group that does not exist would make one in consumerOffset.json: a peer off the
+    machine may not (a consumer's group exists by its first heartbeat), and its commits of an existing
+    group's queues pass as before."""
+    with peer_namespace() as peer:
+        handle = await start_cluster(tmp_path, listen_host="0.0.0.0")
+        try:
+            addr = f"{peer.host_ip}:{handle.broker.server.port}"
+            await handle.create_topic("Ledger", 2)
+            assert (await handle.heartbeat("local@1", "Known", ["Ledger"])).code == ResponseCode.SUCCESS
+
+            def commit(group: str) -> tuple[int, dict[str, str], str]:
+                return (R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": "Ledger", "queueId": "1",
+                                                   "commitOffset": "7"}, "")  # fmt: skip
+
+            unknown, known = await peer.send(addr, [commit("Invented"), commit("Known")])
+            assert unknown[0] == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "protected mode" in unknown[1]
+            assert known[0] == ResponseCode.SUCCESS, known
+            offsets = handle.broker.offsets
+            assert (
+                offsets.query_offset("Invented", "Ledger", 1) < 0
+                and offsets.query_offset("Known", "Ledger", 1) == 7
+            )
+        finally:
+            await stop_cluster(handle)
+
+
+@pytest.mark.slow
+async def test_a_peer_off_loopback_makes_only_an_existing_groups_retry_and_dlq_topics(tmp_path: Path) -> None:
+    """What on-use creation makes for a peer off the machine: for a group that exists, its `%RETRY%` topic
+    (at its heartbeat, as 4.9.8's; a 4.9.8 push consumer rebalances it, and its failed messages come back
+    through it) and its `%DLQ%` topic (at a send-back past its retries); for a group that does not
+    exist, nothing. Both are bounded by the groups an operator made."""
+    with peer_namespace() as peer:
+        handle = await start_cluster(tmp_path, listen_host="0.0.0.0")
+        try:
+            broker = handle.broker
+            addr = f"{peer.host_ip}:{broker.server.port}"
+            broker.groups.put(SubscriptionGroupConfig("Known"))
+            sent = await handle.call(R.SEND_MESSAGE_V2, send_fields("Payments"), b"x")  # CommitLog offset 0
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            beat = HeartbeatData("peer@1", [], [ConsumerData("Known"), ConsumerData("Invented")])
+
+            def back(group: str) -> tuple[int, dict[str, str], str]:
+                header = ConsumerSendMsgBackRequestHeader(0, group, -1, None, "Payments")
+                return (R.CONSUMER_SEND_MSG_BACK, {k: str(v) for k, v in header.to_ext_fields().items()}, "")
+
+            beaten, known, invented = await peer.send(
+                addr, [(R.HEART_BEAT, {}, beat.dumps().decode()), back("Known"), back("Invented")]
+            )
+            assert beaten[0] == ResponseCode.SUCCESS and known[0] == ResponseCode.SUCCESS, (beaten, known)
+            assert invented[0] == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, invented
+            made = {t for t in broker.topics.table if "Known" in t or "Invented" in t}
+            assert made == {"%RETRY%Known", "%DLQ%Known"}
+            assert broker.groups.get("Invented") is None
+        finally:
+            await stop_cluster(handle)
+
+
+@pytest.mark.slow
 async def test_a_peer_off_loopback_locks_only_as_a_consumer_it_registered(tmp_path: Path) -> None:
     """4.9.8 grants LOCK_BATCH_MQ to anyone: a peer off the machine that locked every queue of an orderly
     group (or unlocked a member's, naming its client id) starved the group's consumers for the lock's
@@ -217,6 +322,8 @@ async def test_a_peer_off_loopback_locks_only_as_a_consumer_it_registered(tmp_pa
         try:
             addr = f"{peer.host_ip}:{handle.broker.server.port}"
             queues = [MessageQueue("Orders", "broker-a", q) for q in range(4)]
+            await handle.create_topic("Orders", 4)
+            assert (await handle.heartbeat("local@1", "Orderly", ["Orders"])).code == ResponseCode.SUCCESS
 
             def lock_body(client_id: str, mqs: list[MessageQueue] = queues) -> str:
                 return LockBatchRequestBody("Orderly", client_id, mqs).dumps().decode()

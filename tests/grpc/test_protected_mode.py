@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from daemon.protect import is_own_address
-from tests.support.grpc5 import create_topic, grpc_cluster
+from tests.grpc.test_attacks import call, send_request
+from tests.support.grpc5 import create_topic, grpc_cluster, pb, spb
 from tests.support.netns import peer_namespace
 
 pytestmark = pytest.mark.slow
@@ -53,3 +55,27 @@ def test_a_peer_whose_address_the_broker_registers_is_not_this_machine(tmp_path:
             statuses = json.loads(done.stdout)
             assert statuses and all("PeerGroup" in message for _, message in statuses), statuses
             assert broker.groups.get("PeerGroup") is None
+
+
+def test_a_peer_off_this_machine_recalls_no_timer_message(tmp_path: Path) -> None:
+    """A recall cancels a pending timer message, anyone's, by its unique key (readable in the timer
+    topic): it was checked as a send, which protected mode leaves open, and an off-host peer cancelled
+    another producer's message. Now it is refused off this machine; from this machine it still recalls."""
+    with grpc_cluster(tmp_path, listen_host="0.0.0.0") as cluster:
+        assert cluster.broker.protection.active
+        create_topic(cluster, "Timed", 1)
+        timed = send_request("Timed")
+        at = int(time.time() * 1000) + 60_000
+        timed.messages[0].system_properties.delivery_timestamp.FromMilliseconds(at)
+        sent = call(cluster, "SendMessage", timed, "127.0.0.1", "producer@1")
+        assert sent.status.code == pb.OK, sent.status
+        recall = spb.RecallMessageRequest(
+            topic=pb.Resource(name="Timed"), recall_handle=sent.entries[0].recall_handle
+        )
+        refused = call(cluster, "RecallMessage", recall, "10.9.8.7", "peer@1")
+        assert refused.status.code == pb.FORBIDDEN, refused.status
+        assert "protected mode" in refused.status.message and "10.9.8.7" in refused.status.message
+        assert cluster.broker.timers.pending == 1
+        recalled = call(cluster, "RecallMessage", recall, "127.0.0.1", "producer@1")
+        assert recalled.status.code == pb.OK, recalled.status
+        assert cluster.broker.timers.pending == 0

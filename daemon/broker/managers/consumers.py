@@ -79,32 +79,80 @@ class ClientChannel:
 
 @dataclass(slots=True)
 class ConsumerGroupInfo:
+    """A live consumer group. Each member's subscriptions are its own (its last heartbeat's, merged as
+    4.9.8 merges a group's); ``subscriptions``, what admin commands and rebalance read, is their union.
+    4.9.8 keeps one table for the group, which any heartbeat rewrites: one naming an existing group with
+    a filter matching nothing and the highest ``subVersion`` made every member's pulls match nothing,
+    and one that left a topic out took it from the group."""
+
     group: str
     consume_type: str
     message_model: str
     consume_from_where: str
+    #: topic -> the subscription of the highest ``subVersion`` a member listing the topic sent
     subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
     channels: dict[Connection, ClientChannel] = field(default_factory=dict)
+    #: each member connection's own subscriptions, by topic
+    members: dict[Connection, dict[str, SubscriptionData]] = field(default_factory=dict)
+    #: topic -> how many members list it
+    listing: dict[str, int] = field(default_factory=dict)
 
     def client_ids(self) -> list[str]:
         return [c.client_id for c in self.channels.values()]
 
-    def update_subscriptions(self, subs: list[SubscriptionData]) -> bool:
-        """Merge a heartbeat's subscriptions; True when a topic was added or removed."""
+    def own_subscription(self, conn: Connection, topic: str) -> SubscriptionData | None:
+        """The subscription to ``topic`` that ``conn`` registered itself; the group's when ``conn``
+        registered none for this group (a pull from a connection that sent no heartbeat)."""
+        own = self.members.get(conn)
+        if own is None:
+            return self.subscriptions.get(topic)
+        return own.get(topic)
+
+    def update_subscriptions(self, conn: Connection, subs: list[SubscriptionData]) -> bool:
+        """Merge a heartbeat's subscriptions into its connection's own, as 4.9.8 merges a group's (a
+        topic is added, replaced by a higher ``subVersion``, dropped when not listed); True when the
+        group's topics changed."""
+        own = self.members.get(conn)
+        if own is None:
+            own = self.members[conn] = {}
         changed = False
         listed = set()
         for sub in subs:
             listed.add(sub.topic)
-            old = self.subscriptions.get(sub.topic)
-            if old is None:
-                self.subscriptions[sub.topic] = sub
-                changed = True
-            elif sub.sub_version > old.sub_version:
-                self.subscriptions[sub.topic] = sub
-        for topic in [t for t in self.subscriptions if t not in listed]:
-            del self.subscriptions[topic]
-            changed = True
+            old = own.get(sub.topic)
+            if old is None or sub.sub_version > old.sub_version:
+                own[sub.topic] = sub
+                changed = self._took(sub, old is None) or changed
+        for topic in [t for t in own if t not in listed]:
+            changed = self._gave_up(own.pop(topic)) or changed
         return changed
+
+    def drop_member(self, conn: Connection) -> None:
+        """Forget a member's subscriptions: the group keeps the topics its other members list."""
+        for sub in (self.members.pop(conn, None) or {}).values():
+            self._gave_up(sub)
+
+    def _took(self, sub: SubscriptionData, new: bool) -> bool:
+        """A member now lists ``sub`` (``new``: a topic it did not list): the group's view takes it when
+        it is newer; True for a topic no member listed."""
+        if new:
+            self.listing[sub.topic] = self.listing.get(sub.topic, 0) + 1
+        held = self.subscriptions.get(sub.topic)
+        if held is None or sub.sub_version > held.sub_version:
+            self.subscriptions[sub.topic] = sub
+        return held is None
+
+    def _gave_up(self, sub: SubscriptionData) -> bool:
+        """A member no longer lists ``sub``'s topic; True when no member does, and the view drops it. While
+        another member lists it the view keeps what it holds, as 4.9.8's table keeps a departed member's
+        (looking for the newest of the rest would cost every member at each departure)."""
+        left = self.listing.get(sub.topic, 0) - 1
+        if left > 0:
+            self.listing[sub.topic] = left
+            return False
+        self.listing.pop(sub.topic, None)
+        self.subscriptions.pop(sub.topic, None)
+        return True
 
     def connection(self) -> ConsumerConnection:
         return ConsumerConnection(
@@ -120,6 +168,8 @@ class ConsumerManager:
     def __init__(self) -> None:
         self.groups: dict[str, ConsumerGroupInfo] = {}
         self.on_ids_changed: Callable[[ConsumerGroupInfo], None] = lambda info: None
+        #: Called with (group, client id) when a member leaves by UNREGISTER_CLIENT or expires.
+        self.on_member_left: Callable[[str, str], None] = lambda group, client_id: None
 
     def get(self, group: str) -> ConsumerGroupInfo | None:
         return self.groups.get(group)
@@ -143,20 +193,25 @@ class ConsumerManager:
         else:
             assert old is not None
             old.last_update = channel.last_update
-        topics_changed = info.update_subscriptions(data.subscription_data_set)
+        topics_changed = info.update_subscriptions(channel.conn, data.subscription_data_set)
         if joined or topics_changed:
             self.on_ids_changed(info)
 
     def unregister(self, conn: Connection, group: str) -> None:
         info = self.groups.get(group)
         groups_of(conn, CONSUMER_GROUPS).discard(group)
-        if info is not None and info.channels.pop(conn, None) is not None:
+        left = info.channels.pop(conn, None) if info is not None else None
+        if info is not None and left is not None:
+            info.drop_member(conn)
             self._left(info)
+            if left.client_id not in info.client_ids():  # (the same client on another connection)
+                self.on_member_left(group, left.client_id)
 
     def connection_closed(self, conn: Connection) -> None:
         groups_of(conn, CONSUMER_GROUPS).clear()
         for info in list(self.groups.values()):
             if info.channels.pop(conn, None) is not None:
+                info.drop_member(conn)
                 self._left(info)
 
     def scan_expired(self) -> None:
@@ -164,8 +219,12 @@ class ConsumerManager:
         for info in list(self.groups.values()):
             expired = [c for c, ch in info.channels.items() if ch.last_update < deadline]
             for conn in expired:
-                log.warning("consumer %s of group %s expired", info.channels[conn].client_id, info.group)
+                client_id = info.channels[conn].client_id
+                log.warning("consumer %s of group %s expired", client_id, info.group)
                 del info.channels[conn]
+                if client_id not in info.client_ids():
+                    self.on_member_left(info.group, client_id)
+                info.drop_member(conn)
                 groups_of(conn, CONSUMER_GROUPS).discard(info.group)
                 conn.close()
             if expired:

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from daemon.broker.bodies import MessageQueue
 
 LOCK_MAX_LIVE_MS = 60_000
+#: Locks one group holds at most (its members' queues: a few thousand for a group of many topics). The
+#: queues a lock may name are this broker's, of existing topics; past this a new one is not granted.
+MAX_LOCKS_PER_GROUP = 16384
 
 
 @dataclass(slots=True)
@@ -18,20 +21,31 @@ class _Lock:
 
 
 class RebalanceLockManager:
-    def __init__(self, max_live_ms: int = LOCK_MAX_LIVE_MS) -> None:
+    def __init__(self, max_live_ms: int = LOCK_MAX_LIVE_MS, max_per_group: int = MAX_LOCKS_PER_GROUP) -> None:
         self.max_live_ms = max_live_ms
+        self.max_per_group = max_per_group
         self._locks: dict[str, dict[MessageQueue, _Lock]] = {}
 
     def try_lock_batch(self, group: str, mqs: list[MessageQueue], client_id: str) -> list[MessageQueue]:
-        """Lock what is free, expired or already ours; return the queues the client now holds."""
+        """Lock what is free, expired or already ours; return the queues the client now holds. A group
+        at `max_per_group` takes a new queue only once its expired locks are gone."""
         now = time.monotonic() * 1000
         table = self._locks.setdefault(group, {})
         granted = []
+        swept = False
         for mq in mqs:
             lock = table.get(mq)
+            if lock is None and len(table) >= self.max_per_group:
+                if not swept:
+                    swept = True
+                    self._sweep(table, now)
+                if len(table) >= self.max_per_group:
+                    continue
             if lock is None or lock.client_id == client_id or now - lock.last_update > self.max_live_ms:
                 table[mq] = _Lock(client_id, now)
                 granted.append(mq)
+        if not table:
+            del self._locks[group]
         return granted
 
     def unlock_batch(self, group: str, mqs: list[MessageQueue], client_id: str) -> None:
@@ -40,3 +54,33 @@ class RebalanceLockManager:
             lock = table.get(mq)
             if lock is not None and lock.client_id == client_id:
                 del table[mq]
+        if not table:
+            self._locks.pop(group, None)
+
+    def drop_client(self, group: str, client_id: str) -> None:
+        """Release every lock ``client_id`` holds in ``group``: it left the group (unregistered, or
+        expired). A closed connection keeps its locks until they expire, as in 4.9.8: a client that
+        reconnects still holds its queues."""
+        table = self._locks.get(group)
+        if table is None:
+            return
+        for mq in [mq for mq, lock in table.items() if lock.client_id == client_id]:
+            del table[mq]
+        if not table:
+            del self._locks[group]
+
+    def sweep(self) -> None:
+        """Forget every expired lock (run with the client scan): a lock nobody renews is only memory."""
+        now = time.monotonic() * 1000
+        for group, table in list(self._locks.items()):
+            self._sweep(table, now)
+            if not table:
+                del self._locks[group]
+
+    def _sweep(self, table: dict[MessageQueue, _Lock], now: float) -> None:
+        for mq in [mq for mq, lock in table.items() if now - lock.last_update > self.max_live_ms]:
+            del table[mq]
+
+    def count(self) -> int:
+        """Locks held, all groups together."""
+        return sum(len(table) for table in self._locks.values())

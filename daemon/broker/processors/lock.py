@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from daemon.broker.bodies import LockBatchRequestBody, LockBatchResponseBody
+from daemon.broker.bodies import LockBatchRequestBody, LockBatchResponseBody, MessageQueue
 from daemon.broker.processors import system_error
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -35,9 +35,23 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
             raise RemotingCommandError(ResponseCode.NO_PERMISSION, remark)
         return b
 
+    def lockable(group: str, mqs: list[MessageQueue]) -> list[MessageQueue]:
+        """The queues of ``mqs`` a lock may name: this broker's, of an existing topic, below its queue
+        count, for an existing group. 4.9.8 locks anything named: a consumer that locked invented
+        queues grew the table without bound. The rest are answered as queues not locked."""
+        if broker.groups.get(group) is None:
+            return []
+        name = broker.config.broker_name
+        out = []
+        for mq in mqs:
+            config = broker.topics.get(mq.topic) if mq.broker_name == name else None
+            if config is not None and 0 <= mq.queue_id < max(config.read_queue_nums, config.write_queue_nums):
+                out.append(mq)
+        return out
+
     def lock(conn: Connection, request: RemotingCommand) -> RemotingCommand:
         b = body(conn, request)
-        granted = locks.try_lock_batch(b.consumer_group, b.mq_set, b.client_id)
+        granted = locks.try_lock_batch(b.consumer_group, lockable(b.consumer_group, b.mq_set), b.client_id)
         return request.make_response(body=LockBatchResponseBody(granted).dumps())
 
     def unlock(conn: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -20,6 +20,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store import fastjson
+from store.names import MAX_GROUP_LENGTH, NAME_CHARS, legal_name
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -36,6 +37,11 @@ def _memory_bytes() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 8 << 30
+
+
+def _shown(name: str) -> str:
+    """A name as a remark shows it: its first 64 characters (a refused one may be 100 KB)."""
+    return name if len(name) <= 64 else f"{name[:64]}... ({len(name)} characters)"
 
 
 def processors(broker: BrokerContext) -> dict[int, Processor]:
@@ -82,8 +88,39 @@ class OffsetProcessor:
                 )
         return request.make_response(ext_fields=OffsetResponseHeader(offset).to_ext_fields())
 
+    def _commit_problem(
+        self, conn: Connection, h: UpdateConsumerOffsetRequestHeader
+    ) -> tuple[int, str] | None:
+        """Why a commit may not be kept: a group name no group may have, a topic this broker lacks, a queue
+        past its count, or (protected mode, a peer off this machine) a group that does not exist. 4.9.8
+        keeps whatever is named: a peer's commits of invented ~100 KB names grew consumerOffset.json (and
+        every slave's copy of it) without bound."""
+        broker, group, topic = self.broker, h.consumer_group, h.topic
+        if not legal_name(group) or len(group) > MAX_GROUP_LENGTH:
+            return (
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"consumer group {_shown(group)} must be 1 to {MAX_GROUP_LENGTH} characters of {NAME_CHARS}",
+            )
+        config = broker.topics.get(topic)
+        if config is None:
+            return ResponseCode.TOPIC_NOT_EXIST, f"topic[{_shown(topic)}] not exist, apply first please!"
+        if not 0 <= h.queue_id < max(config.read_queue_nums, config.write_queue_nums):
+            return (
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{h.queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                f"[{config.read_queue_nums}] consumer:[{group}]",
+            )
+        if broker.groups.get(group) is None:
+            why = broker.creation_refusal(conn, f"subscription group {group}")
+            if why is not None:
+                return ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, why
+        return None
+
     def update_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = UpdateConsumerOffsetRequestHeader.from_ext_fields(request.ext_fields)
+        problem = self._commit_problem(conn, h)
+        if problem is not None:
+            raise fail(*problem)
         self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if self.broker.ha_slave is not None:  # a client that found no master: hand it on (see sync_metadata)
             self.broker.slave_commits[(h.consumer_group, h.topic, h.queue_id)] = h.commit_offset

@@ -135,6 +135,9 @@ class PopProcessor:
             raise PopError(
                 INVALID_PARAMETER, f"the broker[{ip}] pop message's num is greater than {MAX_POP_BATCH}"
             )
+        parked = self.broker.parking_refusal(conn, h.topic)
+        if parked is not None:
+            raise PopError(ResponseCode.NO_PERMISSION, parked)
         return self._pop(conn, request, h)
 
     async def _pop(

@@ -31,6 +31,7 @@ from daemon.broker.headers import (
 )
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.broker.processors.offset import _HOT_RATIO, _memory_bytes
+from daemon.protect import PARKING_TOPICS
 from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -40,6 +41,7 @@ from daemon.remoting.errors import RemotingCommandError
 from daemon.remoting.limits import WarningGate
 from store.config import SLAVE
 from store.errors import DamagedUnitError
+from store.names import REVIVE_TOPIC_PREFIX
 from store.results import GetMessageStatus, GetResult
 
 if TYPE_CHECKING:
@@ -97,7 +99,7 @@ class PullProcessor:
         #: another type is allowed is the broker's setting of the moment, checked on every pull)
         self._expressions: dict[tuple[str | None, str | None], frozenset[int] | None] = {}
 
-    def _codes(self, h: PullMessageRequestHeader) -> frozenset[int] | None:
+    def _codes(self, h: PullMessageRequestHeader, conn: Connection) -> frozenset[int] | None:
         """The tag codes to filter with, from the subscription :meth:`_subscription` checks; a tag
         expression the pulls carry is parsed once."""
         if h.sys_flag & PULL_FLAG_SUBSCRIPTION:
@@ -106,18 +108,20 @@ class PullProcessor:
                 return self._expressions[key]
             except KeyError:
                 pass
-            sub = self._subscription(h)
+            sub = self._subscription(h, conn)
             codes = tag_codes(sub)
             if is_tag_type(sub.expression_type):
                 if len(self._expressions) >= _KEPT_EXPRESSIONS:
                     self._expressions.clear()
                 self._expressions[key] = codes
             return codes
-        sub = self._subscription(h)
+        sub = self._subscription(h, conn)
         return None if sub.sub_string == SUB_ALL else tag_codes(sub)
 
-    def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData:
-        """The subscription to filter with: from the header, or from the group's heartbeat (step 4)."""
+    def _subscription(self, h: PullMessageRequestHeader, conn: Connection) -> SubscriptionData:
+        """The subscription to filter with: from the header, or from the heartbeat of the puller's own
+        connection (step 4; 4.9.8 reads the group's, which any member's heartbeat may rewrite), the
+        group's when that connection registered none."""
         if h.sys_flag & PULL_FLAG_SUBSCRIPTION:
             sub = build_subscription(h.topic, h.subscription, h.expression_type)
         else:
@@ -137,7 +141,7 @@ class PullProcessor:
                     ResponseCode.NO_PERMISSION,
                     f"the consumer group[{h.consumer_group}] can not consume by broadcast way",
                 )
-            found = info.subscriptions.get(h.topic)
+            found = info.own_subscription(conn, h.topic)
             if found is None:
                 raise fail(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist" + FAQ)
             if found.sub_version < h.sub_version:
@@ -157,6 +161,10 @@ class PullProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{broker.config.broker_ip1}] pulling message is forbidden",
             )
+        if h.topic in PARKING_TOPICS or h.topic.startswith(REVIVE_TOPIC_PREFIX):  # (no call per pull)
+            parked = broker.parking_refusal(conn, h.topic)
+            if parked is not None:
+                raise fail(ResponseCode.NO_PERMISSION, parked)
         group = broker.groups.find(h.consumer_group, conn)
         if group is None:
             raise fail(
@@ -225,7 +233,7 @@ class PullProcessor:
         if h is None:
             raise PullMessageRequestHeader._field_error(request.ext_fields)
         self._check(h, conn)
-        codes = self._codes(h)
+        codes = self._codes(h, conn)
         if self._heals and (h.topic, h.queue_id) in self._heals:
             return self._after_heal(conn, request, h, codes, None)
         may_hold = True

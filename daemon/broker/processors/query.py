@@ -33,6 +33,9 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
 
     def query(conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = QueryMessageRequestHeader.from_ext_fields(request.ext_fields)
+        parked = broker.parking_refusal(conn, h.topic)
+        if parked is not None:
+            return request.make_response(ResponseCode.NO_PERMISSION, parked)
         max_num = min(h.max_num, config.max_msgs_num_batch)
         if request.ext_fields.get("_UNIQUE_KEY_QUERY") == "true":
             max_num = config.default_query_max_num
