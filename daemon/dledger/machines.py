@@ -79,9 +79,8 @@ MAX_PENDING_PUSHES = 1000
 #: At most this many entries, or bytes (past the first entry), in one push to a follower.
 MAX_BATCH_ENTRIES = 256
 MAX_BATCH_BYTES = 1024 * 1024
-#: The sends of one pass of the event loop wait for those of the next poll (one that does not sleep) before
-#: they are pushed, poll after poll while each brings some (`Node.hold_push`), up to this many entries not yet
-#: pushed to a follower.
+#: While every follower still has a push in flight, the sends of one pass of the event loop wait for those of
+#: the next poll before they are pushed (`Node.hold_push`), up to this many entries not yet pushed to one.
 PUSH_WINDOW = 32
 #: A follower the quorum does not wait for (`Node.spare_followers`) is pushed once this many entries wait for
 #: it, or once its last push is `SPARE_PUSH_MS` old (the leader's 10 ms tick pushes it then at the latest):
@@ -1328,12 +1327,11 @@ class Node:
         """(leader) Whether the entries appended since the log's last index was ``seen`` may wait for the
         sends the event loop's next poll brings (a poll that does not sleep: the push is queued to run after
         it) before they are pushed, so that one push carries both: only while that poll may bring more (this
-        pass appended some), some follower takes appends, and none of them has `PUSH_WINDOW` entries not yet
-        pushed to it. Whether a follower is idle does not matter: a push costs the leader a write and an
-        answer's read and the follower a wake-up whatever it carries, and an idle follower's push waits only
-        for polls that bring sends (the first that brings none ends the wait: a lone send waits one poll that
-        does not sleep); no timer is armed. A follower that never answers has its pushes sent again from what
-        it acknowledged, as without the wait (a window is pushed whatever they hold)."""
+        pass appended some), every follower taking appends still has a push in flight (each would read this
+        one only after answering that one, which is what the quorum waits for anyway), and none of them has
+        `PUSH_WINDOW` entries not yet pushed to it. A lone send finds a follower idle and is pushed at once;
+        a follower that answers ends the wait at the next pass; one that never answers has its pushes sent
+        again from what it acknowledged, as without the wait (a window is pushed whatever they hold)."""
         last = self.log.last_index
         if last <= seen or not self.is_leader:
             return False
@@ -1342,7 +1340,7 @@ class Node:
         for peer, p in self.pushes.items():
             if p.state is not _APPEND or peer in spare:
                 continue
-            if last - p.write_index + 1 >= PUSH_WINDOW:
+            if not p.inflight or last - p.write_index + 1 >= PUSH_WINDOW:
                 return False
             taking = True
         return taking

@@ -635,7 +635,7 @@ class DLedgerServer:
         node.track(index, now_ms(), done)
         if not self._push_soon:
             # pushed after the other requests this loop iteration read: the sends that arrived together go
-            # to each follower in one push, with those of the next polls while each brings some
+            # to each follower in one push (and, while every follower is busy, those of the next polls too)
             self._push_soon = True
             self._push_seen = index - 1
             asyncio.get_running_loop().call_soon(self._push_now)
