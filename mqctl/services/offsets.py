@@ -24,7 +24,7 @@ from daemon.broker.bodies import ConnectionInfo, MessageQueue
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, NothingReadError, UsageError
 from mqctl.services.cluster import brokers
-from mqctl.services.fanout import each_broker
+from mqctl.services.fanout import Runner, direct, each_broker
 from mqctl.services.topics import queue_offsets
 from mqctl.timespec import iso
 from mqctl.units import plural
@@ -134,7 +134,7 @@ GroupQueue = tuple[str, str, str, int]
 
 
 async def never_committed(
-    admin: Admin, zeros: Iterable[GroupQueue], *, strict: bool = False
+    admin: Admin, zeros: Iterable[GroupQueue], *, strict: bool = False, run: Runner = direct
 ) -> set[GroupQueue]:
     """Of ``zeros`` (broker address, group, topic, queue id), queues whose broker answered the group's
     offset as 0, those the group is not known to have committed on. Both answers say 0 for a queue it never
@@ -142,12 +142,15 @@ async def never_committed(
     starts a new consumer); only the broker's offset table (GET_ALL_CONSUMER_OFFSET, read once per broker
     where a 0 was answered) tells. A broker whose table cannot be read leaves its 0s unknown: they are in
     the set too, and the failure is recorded (one warning naming the broker), never raised; ``strict`` (a
-    plan that writes) raises NothingReadError instead: an unknown 0 read as never committed moves offsets."""
+    plan that writes) raises NothingReadError instead: an unknown 0 read as never committed moves offsets.
+    ``run`` runs each read (:class:`~mqctl.services.fanout.Runner`)."""
     wanted = list(zeros)
     if not wanted:
         return set()
     addrs = sorted({addr for addr, *_ in wanted})
-    tables = await each_broker(admin, addrs, admin.all_consumer_offsets, required=False)
+    tables = await each_broker(
+        admin, addrs, lambda addr: run(addr, admin.all_consumer_offsets(addr)), required=False
+    )
     unread = [addr for addr in addrs if addr not in tables]
     if strict and unread:
         raise NothingReadError(
