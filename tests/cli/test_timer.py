@@ -110,7 +110,9 @@ def test_a_broker_set_below_the_default_max_delay_refuses_on_the_wire(mq: Callab
         mq("broker", "config", "set", "timerMaxDelaySec=259200")
 
 
-def test_a_broker_set_above_the_default_max_delay_takes_a_delay_beyond_it(mq: Callable[..., CliResult]) -> None:
+def test_a_broker_set_above_the_default_max_delay_takes_a_delay_beyond_it(
+    mq: Callable[..., CliResult],
+) -> None:
     """The CLI refused beyond the default (3 days) although the broker was set to hold 10 days."""
     result = mq("broker", "config", "set", "timerMaxDelaySec=864000")
     assert result.code == 0, result.stderr
