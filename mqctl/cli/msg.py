@@ -109,9 +109,12 @@ async def _within_max_delay(
     name, sec = min(limits.items(), key=lambda item: (item[1], item[0]))
     if due_ms - int(time.time() * 1000) > sec * 1000:
         flag, value = given
+        default = (
+            "the default" if sec == TIMER_MAX_DELAY_SEC else f"{_limit_text(TIMER_MAX_DELAY_SEC)} by default"
+        )
         raise UsageError(
-            f"bad {flag} {value!r}: further ahead than broker {name!r} holds a timer "
-            f"message (its timerMaxDelaySec, {_limit_text(sec)}; {_limit_text(TIMER_MAX_DELAY_SEC)} by default)"
+            f"bad {flag} {value!r}: further ahead than broker {name!r} holds a timer message (its "
+            f"timerMaxDelaySec, {_limit_text(sec)}; {default})"
         )
 
 
