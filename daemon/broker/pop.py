@@ -922,8 +922,10 @@ class PopService:
         lines = []
         for r in ended:
             unheld = self._acks_unheld.get(r.queue_key)
+            # (a guard, not reached: ack_one counted each of these once, an operator's reset leaves the
+            # counts alone, and only take_over clears them, which moved the generation, returned above)
             if unheld is None or unheld[r.queue_offset] <= 0:
-                continue  # (an operator's reset since: nothing of this lending is left here)
+                continue
             unheld[r.queue_offset] -= 1
             if unheld[r.queue_offset] <= 0:
                 del unheld[r.queue_offset]

@@ -101,7 +101,9 @@ def lag(
 
     A queue the group never committed on, where its consumer's consumeFromWhere decides the start, has no
     lag to count: left out, and a WARNING when such queues hold messages, counted in the perfdata entry
-    uncounted_queues (as group progress shows them: lag '-')."""
+    uncounted_queues (as group progress shows them: lag '-'); but neither for a BROADCASTING group (as its
+    online consumers say): they keep its offsets, so every queue reads as never committed on. Queues of a
+    broker whose offsets could not be read are named unknown, not never committed on."""
     from mqctl.services.checks import lag as check_lag
 
     _run(

@@ -212,9 +212,11 @@ def list_(
         typer.Option(
             "--progress",
             help="Also each group's online clients, consume type and model, consume TPS and lag (mqadmin "
-            "consumerProgress without -g; the dashboard's consumer list). Two requests per group and broker. "
-            "The lag counts each queue as 'group progress' does; queues of unknown lag (never committed on) "
-            "are left out and counted in uncounted_queues.",
+            "consumerProgress without -g; the dashboard's consumer list). Two requests per group and broker, "
+            "plus a broker's offset table where a group's offset reads 0 and one request per such queue that "
+            "holds messages and the group never committed on. The lag counts each queue as 'group progress' "
+            "does; queues of unknown lag (never committed on, or a broker's offsets unread) are left out and "
+            "counted in uncounted_queues.",
         ),
     ] = False,
 ) -> None:

@@ -37,7 +37,7 @@ from mqctl.cli.common import (
 )
 from mqctl.completion import complete_topic
 from mqctl.errors import Interrupted, UsageError
-from mqctl.units import plural
+from mqctl.units import duration_text, plural
 
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
@@ -68,30 +68,54 @@ def _deliver_ms(deliver_at: str | None, delay: str | None, delay_level: int) -> 
         raise UsageError("give one of --deliver-at, --delay and --delay-level")
     now = int(time.time() * 1000)
     if deliver_at:
-        return _within_max_delay(
-            parse_time(deliver_at, now_ms=now, flag="--deliver-at"), now, "--deliver-at", deliver_at
-        )
+        return parse_time(deliver_at, now_ms=now, flag="--deliver-at")
     if delay:
         if delay.strip().isdecimal():  # a level (RocketMQ's DELAY) or seconds? neither is taken for the other
             raise UsageError(
                 f"--delay {delay.strip()} has no unit: give a duration such as 90s, 15m or 2h30m (up to the "
                 "broker's timerMaxDelaySec, 3 days by default), or a delay level 1-18 with --delay-level"
             )
-        return _within_max_delay(now + parse_duration(delay, flag="--delay"), now, "--delay", delay)
+        return now + parse_duration(delay, flag="--delay")
     return None
 
 
-def _within_max_delay(due_ms: int, now_ms: int, flag: str, given: str) -> int:
-    """``due_ms``, unless it is further ahead than a broker holds a timer message (its timerMaxDelaySec's
-    default): refused here (exit 2) rather than by the broker with a wire error once sent."""
-    from daemon.broker.config import TIMER_MAX_DELAY_SEC
+def _limit_text(sec: int) -> str:
+    return plural(sec // 86400, "day") if sec and sec % 86400 == 0 else duration_text(sec * 1000)
 
-    if due_ms - now_ms > TIMER_MAX_DELAY_SEC * 1000:
-        raise UsageError(
-            f"bad {flag} {given!r}: further ahead than a broker holds a timer message (timerMaxDelaySec, "
-            f"{plural(TIMER_MAX_DELAY_SEC // 86400, 'day')} by default)"
+
+async def _within_max_delay(
+    admin: Admin,
+    topic: str,
+    due_ms: int,
+    given: tuple[str, str],
+    *,
+    broker: str | None,
+    queue: int | None,
+    create: bool,
+) -> None:
+    """Refuse (exit 2, naming ``given``'s flag) a delivery time further ahead than a broker the send may go
+    to holds a timer message (its timerMaxDelaySec), rather than have it come back a wire error (exit 8).
+    Within the default nothing is read: a broker set lower still refuses on the wire."""
+    import time
+
+    from daemon.broker.config import TIMER_MAX_DELAY_SEC
+    from mqctl.services.messages import timer_limits
+
+    if due_ms - int(time.time() * 1000) <= TIMER_MAX_DELAY_SEC * 1000:
+        return
+    limits = await timer_limits(admin, topic, broker=broker, queue=queue, create=create)
+    if not limits:
+        return  # no broker said: it decides
+    name, sec = min(limits.items(), key=lambda item: (item[1], item[0]))
+    if due_ms - int(time.time() * 1000) > sec * 1000:
+        flag, value = given
+        default = (
+            "the default" if sec == TIMER_MAX_DELAY_SEC else f"{_limit_text(TIMER_MAX_DELAY_SEC)} by default"
         )
-    return due_ms
+        raise UsageError(
+            f"bad {flag} {value!r}: further ahead than broker {name!r} holds a timer message (its "
+            f"timerMaxDelaySec, {_limit_text(sec)}; {default})"
+        )
 
 
 def _properties(pairs: list[str]) -> dict[str, str]:
@@ -166,14 +190,16 @@ def send(
             "--deliver-at",
             help="Deliver at this time (ISO 8601, epoch ms, or relative like +90s): a timer message "
             "(TIMER_DELIVER_MS), which mqctl's brokers and RocketMQ 5.x hold until then; 4.x delivers at once. "
-            "More than 3 days ahead (timerMaxDelaySec's default) is refused before sending (exit 2).",
+            "Further ahead than timerMaxDelaySec (3 days by default) of a broker the send may go to is refused "
+            "before sending (exit 2); a broker set below the default refuses on the wire (exit 8).",
         ),
     ] = None,
     delay: Annotated[
         str | None,
         typer.Option(
             "--delay",
-            help="Deliver after this long (90s, 15m, 2h30m, at most 3d): --deliver-at now + DURATION.",
+            help="Deliver after this long (90s, 15m, 2h30m; at most the brokers' timerMaxDelaySec, 3d by "
+            "default): --deliver-at now + DURATION.",
         ),
     ] = None,
     max_size: Annotated[
@@ -205,26 +231,38 @@ def send(
     producers, and a line on stderr says so; --no-create refuses it (exit 3)."""
     from mqctl.services.messages import message_properties, send_message
 
+    deliver_ms = _deliver_ms(deliver_at, delay, delay_level)
     props = message_properties(
         tags=tag,
         keys=keys or [],
         properties=_properties(prop or []),
         delay_level=delay_level,
-        deliver_ms=_deliver_ms(deliver_at, delay, delay_level),
+        deliver_ms=deliver_ms,
     )
+
+    async def checked(admin: Admin) -> None:
+        if deliver_ms is not None:
+            given = ("--deliver-at", deliver_at) if deliver_at else ("--delay", delay or "")
+            await _within_max_delay(
+                admin, topic, deliver_ms, given, broker=broker, queue=queue, create=not no_create
+            )
+
     if lines:
         if body is not None:
             raise UsageError("--lines reads stdin or --file, not a body argument")
-        online(
-            lambda admin: _send_lines(
+
+        async def sent_lines(admin: Admin) -> dict[str, Any]:
+            await checked(admin)
+            return await _send_lines(
                 admin, topic, file, max_size, props, broker=broker, queue=queue, create=not no_create
-            ),
-            changes=True,
-        )
+            )
+
+        online(sent_lines, changes=True)
         return
     payload = _body(body, file, max_size)
 
     async def sent(admin: Admin) -> Any:
+        await checked(admin)
         result = await send_message(
             admin, topic, payload, properties=props, broker=broker, queue=queue, create=not no_create
         )

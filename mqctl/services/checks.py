@@ -22,6 +22,7 @@ from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin.client import Admin
 from mqctl.errors import MqctlError, NotFoundError, is_acl_refusal, translate
 from mqctl.services.cluster import BrokerRow, brokers
+from mqctl.services.fanout import failures
 from mqctl.units import plural, server_float, server_int
 from store import dlq_topic
 
@@ -131,11 +132,13 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
 
     A queue the group never committed on where its consumer's consumeFromWhere decides the start has no
     lag to count (``group progress``): left out, and a WARNING when such a queue holds messages (no member
-    consumes it, or none ever started), counted in the perf entry ``uncounted_queues``."""
+    consumes it, or none ever started), counted in the perf entry ``uncounted_queues``; not for a
+    BROADCASTING group, whose consumers keep its offsets (every queue reads as never committed on)."""
     from mqctl.services.groups import progress
 
+    models: set[str] = set()
     try:
-        rows = await progress(admin, group, topic=topic, lag_over=None)
+        rows = await progress(admin, group, topic=topic, lag_over=None, models=models)
     except NotFoundError as exc:
         return Verdict("lag", State.UNKNOWN, str(exc))
     total = sum(r.lag or 0 for r in rows)
@@ -145,9 +148,14 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     if worst_queue is not None and worst_queue.lag:
         summary += f" (most on {worst_queue.topic} {worst_queue.broker_name}:{worst_queue.queue_id}: {worst_queue.lag})"
     uncounted = [r for r in rows if r.lag is None]
-    holding = await _holding_messages(admin, uncounted)
     if uncounted:  # where consumeFromWhere decides the start, there is no lag to count (group progress)
-        summary += f"; {plural(len(uncounted), 'queue')} never committed on, not counted"
+        summary += "; " + _uncounted_text(uncounted) + ", not counted"
+    holding = 0
+    if uncounted and models == {"BROADCASTING"}:
+        # (as its online consumers say) they keep its offsets: every queue reads as never committed on
+        summary += " (BROADCASTING: its consumers keep its offsets)"
+    elif uncounted:
+        holding = await _holding_messages(admin, uncounted)
         if holding:
             summary += f", {holding} of them holding messages"
     perf = [
@@ -157,6 +165,19 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     ]
     state = worst([threshold(total, warn, crit), State.WARNING if holding else State.OK])
     return Verdict("lag", state, summary, perf)
+
+
+def _uncounted_text(uncounted: list[QueueProgress]) -> str:
+    """How many queues have no lag to count, and why: never committed on, or unknown where a broker's
+    offset reads failed (recorded by :func:`~mqctl.services.groups.progress`)."""
+    unread = {f["broker_name"] for f in failures()}
+    unknown = sum(r.broker_name in unread for r in uncounted)
+    parts = []
+    if len(uncounted) > unknown:
+        parts.append(f"{plural(len(uncounted) - unknown, 'queue')} never committed on")
+    if unknown:
+        parts.append(f"{plural(unknown, 'queue')} unknown (a broker's offsets unread)")
+    return " and ".join(parts)
 
 
 async def _holding_messages(admin: Admin, queues: list[QueueProgress]) -> int:

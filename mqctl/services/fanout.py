@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, overload
+from typing import TYPE_CHECKING, Literal, Protocol, TypedDict, TypeVar, overload
 
 from daemon.remoting.errors import (
     RemotingCommandError,
@@ -40,6 +40,18 @@ T = TypeVar("T")
 #: Brokers the error line of a read that reached none names; the rest are counted (a line naming thousands
 #: of a route's brokers, a hostile NameServer's word, said nothing).
 NAMED_FAILURES = 20
+
+
+class Runner(Protocol):
+    """How a read runs each request it makes of a broker (``addr``): at once (:func:`direct`), or, in
+    ``top``, through its concurrency limit, its failures logged."""
+
+    def __call__(self, addr: str, work: Awaitable[T], /) -> Awaitable[T]: ...
+
+
+async def direct(addr: str, work: Awaitable[T]) -> T:
+    """The :class:`Runner` of a command: the request as it is."""
+    return await work
 
 
 def fanout_width() -> int:

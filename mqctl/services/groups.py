@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
@@ -17,7 +17,15 @@ from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, MqctlError, NotFoundError
 from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
-from mqctl.services.fanout import FailureRow, each_broker, failures, gather_limited, record_failures
+from mqctl.services.fanout import (
+    FailureRow,
+    Runner,
+    direct,
+    each_broker,
+    failures,
+    gather_limited,
+    record_failures,
+)
 from mqctl.services.offsets import GroupQueue, never_committed
 from mqctl.services.topics import BrokerChange, apply_to_tables, not_kept, route_or_not_found, target_masters
 from mqctl.units import plural, when
@@ -366,10 +374,18 @@ async def list_groups(admin: Admin, *, cluster: str | None, system: bool, progre
         )
     uncounted = sum(r["uncounted_queues"] for r in out)
     if uncounted:
-        left_out = (
-            f"lag leaves out {plural(uncounted, 'queue')} of unknown start (never committed on: a consumer "
-            "starts where its consumeFromWhere says; 'group progress -g G' shows them)"
-        )
+        # a broker that failed a read behind the lag: its queues' lags are unknown, not never committed on
+        unread = {f["broker"] for f in failures()}
+        unknown = sum(lag is None and addr in unread for (addr, *_), lag in lags.items())
+        parts = []
+        if uncounted > unknown:
+            parts.append(
+                f"{plural(uncounted - unknown, 'queue')} of unknown start (never committed on: a consumer "
+                "starts where its consumeFromWhere says; 'group progress -g G' shows them)"
+            )
+        if unknown:
+            parts.append(f"{plural(unknown, 'queue')} unknown (a broker's offsets unread)")
+        left_out = "lag leaves out " + " and ".join(parts)
         footer = f"{footer}; {left_out}" if footer else left_out
     return Rows(out, columns=list(GroupProgressRow.__annotations__), footer=footer)
 
@@ -442,9 +458,16 @@ async def connections(
 
 
 async def progress(
-    admin: Admin, group: str, *, topic: str | None, lag_over: int | None, cluster: str | None = None
+    admin: Admin,
+    group: str,
+    *,
+    topic: str | None,
+    lag_over: int | None,
+    cluster: str | None = None,
+    models: set[str] | None = None,
 ) -> list[QueueProgress]:
-    """Per queue: broker offset, committed offset, lag and the owning client.
+    """Per queue: broker offset, committed offset, lag and the owning client; into ``models`` (when given)
+    the message models the group's online consumers report (BROADCASTING, CLUSTERING).
 
     The owner is computed with RocketMQ's default allocation (averagely, per topic, over the
     sorted client ids), which is what Java and Node clients use unless configured otherwise.
@@ -460,6 +483,8 @@ async def progress(
     for addr, (found, stats) in (await each_broker(admin, addrs, read)).items():
         if found is not None:
             clients.update(c.client_id for c in found.connection_set)
+            if models is not None and found.message_model:
+                models.add(found.message_model)
         offsets.update(stats.offset_table)
         where.update(dict.fromkeys(stats.offset_table, addr))
     if not offsets and not clients:
@@ -500,20 +525,23 @@ def _lag(end: int, start: int | None) -> int | None:
     return None if start is None else max(end - start, 0)
 
 
-async def uncommitted_starts(admin: Admin, zeros: Iterable[GroupQueue]) -> dict[GroupQueue, int | None]:
+async def uncommitted_starts(
+    admin: Admin, zeros: Iterable[GroupQueue], *, run: Runner = direct
+) -> dict[GroupQueue, int | None]:
     """Of ``zeros`` (queues whose ConsumeStats say the group's offset is 0), those it is not known to have
     committed on (:func:`~mqctl.services.offsets.never_committed`), each with the offset the broker starts a
     consumer of the group at (QUERY_CONSUMER_OFFSET): 0 on a young queue, else None (consumeFromWhere
     decides). A broker that does not answer leaves its starts None (unknown): recorded, never raised, and
-    not asked again (a silent broker's every queue waited its turn and its timeout)."""
-    doubtful = sorted(await never_committed(admin, zeros))
+    not asked again (a silent broker's every queue waited its turn and its timeout). ``run`` runs each
+    request (:class:`~mqctl.services.fanout.Runner`)."""
+    doubtful = sorted(await never_committed(admin, zeros, run=run))
     failed: dict[str, Exception] = {}
 
     async def start(addr: str, group: str, topic: str, queue_id: int) -> int | None:
         if addr in failed:
             return None
         try:
-            return await admin.consumer_offset(addr, group, topic, queue_id)
+            return await run(addr, admin.consumer_offset(addr, group, topic, queue_id))
         except (RemotingError, MqctlError) as exc:
             failed.setdefault(addr, exc)
             return None
@@ -551,13 +579,18 @@ class LagSum:
         return cls(sum(known) if known or not uncounted else None, uncounted)
 
 
+#: Where the reads of :func:`uncommitted_starts` come from (top keeps them a while).
+Starts = Callable[[list[GroupQueue]], Awaitable[dict[GroupQueue, int | None]]]
+
+
 async def queue_lags(
-    admin: Admin, answers: Iterable[tuple[str, str, ConsumeStats]]
+    admin: Admin, answers: Iterable[tuple[str, str, ConsumeStats]], *, starts: Starts | None = None
 ) -> dict[GroupQueue, int | None]:
     """Each queue's lag in the ConsumeStats brokers answered ((address, group, stats)), as ``group progress``
     counts it: on a queue the group never committed on from where the broker starts a consumer (0 on a young
     queue; None, unknown, where consumeFromWhere decides), never from the 0 ConsumeStats says there (a new
-    group on an old topic was its whole length behind)."""
+    group on an old topic was its whole length behind). ``starts`` reads them (:func:`uncommitted_starts`
+    unless given)."""
     read = list(answers)
     # an empty queue is no lag wherever a consumer starts: not asked about
     zeros = [
@@ -566,12 +599,12 @@ async def queue_lags(
         for mq, w in stats.offset_table.items()
         if w.consumer_offset == 0 and w.broker_offset > 0
     ]
-    starts = await uncommitted_starts(admin, zeros)
+    found = await (starts(zeros) if starts else uncommitted_starts(admin, zeros))
     lags: dict[GroupQueue, int | None] = {}
     for addr, group, stats in read:
         for mq, w in stats.offset_table.items():
             key = (addr, group, mq.topic, mq.queue_id)
-            lags[key] = _lag(w.broker_offset, starts.get(key, w.consumer_offset))
+            lags[key] = _lag(w.broker_offset, found.get(key, w.consumer_offset))
     return lags
 
 

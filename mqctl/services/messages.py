@@ -35,6 +35,7 @@ from mqctl.admin.member import GroupMember
 from mqctl.errors import (
     AuthError,
     ConnectError,
+    MqctlError,
     NotFoundError,
     NothingReadError,
     StoreError,
@@ -53,7 +54,7 @@ from mqctl.services.topics import (
 )
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
-from mqctl.units import plural, time_fields, when
+from mqctl.units import plural, server_int, time_fields, when
 from store import (
     AUTO_CREATE_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
@@ -492,6 +493,24 @@ async def _send_queues(admin: Admin, topic: str, *, create: bool) -> tuple[list[
         raise
     refs = [ref for ref in queues(template, write=True) if ref.queue_id < DEFAULT_TOPIC_QUEUE_NUMS]
     return refs, True
+
+
+async def timer_limits(
+    admin: Admin, topic: str, *, broker: str | None, queue: int | None, create: bool
+) -> dict[str, int]:
+    """timerMaxDelaySec (seconds) of each master a send of ``topic`` may go to, by broker name: those that
+    answered GET_BROKER_CONFIG (a broker that does not decides on the wire)."""
+    refs, _ = await _send_queues(admin, topic, create=create)
+    targets = {r.broker_name: r.addr for r in pick(refs, broker=broker, queue=queue, topic=topic)}
+
+    async def limit(addr: str) -> int | None:
+        try:
+            return server_int((await admin.broker_config(addr)).get("timerMaxDelaySec"), least=0)
+        except (RemotingError, MqctlError):
+            return None
+
+    found = await asyncio.gather(*(limit(addr) for addr in targets.values()))
+    return {name: sec for name, sec in zip(targets, found, strict=True) if sec is not None}
 
 
 async def send_message(

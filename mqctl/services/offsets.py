@@ -22,9 +22,9 @@ from typing import TypedDict
 
 from daemon.broker.bodies import ConnectionInfo, MessageQueue
 from mqctl.admin.client import Admin
-from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.errors import ConflictError, NotFoundError, NothingReadError, UsageError
 from mqctl.services.cluster import brokers
-from mqctl.services.fanout import each_broker
+from mqctl.services.fanout import Runner, direct, each_broker
 from mqctl.services.topics import queue_offsets
 from mqctl.timespec import iso
 from mqctl.units import plural
@@ -133,18 +133,31 @@ async def show(admin: Admin, group: str, topic: str) -> list[OffsetRow]:
 GroupQueue = tuple[str, str, str, int]
 
 
-async def never_committed(admin: Admin, zeros: Iterable[GroupQueue]) -> set[GroupQueue]:
+async def never_committed(
+    admin: Admin, zeros: Iterable[GroupQueue], *, strict: bool = False, run: Runner = direct
+) -> set[GroupQueue]:
     """Of ``zeros`` (broker address, group, topic, queue id), queues whose broker answered the group's
     offset as 0, those the group is not known to have committed on. Both answers say 0 for a queue it never
     committed on: GET_CONSUME_STATS on every queue, QUERY_CONSUMER_OFFSET on a young one (where the broker
     starts a new consumer); only the broker's offset table (GET_ALL_CONSUMER_OFFSET, read once per broker
     where a 0 was answered) tells. A broker whose table cannot be read leaves its 0s unknown: they are in
-    the set too, and the failure is recorded (one warning naming the broker), never raised."""
+    the set too, and the failure is recorded (one warning naming the broker), never raised; ``strict`` (a
+    plan that writes) raises NothingReadError instead: an unknown 0 read as never committed moves offsets.
+    ``run`` runs each read (:class:`~mqctl.services.fanout.Runner`)."""
     wanted = list(zeros)
     if not wanted:
         return set()
     addrs = sorted({addr for addr, *_ in wanted})
-    tables = await each_broker(admin, addrs, admin.all_consumer_offsets, required=False)
+    tables = await each_broker(
+        admin, addrs, lambda addr: run(addr, admin.all_consumer_offsets(addr)), required=False
+    )
+    unread = [addr for addr in addrs if addr not in tables]
+    if strict and unread:
+        raise NothingReadError(
+            f"cannot plan offsets: the offset table of {', '.join(unread)} could not be read "
+            "(GET_ALL_CONSUMER_OFFSET): whether the group committed there is unknown",
+            hint="retry once the broker answers",
+        )
     return {(a, g, t, q) for a, g, t, q in wanted if a not in tables or (g, t, q) not in tables[a]}
 
 
@@ -162,10 +175,13 @@ async def _queues(admin: Admin, group: str, topic: str, *, reads: bool = False) 
 
 async def _committed_queues(admin: Admin, group: str, topic: str) -> list[PlanRow]:
     """:func:`_queues` with no ``consumer_offset`` where the group never committed: the 0 a young queue's
-    broker answers for it is where a consumer starts, not an offset the plan would move from."""
+    broker answers for it is where a consumer starts, not an offset the plan would move from. Strict (see
+    :func:`never_committed`): every mode plans a write from it."""
     rows = await _queues(admin, group, topic)
     fresh = await never_committed(
-        admin, [(r.broker_addr, group, r.topic, r.queue_id) for r in rows if r.consumer_offset == 0]
+        admin,
+        [(r.broker_addr, group, r.topic, r.queue_id) for r in rows if r.consumer_offset == 0],
+        strict=True,
     )
     for row in rows:
         if (row.broker_addr, group, row.topic, row.queue_id) in fresh:

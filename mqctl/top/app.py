@@ -59,10 +59,12 @@ none).
 A view whose data is older than two refresh intervals is marked STALE.
 Oldest unconsumed (≤) is an upper bound: the age of the last consumed
 message on the group's furthest-behind queue (on a queue it never
-consumed: the queue's oldest message); "never consumed": no broker
-holds an offset of the group, so its lag is unknown. Lag "+3?": three
-queues the group never committed on, where a consumer starts as its
-consumeFromWhere says, are left out (Enter lists them as "-").
+consumed from a known start: the queue's oldest message); "never
+consumed": no broker holds an offset of the group, so its lag is
+unknown. Lag "+3?": three queues of unknown lag are left out, of the
+lag and of the age: never committed on, where a consumer starts as its
+consumeFromWhere says, or unknown, a broker's offsets unread (Enter
+lists them as "-").
 
 Press Esc or ? to close."""
 
@@ -237,11 +239,13 @@ class GroupScreen(Screen[None]):
             title.update(Text(_shown(f"Group {self.group} — error: {translate(exc)}  (Esc back, r retry)")))
             return
         self.detail = detail
-        lag = sum(q.lag or 0 for q in detail.queues)
+        known = [q.lag for q in detail.queues if q.lag is not None]
+        uncounted = len(detail.queues) - len(known)
+        lag = fmt.lag_text(sum(known) if known or not uncounted else None, uncounted)
         title.update(
             Text(
                 _shown(
-                    f"Group {self.group} — {fmt.plural(len(detail.queues), 'queue')}, lag {lag:,}, "
+                    f"Group {self.group} — {fmt.plural(len(detail.queues), 'queue')}, lag {lag}, "
                     f"{fmt.plural(len(detail.clients), 'client')}  (Esc back, r refresh)"
                 )
             )

@@ -178,11 +178,17 @@ def group_cells(g: GroupRow, exact: bool = False) -> tuple[str, ...]:
 
 
 def lag_cell(g: GroupRow, exact: bool = False) -> str:
-    """The group's lag, and how many queues of unknown lag it leaves out (``1,204 +3?``): a new group on an
-    old topic counted the topic's whole length from offset 0."""
-    if g.lag is None or not g.uncounted:
-        return count(g.lag, exact)
-    return f"{count(g.lag, exact)} +{g.uncounted}?"
+    """The group's lag (:func:`lag_text`)."""
+    return lag_text(g.lag, g.uncounted, exact)
+
+
+def lag_text(lag: int | None, uncounted: int, exact: bool = False) -> str:
+    """A lag, and how many queues of unknown lag it leaves out (``1,204 +3?``; ``- +3?`` when every queue's
+    is unknown, not ``-`` as where no master answered): a new group on an old topic counted the topic's
+    whole length from offset 0."""
+    if not uncounted:
+        return count(lag, exact)
+    return f"{count(lag, exact)} +{uncounted}?"
 
 
 #: The oldest unconsumed cell of a group no master holds an offset of: no age to show, and not "-"

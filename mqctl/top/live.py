@@ -26,10 +26,18 @@ from daemon.remoting.codes import RequestCode
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
 from mqctl.admin.messaging import view
-from mqctl.errors import ConnectError, NotFoundError
+from mqctl.errors import ConnectError, MqctlError, NotFoundError
 from mqctl.services.cluster import BrokerRow, brokers, first_float, stall_split
 from mqctl.services.fanout import failure_reason
-from mqctl.services.groups import LagSum, connections, group_on_broker, progress, queue_lags
+from mqctl.services.groups import (
+    LagSum,
+    connections,
+    group_on_broker,
+    progress,
+    queue_lags,
+    uncommitted_starts,
+)
+from mqctl.services.offsets import GroupQueue
 from mqctl.services.retention import broker_plan
 from mqctl.services.topics import KINDS, topic_kind, topic_offsets
 from mqctl.top.model import (
@@ -61,6 +69,9 @@ MAX_FILES = 256
 CONCURRENCY = 16
 #: Seconds a queue's oldest stored message time is kept: it changes only when retention deletes a file.
 EARLIEST_TTL = 60.0
+#: Seconds what a queue's 0 offset means is kept (committed, or never and where a consumer starts): a
+#: group that never committed on a queue was asked its broker's offset table and start on every refresh.
+STARTS_TTL = 60.0
 
 
 @dataclass
@@ -149,6 +160,8 @@ class LiveSource:
         self._counters: dict[tuple[str, str, str], tuple[float, int]] = {}
         self._first_writes: dict[tuple[str, int], float] = {}
         self._earliest: dict[tuple[str, str, int], tuple[float, float | None]] = {}
+        #: queue -> (when read, never committed on, where the broker starts a consumer)
+        self._starts: dict[GroupQueue, tuple[float, bool, int | None]] = {}
         self._last_views: frozenset[str] = frozenset()
 
     async def close(self) -> None:
@@ -355,6 +368,7 @@ class LiveSource:
         lags = await queue_lags(
             self.admin,
             ((addr, group, stats) for (addr, group), (stats, _) in zip(asks, answers, strict=True) if stats),
+            starts=lambda zeros: self._uncommitted_starts(zeros, now),
         )
         per_group: dict[str, list[int | None]] = {g: [] for g in names}
         for (addr, group), (stats, conns) in zip(asks, answers, strict=True):
@@ -399,6 +413,37 @@ class LiveSource:
             )
             for g in names
         )
+
+    async def _uncommitted_starts(self, zeros: list[GroupQueue], now: float) -> dict[GroupQueue, int | None]:
+        """:func:`~mqctl.services.groups.uncommitted_starts`, its requests through the concurrency limit,
+        its failures logged, and what it read kept ``STARTS_TTL`` (a broker's unread answers are not)."""
+        stale = [k for k in zeros if (c := self._starts.get(k)) is None or now - c[0] >= STARTS_TTL]
+        if stale:
+            failed: set[str] = set()
+
+            async def run(addr: str, work: Awaitable[T]) -> T:
+                try:
+                    return await self._limited(work)
+                except (RemotingError, MqctlError) as exc:
+                    if addr not in failed:
+                        log.info("offsets of groups never committed on %s: %s", addr, exc)
+                    failed.add(addr)
+                    raise
+
+            found = await uncommitted_starts(self.admin, stale, run=run)
+            if len(self._starts) >= 1 << 16:
+                self._starts.clear()
+            for key in stale:
+                if key[0] not in failed:
+                    self._starts[key] = (now, key in found, found.get(key))
+            fresh = {key: start for key, start in found.items() if key[0] in failed}
+        else:
+            fresh = {}
+        for key in zeros:
+            cached = self._starts.get(key)
+            if cached is not None and cached[1]:
+                fresh.setdefault(key, cached[2])
+        return fresh
 
     async def _earliest_time(self, key: tuple[str, str, int], now: float) -> float | None:
         """The store time (s) of a queue's oldest message, asked once a minute at most (GET_EARLIEST_MSG_

@@ -110,6 +110,23 @@ def test_a_broker_set_below_the_default_max_delay_refuses_on_the_wire(mq: Callab
         mq("broker", "config", "set", "timerMaxDelaySec=259200")
 
 
+def test_a_broker_set_above_the_default_max_delay_takes_a_delay_beyond_it(
+    mq: Callable[..., CliResult],
+) -> None:
+    """The CLI refused beyond the default (3 days) although the broker was set to hold 10 days."""
+    result = mq("broker", "config", "set", "timerMaxDelaySec=864000")
+    assert result.code == 0, result.stderr
+    try:
+        sent = ok(mq("msg", "send", "-t", "TmFarther", "--delay", "5d", "x", "-o", "json"))
+        assert sent["status"] == "SEND_OK", sent
+        result = mq("msg", "send", "-t", "TmFarther", "--delay", "11d", "x")
+        assert result.code == 2, result.stderr
+        [line] = result.stderr.splitlines()
+        assert "bad --delay '11d'" in line and "timerMaxDelaySec, 10 days" in line, line
+    finally:
+        mq("broker", "config", "set", "timerMaxDelaySec=259200")
+
+
 def test_the_unique_key_finds_the_delivered_copy(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
     sent = ok(mq("msg", "send", "-t", "TmSoon", "--delay", "300ms", "soon", "-o", "json"))
     deadline = time.monotonic() + 10

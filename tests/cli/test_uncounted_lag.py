@@ -8,17 +8,19 @@ queue's case (committed, never committed on an old queue, on a young one, empty)
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
-from daemon.broker.bodies import ConsumeStats, MessageQueue, OffsetWrapper, TopicOffset
+from daemon.broker.bodies import ConsumerConnection, ConsumeStats, MessageQueue, OffsetWrapper, TopicOffset
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.errors import RemotingTimeoutError
 from mqctl.admin.client import Admin
-from mqctl.services import checks, groups, offsets, topics
+from mqctl.services import checks, fanout, groups, offsets, topics
 from mqctl.services.checks import State
 from mqctl.services.fanout import collecting
 from store import SubscriptionGroupConfig
@@ -141,6 +143,54 @@ async def test_top_groups_count_as_group_progress(admin: Admin, monkeypatch: pyt
     assert fmt.group_cells(row)[1] == f"{KNOWN_LAG} +{UNCOUNTED}?"
 
 
+async def test_top_keeps_the_starts_a_while_and_asks_within_its_limit(
+    admin: Admin, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each refresh (2 s) asked every master's offset table and each never-committed queue's start, beside
+    top's concurrency limit; now they go through it and are kept a minute; a broker that fails them is
+    logged, where top's other failures go, and asked again on the next refresh."""
+    from mqctl.top.live import STARTS_TTL, LiveSource
+
+    source = LiveSource(["127.0.0.1:1"], timeout=0.5)
+    source._limit = asyncio.Semaphore(1)  # held while a request runs through the limit
+    asked: list[tuple[str, bool]] = []
+    table, start = admin.all_consumer_offsets, admin.consumer_offset
+
+    async def counted_table(addr: str) -> Any:
+        asked.append(("table", source._limit.locked()))
+        return await table(addr)
+
+    async def counted_start(*args: Any) -> Any:
+        asked.append(("start", source._limit.locked()))
+        return await start(*args)
+
+    monkeypatch.setattr(admin, "all_consumer_offsets", counted_table)
+    monkeypatch.setattr(admin, "consumer_offset", counted_start)
+    masters = cast(Any, [SimpleNamespace(view=SimpleNamespace(addr=ADDR))])
+
+    async def no_time(*_: Any) -> None:
+        return None
+
+    try:
+        monkeypatch.setattr(source, "admin", admin)
+        monkeypatch.setattr(source, "_earliest_time", no_time)
+        rows = [await source._groups(masters, now) for now in (0.0, 2.0, 4.0)]
+        assert asked == [("table", True), ("start", True), ("start", True)], asked  # queues 1 and 2, once
+        assert all((row.lag, row.uncounted) == (KNOWN_LAG, UNCOUNTED) for [row] in rows)
+        await source._groups(masters, STARTS_TTL + 1)
+        assert len(asked) == 6  # kept a minute, then read again
+        asked.clear()
+        fail(monkeypatch, admin, "all_consumer_offsets", RequestCode.GET_ALL_CONSUMER_OFFSET)
+        with caplog.at_level(logging.INFO, logger="mqctl.top.live"):
+            [row] = await source._groups(masters, 3 * STARTS_TTL)
+            [row] = await source._groups(masters, 3 * STARTS_TTL + 2)
+        assert (row.lag, row.uncounted) == (KNOWN_LAG, UNCOUNTED)  # (queue 2's start still answered)
+        logged = [r.getMessage() for r in caplog.records if ADDR in r.getMessage()]
+        assert len(logged) == 2 and "timed out" in logged[0], logged  # not kept: asked and logged again
+    finally:
+        await source.http.aclose()
+
+
 async def test_a_group_of_only_uncounted_queues_has_no_lag_to_show(admin: Admin) -> None:
     lags = await groups.queue_lags(admin, [(ADDR, GROUP, await admin.consume_stats(ADDR, GROUP))])
     only = [lag for (_, _, _, q), lag in lags.items() if q == 1]
@@ -221,3 +271,38 @@ async def test_offset_show_degrades_an_unread_table_to_unknown_offsets(
         rows = await offsets.show(admin, GROUP, TOPIC)
     assert [(r["consumer_offset"], r["lag"]) for r in rows] == [(990, 10), (None, None), (None, 7), (None, 0)]
     assert [f.broker for f in failed] == [ADDR]
+
+
+async def test_queues_of_a_broker_not_read_are_unknown_not_never_committed_on(
+    admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the broker's offset table could not be read, check lag and group list --progress said its
+    queues were never committed on, which nobody knew."""
+
+    async def names(admin: Admin) -> dict[str, str]:
+        return {ADDR: "broker-a"}
+
+    monkeypatch.setattr(fanout, "broker_names", names)
+    fail(monkeypatch, admin, "all_consumer_offsets", RequestCode.GET_ALL_CONSUMER_OFFSET)
+    with collecting():
+        verdict = await checks.lag(admin, GROUP, topic=None, warn=1000, crit=10000)
+        listed = await groups.list_groups(admin, cluster=None, system=False, progress=True)
+    assert "1 queue unknown (a broker's offsets unread), not counted" in verdict.summary, verdict.summary
+    assert "never committed" not in verdict.summary, verdict.summary
+    assert listed.footer is not None and "1 queue unknown" in listed.footer, listed.footer
+    assert "never committed" not in listed.footer, listed.footer
+
+
+async def test_check_lag_of_a_broadcasting_group_is_no_warning(
+    admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A BROADCASTING group's consumers keep its offsets: every queue reads as never committed on, and
+    check lag warned of it for ever."""
+
+    async def broadcasting(addr: str, group: str) -> ConsumerConnection:
+        return ConsumerConnection(message_model="BROADCASTING")
+
+    monkeypatch.setattr(admin, "consumer_connections", broadcasting)
+    verdict = await checks.lag(admin, GROUP, topic=None, warn=1000, crit=10000)
+    assert verdict.state is State.OK, verdict.line()
+    assert "uncounted_queues=0;0;;0" in verdict.line() and "BROADCASTING" in verdict.summary, verdict.line()

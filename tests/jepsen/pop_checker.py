@@ -77,7 +77,7 @@ INDUCED_WITHIN_S = 15.0
 #: The terms one induced fault can explain (a split vote elects in a second round).
 TERMS_PER_FAULT = 2
 #: Terms that no fault explains, excused all the same (a member's loop held past its followers' patience
-#: on a loaded host elects another): more are an election storm and excuse nothing.
+#: on a loaded host elects another), whichever excuse the most: more are an election storm, excusing nothing.
 UNINDUCED_ALLOWANCE = 2
 
 
@@ -99,45 +99,51 @@ def lent_twice_at_once(
 
     ``starts`` are the times leaders' terms began (their term records). One that a fault explains (up to
     ``TERMS_PER_FAULT`` within ``INDUCED_WITHIN_S`` after it; ``induced`` names events that can start a
-    term and are no fault for the other checks, a member's restart) excuses as a fault does, and so do
-    the first ``allowance`` that nothing explains. Each one more during the history excuses nothing (an
-    election storm would hide any lending twice at once); a lending it alone would have excused is
-    reported naming it. A storm with no such lending is no finding: it costs availability, not safety."""
+    term and are no fault for the other checks, a member's restart) excuses as a fault does. Of those
+    nothing explains, at most ``allowance`` distinct ones excuse lendings in all, chosen to excuse the most
+    (greedy), whenever in the history they fell: spent in time order, quiet ones early made a correct
+    run's later take-over fail. More are an election storm (it would hide any lending twice at once): a
+    lending left unexcused is reported naming the unexplained terms between its lendings. A storm with no
+    such lending is no finding: it costs availability, not safety."""
     deliveries = list(deliveries)
     faults = list(faults)
     excusing = list(faults)
+    during: list[float] = []
     if deliveries:
         began, ended = min(d.start for d in deliveries), max(d.end for d in deliveries)
         explained, unexplained = _explained(starts, [*faults, *induced])
         during = [t for t in unexplained if began <= t <= ended]
-        excusing += explained + during[:allowance]
-        storm = during[allowance:]
-    else:
-        storm = []
+        excusing += explained
     by_key: dict[str, list[Delivery]] = {}
     for d in deliveries:
         by_key.setdefault(d.key, []).append(d)
-    found = []
-    for key, ds in by_key.items():
+    twice: list[tuple[Delivery, Delivery, float, float]] = []  # (first, later, made, again)
+    for ds in by_key.values():
         ds.sort(key=lambda d: d.start)
         for i, first in enumerate(ds):
             for later in ds[i + 1 :]:
                 if later.call == first.call or later.end >= first.lent_until:
                     continue
                 made, again = first.pop_time or first.start, later.pop_time or later.end
-                if any(made <= t <= again for t in excusing):
-                    continue
-                stormy = [t for t in storm if made <= t <= again]
-                found.append(
-                    f"{key} ({first.body}): lent to {first.consumer} at {first.start:.1f} until at least "
-                    f"{first.lent_until:.1f}, and to {later.consumer} by {later.end:.1f}{_told(first, later)}"
-                    + "".join(
-                        f"; a leader's term began at {t:.1f} that no fault explains, beyond the "
-                        f"{allowance} allowed (an election storm excuses nothing)"
-                        for t in stormy
-                    )
-                )
-    return found
+                if not any(made <= t <= again for t in excusing):
+                    twice.append((first, later, made, again))
+    for _ in range(allowance):  # each unexplained term allowed: the one that excuses the most left
+        excuses = {t: sum(made <= t <= again for _, _, made, again in twice) for t in during}
+        best = max(excuses, key=lambda t: (excuses[t], -t), default=None)
+        if best is None or not excuses[best]:
+            break
+        twice = [w for w in twice if not w[2] <= best <= w[3]]
+    return [
+        f"{first.key} ({first.body}): lent to {first.consumer} at {first.start:.1f} until at least "
+        f"{first.lent_until:.1f}, and to {later.consumer} by {later.end:.1f}{_told(first, later)}"
+        + "".join(
+            f"; a leader's term began at {t:.1f} that no fault explains, beyond the "
+            f"{allowance} allowed (an election storm excuses nothing)"
+            for t in during
+            if made <= t <= again
+        )
+        for first, later, made, again in twice
+    ]
 
 
 def _explained(starts: Iterable[float], causes: Iterable[float]) -> tuple[list[float], list[float]]:

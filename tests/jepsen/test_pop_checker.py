@@ -94,9 +94,36 @@ def test_terms_nothing_explains_excuse_only_up_to_the_allowance() -> None:
     first = lent("c1", "a", 0, 1.5, 1)
     again = lent("c2", "a", 4, 4.1, 2)
     assert lent_twice_at_once([first, again], [], [3]) == []
-    found = lent_twice_at_once([first, again], [], [0.2, 0.4, 3])  # the allowance spent before the first
-    assert len(found) == 1 and "handle '0 1500 10000" in found[0] and "term began at 3.0" in found[0]
+    # three lendings again, each after its own unexplained term: two are allowed, the third is reported
+    others = [lent("c1", m, 10 * n, 10 * n + 1.5, 10 + n) for n, m in enumerate("bc", 1)]
+    agains = [lent("c2", m, 10 * n + 4, 10 * n + 4.1, 20 + n) for n, m in enumerate("bc", 1)]
+    found = lent_twice_at_once([first, again, *others, *agains], [], [3, 13, 23])
+    assert len(found) == 1 and "handle '" in found[0] and "term began at" in found[0], found
     assert lent_twice_at_once([first, delivery("c2", "a", 20, 2)], [], [0.2, 0.4, 3]) == []
+
+
+def test_the_allowance_goes_where_it_excuses_whenever_the_terms_fell() -> None:
+    """Spent in time order, two quiet unexplained terms early used it up, and a correct take-over later
+    (the broker lends a message again at once) failed the run; the same three terms after it passed."""
+    early = delivery("c0", "z", 0, 9, acked_at=0.5)
+    first = lent("c1", "a", 20, 20.5, 1)
+    again = lent("c2", "a", 24, 24.1, 2)
+    assert lent_twice_at_once([early, first, again], [], [5, 7, 23]) == []
+    late = delivery("c0", "y", 40, 8, acked_at=40.5)
+    assert lent_twice_at_once([early, first, again, late], [], [23, 30, 35]) == []
+    assert lent_twice_at_once([early, first, again], [], [5, 7, 23], allowance=0) != []
+
+
+def test_one_term_excusing_several_lendings_is_spent_once() -> None:
+    """An unexplained term between two lendings' pairs excuses both: the allowance counts terms, not
+    lendings, and the one that excuses the most is chosen first."""
+    pairs = [(lent("c1", m, 0, 1.5, 1 + n), lent("c2", m, 4, 4.1, 10 + n)) for n, m in enumerate("abc")]
+    history = [d for pair in pairs for d in pair]
+    assert lent_twice_at_once(history, [], [3, 3.5, 0.1], allowance=1) == []
+    found = lent_twice_at_once(
+        [*history, lent("c1", "d", 10, 11.5, 20), lent("c2", "d", 14, 14.1, 21)], [], [3, 13], allowance=1
+    )
+    assert len(found) == 1 and found[0].startswith("id-d") and "term began at 13.0" in found[0], found
 
 
 def test_a_fault_explains_its_own_rounds_only() -> None:

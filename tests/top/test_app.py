@@ -3,6 +3,7 @@ failures and the stale marker."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
@@ -13,8 +14,9 @@ from textual.widgets import Static
 
 from mqctl.errors import ConnectError
 from mqctl.top.app import HELP, GroupScreen, HelpScreen, Table, TopApp
+from mqctl.top.memory import MemorySource
 from tests.support.waiting import wait_until
-from tests.top.data import DETAIL, NOW, count_idle_paused_ticks, fixed_source
+from tests.top.data import DETAIL, NOW, SNAPSHOT, count_idle_paused_ticks, fixed_source
 
 SIZE = (120, 36)
 
@@ -92,6 +94,22 @@ async def test_enter_drills_into_a_group_and_escape_returns() -> None:
         )
         await pilot.press("escape")
         assert not isinstance(app.screen, GroupScreen) and app.view == "groups"
+
+
+@pytest.mark.slow
+async def test_the_group_title_counts_the_queues_its_lag_leaves_out() -> None:
+    """The title summed the known lags alone, as if the never-committed queues were none behind."""
+    source, clock = fixed_source()
+    unknown = {0, 3}
+    queues = tuple(dataclasses.replace(q, lag=None) if q.queue_id in unknown else q for q in DETAIL.queues)
+    source = MemorySource(SNAPSHOT, clock, details={"billing": dataclasses.replace(DETAIL, queues=queues)})
+    app = TopApp(source, interval=3600, clock=clock, screen="groups")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("down", "enter")
+        await settle(pilot)
+        known = sum(q.lag or 0 for q in queues)
+        assert f"lag {known:,} +2?," in str(app.screen.query_one("#group-title", Static).render())
 
 
 @pytest.mark.slow

@@ -159,3 +159,10 @@ def test_a_dledger_member_shows_its_raft_role_and_term() -> None:
     assert fmt.broker_cells(leader)[1] == "master [LEADER t3]"
     follower = BrokerView("C", "broker-a", 2, "h:2", "V4_9_8", raft="FOLLOWER t3")
     assert fmt.broker_cells(follower)[1] == "slave2 [FOLLOWER t3]"
+
+
+def test_a_lag_of_only_uncounted_queues_says_how_many() -> None:
+    """``-`` alone read as a group no master answered for; ``- +3?``: three queues, each of unknown lag."""
+    assert fmt.lag_cell(GroupRow("g", None, 0, 0.0, None, uncounted=3)) == "- +3?"
+    assert fmt.lag_cell(GroupRow("g", None, 0, 0.0, None)) == "-"
+    assert fmt.lag_cell(GroupRow("g", 1_204, 0, 0.0, None, uncounted=3)) == "1,204 +3?"
