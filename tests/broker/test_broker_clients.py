@@ -139,6 +139,12 @@ async def test_an_offset_commit_names_an_existing_topics_queue_and_a_valid_group
     # from this machine a group that does not exist yet is committed for, as 4.9.8 (mqctl's offset tools)
     assert (await commit("NewGroup", "OT", 1))[0] == ResponseCode.SUCCESS
     assert offsets.query_offset("NewGroup", "OT", 1) == 1
+    # a group that exists is committed for whatever its name (created on use, or from 4.9.8's files): a
+    # commit is mostly one-way, and a refusal lost its offsets unseen
+    assert (await commit("my.group", "OT", 0))[0] == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    broker.broker.groups.find("my.group")
+    assert (await commit("my.group", "OT", 0))[0] == ResponseCode.SUCCESS
+    assert offsets.query_offset("my.group", "OT", 0) == 1
 
 
 async def test_offsets_persist_periodically_in_a_worker_thread(tmp_path: Path) -> None:

@@ -1070,3 +1070,31 @@ async def test_a_slave_whose_stop_lands_as_a_read_or_a_connect_completes_stops(
         await wait_until(lambda: not landing)  # the cancel was handed over
         done, _ = await asyncio.wait([ha_slave._tasks[0]], timeout=10)
         assert done, "the replication task outlived its cancellation"
+
+
+async def test_a_slave_takes_a_commit_of_an_existing_group_for_a_topic_it_has_not_synced(
+    group: Group,
+) -> None:
+    """A client that found no master commits to the slave, maybe for a topic made seconds before the
+    master went (the slave takes topics at its next metadata sync): taken for a group it knows; a group
+    it does not know, or a name no topic may have, is refused as on a master."""
+    g = group
+    g.slave.groups.find("SG")  # (created on use, as a heartbeat does)
+    slave = g.on(g.slave)
+    assert g.slave.topics.get("Young") is None
+    commit = {"consumerGroup": "SG", "topic": "Young", "queueId": "0", "commitOffset": "3"}
+    assert (await slave.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    assert g.slave.offsets.query_offset("SG", "Young", 0) == 3
+    assert g.slave.slave_commits[("SG", "Young", 0)] == 3
+    unknown = {**commit, "consumerGroup": "NoSuchGroupHere"}
+    # (from this machine a new group is taken on a master's topic; on a topic the slave lacks it is not)
+    assert (
+        await slave.call(RequestCode.UPDATE_CONSUMER_OFFSET, unknown)
+    ).code == ResponseCode.TOPIC_NOT_EXIST
+    bad = {**commit, "topic": "no spaces allowed"}
+    assert (await slave.call(RequestCode.UPDATE_CONSUMER_OFFSET, bad)).code == ResponseCode.TOPIC_NOT_EXIST
+    # on the master such a topic is refused whatever the group
+    master = g.on(g.master)
+    assert (
+        await master.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)
+    ).code == ResponseCode.TOPIC_NOT_EXIST

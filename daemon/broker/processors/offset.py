@@ -20,7 +20,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store import fastjson
-from store.names import MAX_GROUP_LENGTH, NAME_CHARS, legal_name
+from store.names import MAX_GROUP_LENGTH, MAX_TOPIC_LENGTH, NAME_CHARS, legal_name
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -91,18 +91,29 @@ class OffsetProcessor:
     def _commit_problem(
         self, conn: Connection, h: UpdateConsumerOffsetRequestHeader
     ) -> tuple[int, str] | None:
-        """Why a commit may not be kept: a group name no group may have, a topic this broker lacks, a queue
-        past its count, or (protected mode, a peer off this machine) a group that does not exist. 4.9.8
-        keeps whatever is named: a peer's commits of invented ~100 KB names grew consumerOffset.json (and
-        every slave's copy of it) without bound."""
+        """Why a commit may not be kept: a new group's name no group may have, a topic this broker lacks, a
+        queue past its count, or (protected mode, a peer off this machine) a group that does not exist.
+        4.9.8 keeps whatever is named: a peer's commits of invented ~100 KB names grew consumerOffset.json
+        (and every slave's copy of it) without bound. A group that exists is committed for whatever its
+        name (one created on use, or kept from 4.9.8's files, which take any name): most commits are
+        one-way, so a refusal would lose its offsets unseen. A replica (a slave, a DLedger member not
+        leading) takes a commit for a topic it has not synced yet when the group exists and the peer may
+        create on use: a client that found no master commits there, and the topic may be seconds old."""
         broker, group, topic = self.broker, h.consumer_group, h.topic
-        if not legal_name(group) or len(group) > MAX_GROUP_LENGTH:
+        exists = broker.groups.get(group) is not None
+        if not exists and (not legal_name(group) or len(group) > MAX_GROUP_LENGTH):
             return (
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"consumer group {_shown(group)} must be 1 to {MAX_GROUP_LENGTH} characters of {NAME_CHARS}",
             )
         config = broker.topics.get(topic)
         if config is None:
+            replica = broker.ha_slave is not None or (
+                broker.dledger is not None and not broker.dledger.node.is_leader
+            )
+            named = legal_name(topic) and len(topic) <= MAX_TOPIC_LENGTH
+            if replica and exists and named and broker.creation_refusal(conn, f"topic {topic}") is None:
+                return None
             return ResponseCode.TOPIC_NOT_EXIST, f"topic[{_shown(topic)}] not exist, apply first please!"
         if not 0 <= h.queue_id < max(config.read_queue_nums, config.write_queue_nums):
             return (
@@ -110,7 +121,7 @@ class OffsetProcessor:
                 f"queueId[{h.queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                 f"[{config.read_queue_nums}] consumer:[{group}]",
             )
-        if broker.groups.get(group) is None:
+        if not exists:
             why = broker.creation_refusal(conn, f"subscription group {group}")
             if why is not None:
                 return ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, why
