@@ -113,7 +113,7 @@ async def test_offsets_commit_query_and_oneway(broker: BrokerHandle) -> None:
 
 
 async def test_an_offset_commit_names_an_existing_topics_queue_and_a_valid_group(
-    broker: BrokerHandle,
+    broker: BrokerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     """4.9.8 keeps whatever UPDATE_CONSUMER_OFFSET names: a peer's commits of huge invented group and
     topic names grew consumerOffset.json without bound (shipped to every slave at each metadata sync). A
@@ -145,6 +145,13 @@ async def test_an_offset_commit_names_an_existing_topics_queue_and_a_valid_group
     broker.broker.groups.find("my.group")
     assert (await commit("my.group", "OT", 0))[0] == ResponseCode.SUCCESS
     assert offsets.query_offset("my.group", "OT", 0) == 1
+    # a one-way commit refused is told in the broker's log (its client hears nothing)
+    update = {"consumerGroup": "OG", "topic": "NoSuchTopic", "queueId": "0", "commitOffset": "1"}
+    oneway = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, update, oneway=True)
+    with caplog.at_level("WARNING", logger="daemon.broker.processors.offset"):
+        await broker.client.invoke_oneway(broker.addr, oneway)
+        await wait_until(lambda: "offset commit from" in caplog.text)
+    assert "topic[NoSuchTopic] not exist" in caplog.text
 
 
 async def test_offsets_persist_periodically_in_a_worker_thread(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from typing import TYPE_CHECKING
 
@@ -19,8 +20,11 @@ from daemon.broker.processors import fail
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
+from daemon.remoting.limits import WarningGate
 from store import fastjson
 from store.names import MAX_GROUP_LENGTH, MAX_TOPIC_LENGTH, NAME_CHARS, legal_name
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -62,6 +66,7 @@ class OffsetProcessor:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self._hot_bytes = int(_memory_bytes() * _HOT_RATIO)
+        self._refusals = WarningGate(log)
 
     def _first_message_hot(self, topic: str, queue_id: int) -> bool:
         """Whether the queue's first message is recent enough to be in memory (Java's residency check)."""
@@ -131,6 +136,8 @@ class OffsetProcessor:
         h = UpdateConsumerOffsetRequestHeader.from_ext_fields(request.ext_fields)
         problem = self._commit_problem(conn, h)
         if problem is not None:
+            if request.is_oneway:  # (nobody hears the answer: the operator reads it here)
+                self._refusals.warning("offset commit from %s refused: %s", conn.peer, problem[1])
             raise fail(*problem)
         self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if self.broker.ha_slave is not None:  # a client that found no master: hand it on (see sync_metadata)
