@@ -347,6 +347,14 @@ async def test_a_peer_off_loopback_locks_only_as_a_consumer_it_registered(tmp_pa
             local = await handle.call(R.LOCK_BATCH_MQ, {}, lock_body("victim@1").encode())
             assert local.code == ResponseCode.SUCCESS, local.remark
             assert LockBatchResponseBody.loads(local.body).lock_ok_m_q_set == queues[1:]
+            # a heartbeat naming the member's client id does not make its locks the peer's to release
+            beat = HeartbeatData("victim@1", [], [ConsumerData("Orderly")]).dumps().decode()
+            answers = await peer.send(
+                addr, [(R.HEART_BEAT, {}, beat), (R.UNLOCK_BATCH_MQ, {}, lock_body("victim@1"))]
+            )
+            assert all(code == ResponseCode.SUCCESS for code, _ in answers), answers
+            other = await handle.call(R.LOCK_BATCH_MQ, {}, lock_body("other@1").encode())
+            assert LockBatchResponseBody.loads(other.body).lock_ok_m_q_set == []
         finally:
             await stop_cluster(handle)
 
