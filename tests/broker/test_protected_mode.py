@@ -238,8 +238,13 @@ async def test_a_peer_off_loopback_reads_no_parking_topic(tmp_path: Path) -> Non
 
             query = {"topic": TIMER_TOPIC, "key": "k", "maxNum": "32", "beginTimestamp": "0",
                      "endTimestamp": str(2**62)}  # fmt: skip
+            found = handle.broker.store.look_message_by_offset(0)
+            assert found is not None and found.stored.topic == TIMER_TOPIC
+            # by its CommitLog offset: viewed, or copied to the peer's group's retry topic to pull
+            view = (R.VIEW_MESSAGE_BY_ID, {"offset": "0"}, "")
+            back = (R.CONSUMER_SEND_MSG_BACK, {"offset": "0", "group": "Reader", "delayLevel": "0"}, "")
             answers = await peer.send(
-                addr, [*map(pull, parked), (R.QUERY_MESSAGE, query, ""), pull("TBW102")]
+                addr, [*map(pull, parked), (R.QUERY_MESSAGE, query, ""), view, back, pull("TBW102")]
             )
             for answer in answers[:-1]:
                 assert answer[0] == ResponseCode.NO_PERMISSION, answer
