@@ -93,6 +93,12 @@ MAX_FILTER_SERVER_CHARS = 255
 #: address: invented brokers naming a header's worth of hosts each held it all (docs/security.md).
 MAX_DLEDGER_HOSTS = 16
 MAX_DLEDGER_HOST_CHARS = 64
+#: The hosts a registration from this machine, or with protected mode off, may name for its group: a
+#: large or multi-homed group's, still a bound on what each address holds.
+MAX_DLEDGER_HOSTS_UNGUARDED = 256
+#: How far above the term its holder registered with a DLedger term claim may be and still take a live
+#: master's place (`_takes_over_by_term`): elections add one at a time, and a claim of 2^62 won for ever.
+MAX_TERM_STEP = 1 << 20
 #: Places (broker name, id) remembered for a while after their holder left (see `_Departed`), per
 #: registering host (an IPv6 peer's /64) and in all: past either, the oldest is forgotten first.
 MAX_DEPARTED_PER_HOST = 256
@@ -102,12 +108,13 @@ MAX_DEPARTED = 65_536
 @dataclass(frozen=True, slots=True)
 class _Holder:
     """Who registered a broker address: the place it took, the host it registered from, its DLedger
-    group's hosts (empty without any)."""
+    group's hosts (empty without any), and whether that host was off this machine in protected mode."""
 
     name: str
     broker_id: int
     host: str
     group: frozenset[str]
+    guarded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,20 +142,22 @@ def _same_host(a: str, b: str) -> bool:
     return folded[0] == folded[1]
 
 
-def _dledger_hosts(h: RegisterBrokerRequestHeader) -> tuple[frozenset[str] | None, str | None]:
-    """The hosts a registration names for its DLedger group, or why they are refused."""
+def _dledger_hosts(
+    h: RegisterBrokerRequestHeader, cap: int = MAX_DLEDGER_HOSTS
+) -> tuple[frozenset[str] | None, str | None]:
+    """The hosts a registration names for its DLedger group (at most ``cap``), or why they are refused."""
     raw = h.d_ledger_hosts
     if raw is None:
         return None, None
     named = raw.count(",") + 1
-    if len(raw) <= MAX_DLEDGER_HOSTS * (MAX_DLEDGER_HOST_CHARS + 1):  # (else refused unsplit)
+    if len(raw) <= cap * (MAX_DLEDGER_HOST_CHARS + 1):  # (else refused unsplit)
         hosts = frozenset(x for x in raw.split(",") if x)
-        if len(hosts) <= MAX_DLEDGER_HOSTS and all(len(x) <= MAX_DLEDGER_HOST_CHARS for x in hosts):
+        if len(hosts) <= cap and all(len(x) <= MAX_DLEDGER_HOST_CHARS for x in hosts):
             return hosts, None
         named = len(hosts)
     return None, (
         f"broker {h.broker_name} at {h.broker_addr} names {named} hosts of its DLedger group "
-        f"(dLedgerHosts): at most {MAX_DLEDGER_HOSTS} are taken, each of {MAX_DLEDGER_HOST_CHARS} characters "
+        f"(dLedgerHosts): at most {cap} are taken, each of {MAX_DLEDGER_HOST_CHARS} characters "
         "at most (a DLedger group has a handful of members)"
     )
 
@@ -268,12 +277,13 @@ class NamesrvProcessor:
 
     async def register_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = RegisterBrokerRequestHeader.from_ext_fields(req.ext_fields)
-        group, refusal = _dledger_hosts(h)
+        peer = peer_host(conn.address[0])
+        local = is_local(peer, conn.local_ip())
+        guarded = not local and self._protected()
+        group, refusal = _dledger_hosts(h, MAX_DLEDGER_HOSTS if guarded else MAX_DLEDGER_HOSTS_UNGUARDED)
         if refusal is not None:
             self._route_cap_warnings.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
             return req.make_response(ResponseCode.SYSTEM_ERROR, refusal)
-        peer = peer_host(conn.address[0])
-        guarded = not is_local(peer, conn.local_ip()) and self._protected()
         refusal = self._not_its_own_address(h, peer) if guarded else None
         if refusal is not None:
             self._place_refusals.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
@@ -315,8 +325,19 @@ class NamesrvProcessor:
                 h.d_ledger_term,
             )
             holder = None
-        if holder is not None:
+        if holder is not None and local and self._off_host_holder(holder):
             log.warning(
+                "%s (from this machine) takes %s id %d from %s, registered from %s off this machine "
+                "(protected mode: this machine's broker wins its place)",
+                h.broker_addr,
+                h.broker_name,
+                h.broker_id,
+                holder,
+                self._holders[holder].host,
+            )
+            holder = None
+        if holder is not None:
+            self._place_refusals.warning(
                 "refused REGISTER_BROKER of %s as %s id %d from %s: %s holds that place over a live connection",
                 h.broker_addr,
                 h.broker_name,
@@ -364,7 +385,7 @@ class NamesrvProcessor:
             self._member_hosts.pop(h.broker_addr, None)
         else:
             self._member_hosts[h.broker_addr] = group
-        self._took(h, peer, group)
+        self._took(h, peer, group, guarded)
         if decoded:
             self._remember_body(h, req, topics, digest)
         order = self.kv.namespace(ORDER_TOPIC_CONFIG)
@@ -455,7 +476,14 @@ class NamesrvProcessor:
         members = self._member_hosts.get(holder)
         if members is not None and peer not in members:
             return False
-        return h.d_ledger_term > held
+        return held < h.d_ledger_term <= held + MAX_TERM_STEP
+
+    def _off_host_holder(self, holder: str) -> bool:
+        """Whether address ``holder`` was registered from off this machine in protected mode: a place a
+        registration from this machine takes from it (a peer that registered a restarting broker's place
+        first kept it from the real broker for as long as its connection lived)."""
+        took = self._holders.get(holder)
+        return took is not None and took.guarded and self._protected()
 
     def _held_elsewhere(self, conn: Connection, addr: str) -> bool:
         """Whether the broker at `addr` registered over another connection that is still open."""
@@ -485,9 +513,7 @@ class NamesrvProcessor:
         own address (`brokerIP1`, the host it connects from), and its HA address on the same host. A peer
         registering a broker at another's address (its own HA address beside it) took that broker's
         place whenever it was briefly not listed, and its slaves were told the peer's HA address."""
-        for key, addr in (("brokerAddr", h.broker_addr), ("haServerAddr", h.ha_server_addr)):
-            if not addr and key == "haServerAddr":
-                continue
+        for key, addr in (("brokerAddr", h.broker_addr),):
             try:
                 host = parse_addr(addr)[0]
             except ValueError:
@@ -545,10 +571,12 @@ class NamesrvProcessor:
             group = group | left.group
         return group
 
-    def _took(self, h: RegisterBrokerRequestHeader, peer: str, group: frozenset[str] | None) -> None:
+    def _took(
+        self, h: RegisterBrokerRequestHeader, peer: str, group: frozenset[str] | None, guarded: bool
+    ) -> None:
         """Remember who registered ``h`` (see _Holder), and a DLedger master's group's hosts."""
         termed = group if group is not None and h.d_ledger_term is not None else frozenset()
-        self._holders[h.broker_addr] = _Holder(h.broker_name, h.broker_id, peer, termed)
+        self._holders[h.broker_addr] = _Holder(h.broker_name, h.broker_id, peer, termed, guarded)
         self._drop_departed((h.broker_name, h.broker_id))
         if h.broker_id == 0 and h.d_ledger_term is not None and group:
             self._group_hosts[h.broker_name] = group
@@ -562,6 +590,10 @@ class NamesrvProcessor:
         now = self.routes.clock()
         self._expire_departed(now)
         if holder is None:
+            return
+        broker = self.routes.broker_addr_table.get(holder.name)
+        now_held = broker.broker_addrs.get(holder.broker_id) if broker is not None else None
+        if now_held is not None and now_held != addr:  # its place was taken from it (`_off_host_holder`)
             return
         if holder.name not in self.routes.broker_addr_table:
             self._group_hosts.pop(holder.name, None)
