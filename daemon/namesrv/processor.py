@@ -26,6 +26,7 @@ from daemon.config import (
 )
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimitError
+from daemon.namesrv.places import Places, PlacesFile
 from daemon.namesrv.routes import CLOCK_FIELD, RouteInfoManager
 from daemon.protect import WAYS_OUT, budget_host, is_local, protection
 from daemon.remoting.bodies import DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper
@@ -212,6 +213,8 @@ class NamesrvProcessor:
         #: _takes_over_by_term).
         self._group_hosts: dict[str, frozenset[str]] = {}
         self._place_refusals = WarningGate(log)
+        #: The places and their hosts, kept across restarts (see reserve_known_places).
+        self.places = PlacesFile(config.home / "brokerPlaces.json", self._place_hosts)
         routes.on_removed.append(self._forget)
 
     def table(self) -> dict[int, Processor]:
@@ -571,12 +574,35 @@ class NamesrvProcessor:
             group = group | left.group
         return group
 
+    def reserve_known_places(self) -> None:
+        """At start: reserve each place the last run knew for its host for `brokerExpireMs`, as if its
+        holder had just left (`_taken_from_elsewhere`). A restart forgot them, and a peer off the machine
+        that registered a place first kept it from the real broker, whose host is elsewhere."""
+        now = self.routes.clock()
+        for key, host in self.places.load().items():
+            if key not in self._departed and len(self._departed) < MAX_DEPARTED:
+                self._departed[key] = _Departed(host, now, frozenset())
+                self._departed_of.setdefault(budget_host(host), {})[key] = None
+
+    def _place_hosts(self) -> Places:
+        """Each place held or left lately, and its host (what `places` writes)."""
+        out = {key: left.host for key, left in self._departed.items()}
+        out.update({(h.name, h.broker_id): h.host for h in self._holders.values()})
+        return out
+
     def _took(
         self, h: RegisterBrokerRequestHeader, peer: str, group: frozenset[str] | None, guarded: bool
     ) -> None:
         """Remember who registered ``h`` (see _Holder), and a DLedger master's group's hosts."""
         termed = group if group is not None and h.d_ledger_term is not None else frozenset()
+        before = self._holders.get(h.broker_addr)
         self._holders[h.broker_addr] = _Holder(h.broker_name, h.broker_id, peer, termed, guarded)
+        if before is None or (before.name, before.broker_id, before.host) != (
+            h.broker_name,
+            h.broker_id,
+            peer,
+        ):
+            self.places.changed()
         self._drop_departed((h.broker_name, h.broker_id))
         if h.broker_id == 0 and h.d_ledger_term is not None and group:
             self._group_hosts[h.broker_name] = group
@@ -591,6 +617,7 @@ class NamesrvProcessor:
         self._expire_departed(now)
         if holder is None:
             return
+        self.places.changed()
         broker = self.routes.broker_addr_table.get(holder.name)
         now_held = broker.broker_addrs.get(holder.broker_id) if broker is not None else None
         if now_held is not None and now_held != addr:  # its place was taken from it (`_off_host_holder`)

@@ -6,6 +6,7 @@ leader. What a registration makes the NameServer keep per address goes with the 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 
@@ -306,3 +307,30 @@ async def test_the_dledger_hosts_cap_is_a_handful_only_off_the_machine(tmp_path:
     assert (await register(ns.connect("127.0.0.1"), "127.0.0.1:10911", term=3, hosts=many)).code == 0
     opened = Namesrv(tmp_path / "open", protected_mode=False)
     assert (await register(opened.connect("10.0.0.1"), "10.0.0.1:10911", term=3, hosts=many)).code == 0
+
+
+async def test_a_restart_reserves_each_known_place_for_its_host(tmp_path: Path) -> None:
+    """A NameServer's restart forgot who held what: a peer off the machine that registered a broker's
+    place a second in kept it from the real broker. The places and their hosts are kept in the data
+    directory, and at start each is reserved for its host for `brokerExpireMs`."""
+    before = Namesrv(tmp_path)
+    assert (await register(before.connect("10.0.0.1"), "10.0.0.1:10911")).code == 0
+    assert (await register(before.connect("10.0.0.2"), "10.0.0.2:10911", 1)).code == 0
+    await before.processor.places.close()
+
+    ns = Namesrv(tmp_path)
+    ns.processor.reserve_known_places()
+    squatter = ns.connect("10.0.0.9")
+    for broker_id in (0, 1):
+        refused = await register(squatter, "10.0.0.9:10911", broker_id)
+        assert refused.code == ResponseCode.NO_PERMISSION and "brokerExpireMs" in refused.remark, (
+            refused.remark
+        )
+    assert (await register(ns.connect("10.0.0.1"), "10.0.0.1:10911")).code == 0
+    ns.now[0] += ns.config.broker_expire_ms
+    assert (await register(squatter, "10.0.0.9:10911", 1)).code == 0  # after the window: first come
+    await ns.processor.places.close()
+    assert {(r["brokerId"], r["host"]) for r in json.loads(ns.processor.places.path.read_text())} == {
+        (0, "10.0.0.1"),
+        (1, "10.0.0.9"),
+    }
