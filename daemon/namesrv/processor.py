@@ -12,6 +12,8 @@ import hashlib
 import ipaddress
 import logging
 import os
+import socket
+import time
 import zlib
 from dataclasses import dataclass
 
@@ -143,6 +145,49 @@ def _same_host(a: str, b: str) -> bool:
     return folded[0] == folded[1]
 
 
+def _is_name(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host != ""
+    return False
+
+
+#: How long a name's addresses (or its not resolving) are kept, how many names are, how long a look-up
+#: may take and how many run at once: a peer naming a new name each registration costs a bounded share.
+NAME_TTL_S = 30.0
+MAX_NAMES = 1024
+NAME_LOOKUP_S = 2.0
+NAME_LOOKUPS = 4
+
+
+class NameCache:
+    """A broker's `brokerIP1` given as a host name (k8s, compose), resolved without blocking the loop
+    and kept for `NAME_TTL_S`: its addresses, or None when it does not resolve."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[float, frozenset[str] | None]] = {}
+        self._lookups = asyncio.Semaphore(NAME_LOOKUPS)
+
+    async def resolve(self, name: str) -> frozenset[str] | None:
+        now = time.monotonic()
+        held = self._known.get(name)
+        if held is not None and now - held[0] < NAME_TTL_S:
+            return held[1]
+        found: frozenset[str] | None = None
+        try:
+            async with asyncio.timeout(NAME_LOOKUP_S), self._lookups:
+                infos = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
+            found = frozenset(str(info[4][0]) for info in infos) or None
+        except (OSError, TimeoutError, UnicodeError):
+            found = None
+        self._known.pop(name, None)
+        self._known[name] = (time.monotonic(), found)
+        if len(self._known) > MAX_NAMES:
+            del self._known[next(iter(self._known))]
+        return found
+
+
 def _dledger_hosts(
     h: RegisterBrokerRequestHeader, cap: int = MAX_DLEDGER_HOSTS
 ) -> tuple[frozenset[str] | None, str | None]:
@@ -213,6 +258,7 @@ class NamesrvProcessor:
         #: _takes_over_by_term).
         self._group_hosts: dict[str, frozenset[str]] = {}
         self._place_refusals = WarningGate(log)
+        self._names = NameCache()
         #: The places and their hosts, kept across restarts (see reserve_known_places).
         self.places = PlacesFile(config.home / "brokerPlaces.json", self._place_hosts)
         routes.on_removed.append(self._forget)
@@ -287,7 +333,7 @@ class NamesrvProcessor:
         if refusal is not None:
             self._route_cap_warnings.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
             return req.make_response(ResponseCode.SYSTEM_ERROR, refusal)
-        refusal = self._not_its_own_address(h, peer) if guarded else None
+        refusal = await self._not_its_own_address(h, peer) if guarded else None
         if refusal is not None:
             self._place_refusals.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
             return req.make_response(ResponseCode.NO_PERMISSION, refusal)
@@ -510,26 +556,29 @@ class NamesrvProcessor:
         c = self.config
         return protection(enabled=c.protected_mode, acl_enable=c.acl_enable, hosts=[c.listen_host]).active
 
-    @staticmethod
-    def _not_its_own_address(h: RegisterBrokerRequestHeader, peer: str) -> str | None:
+    async def _not_its_own_address(self, h: RegisterBrokerRequestHeader, peer: str) -> str | None:
         """Why a peer off this machine may not register ``h`` in protected mode: a broker registers its
-        own address (`brokerIP1`, the host it connects from), and its HA address on the same host. A peer
-        registering a broker at another's address (its own HA address beside it) took that broker's
-        place whenever it was briefly not listed, and its slaves were told the peer's HA address."""
-        for key, addr in (("brokerAddr", h.broker_addr),):
-            try:
-                host = parse_addr(addr)[0]
-            except ValueError:
-                host = addr
-            if not _same_host(host, peer):
-                return (
-                    f"protected mode: REGISTER_BROKER from {peer or '?'} registers broker {h.broker_name} id "
-                    f"{h.broker_id} with {key} {addr}, not an address of that peer: a broker off this "
-                    "daemon's machine registers its own (brokerIP1, the address it connects from; a broker "
-                    f"behind NAT, or leaving from another address, does not); this daemon has ACL off and "
-                    f"listens beyond loopback; {WAYS_OUT}"
-                )
-        return None
+        own address (`brokerIP1`, the host it connects from, or a name resolving to it). A peer
+        registering a broker at another's address took that broker's place whenever it was briefly not
+        listed."""
+        try:
+            host = parse_addr(h.broker_addr)[0]
+        except ValueError:
+            host = h.broker_addr
+        if _same_host(host, peer):
+            return None
+        why = "not an address of that peer"
+        if _is_name(host):
+            resolved = await self._names.resolve(host)
+            if resolved is not None and any(_same_host(a, peer) for a in resolved):
+                return None
+            why = "a name that does not resolve" if resolved is None else "a name not resolving to that peer"
+        return (
+            f"protected mode: REGISTER_BROKER from {peer or '?'} registers broker {h.broker_name} id "
+            f"{h.broker_id} with brokerAddr {h.broker_addr}, {why}: a broker off this daemon's machine "
+            "registers its own (brokerIP1, the address it connects from; a broker behind NAT, or leaving "
+            f"from another address, does not); this daemon has ACL off and listens beyond loopback; {WAYS_OUT}"
+        )
 
     def _taken_from_elsewhere(
         self, h: RegisterBrokerRequestHeader, peer: str, group: frozenset[str] | None

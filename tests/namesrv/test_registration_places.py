@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from pathlib import Path
 
 import pytest
@@ -334,3 +335,29 @@ async def test_a_restart_reserves_each_known_place_for_its_host(tmp_path: Path) 
         (0, "10.0.0.1"),
         (1, "10.0.0.9"),
     }
+
+
+async def test_a_broker_address_given_as_a_name_resolving_to_the_peer_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`brokerIP1` as a host name (k8s, compose) was compared as text with the peer's IP and refused. The
+    name is resolved (off the loop, kept a while) and passes when it stands for the peer; a name that
+    does not resolve, or stands for another host, is refused saying so."""
+    looked: list[str] = []
+
+    async def getaddrinfo(host: str, *args: object, **kwargs: object) -> list[tuple[object, ...]]:
+        looked.append(host)
+        known = {"broker-a.svc": "10.0.0.9", "other.svc": "10.0.0.1"}
+        if host not in known:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (known[host], 0))]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", getaddrinfo)
+    ns = Namesrv(tmp_path)
+    peer = ns.connect("10.0.0.9")
+    assert (await register(peer, "broker-a.svc:10911")).code == 0
+    assert (await register(peer, "broker-a.svc:10911")).code == 0
+    assert looked == ["broker-a.svc"]  # (kept a while)
+    for name, says in (("nowhere.svc", "does not resolve"), ("other.svc", "not resolving to that peer")):
+        refused = await register(peer, f"{name}:10911", 1)
+        assert refused.code == ResponseCode.NO_PERMISSION and says in refused.remark, refused.remark
