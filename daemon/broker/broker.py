@@ -362,6 +362,26 @@ class Broker:
         channel = info.channels.get(conn) if info is not None else None
         return lock_refusal(conn, group, client_id, channel.client_id if channel is not None else None)
 
+    def view_refusal(self, conn: Connection, topic: str) -> str | None:
+        """Why ``conn`` may not read a record of ``topic`` by its offset (VIEW_MESSAGE_BY_ID):
+        `parking_refusal`, except for the host of a slave streaming from this master (it holds every
+        record already, and checks its tail against the master's records by offset)."""
+        refused = self.parking_refusal(conn, topic)
+        master = self.ha_master
+        if refused is None or master is None:
+            return refused
+        host = peer_host(conn.address[0])
+        streaming = any(peer_host(split_addr(s.addr)[0]) == host for s in master.slaves)
+        return None if streaming else refused
+
+    def lock_host(self, conn: Connection) -> str | None:
+        """The host ``conn``'s locks are bound to (`RebalanceLockManager.try_lock_batch`): its peer's, in
+        protected mode and off this machine; else None (this machine unlocks and renews any)."""
+        ip = conn.address[0]
+        if not isinstance(self.server.dispatcher.guard, ProtectedModeGuard) or is_local(ip, conn.local_ip()):
+            return None
+        return peer_host(ip)
+
     def listening(self) -> str:
         """Where the broker listens, why there, and whether protected mode is on (the start-up line)."""
         where = listening(self.config.listen_host, self.server.port, self.config.listen_why, self.protection)

@@ -72,6 +72,7 @@ class NamesrvController:
     async def start(self) -> None:
         self.config.home.mkdir(parents=True, exist_ok=True)
         self.kv.load()
+        self.processor.reserve_known_places()
         files = None
         if self.config.acl_enable:  # before the port opens
             files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
@@ -106,6 +107,7 @@ class NamesrvController:
         self._tasks = []
         await self.server.stop()
         await self.kv.close()
+        await self.processor.places.close()
         log.info("NameServer stopped")
 
     def _connection_closed(self, conn: Connection) -> None:

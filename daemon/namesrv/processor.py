@@ -12,6 +12,8 @@ import hashlib
 import ipaddress
 import logging
 import os
+import socket
+import time
 import zlib
 from dataclasses import dataclass
 
@@ -26,6 +28,7 @@ from daemon.config import (
 )
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimitError
+from daemon.namesrv.places import Places, PlacesFile
 from daemon.namesrv.routes import CLOCK_FIELD, RouteInfoManager
 from daemon.protect import WAYS_OUT, budget_host, is_local, protection
 from daemon.remoting.bodies import DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper
@@ -93,6 +96,12 @@ MAX_FILTER_SERVER_CHARS = 255
 #: address: invented brokers naming a header's worth of hosts each held it all (docs/security.md).
 MAX_DLEDGER_HOSTS = 16
 MAX_DLEDGER_HOST_CHARS = 64
+#: The hosts a registration from this machine, or with protected mode off, may name for its group: a
+#: large or multi-homed group's, still a bound on what each address holds.
+MAX_DLEDGER_HOSTS_UNGUARDED = 256
+#: How far above the term its holder registered with a DLedger term claim may be and still take a live
+#: master's place (`_takes_over_by_term`): elections add one at a time, and a claim of 2^62 won for ever.
+MAX_TERM_STEP = 1 << 20
 #: Places (broker name, id) remembered for a while after their holder left (see `_Departed`), per
 #: registering host (an IPv6 peer's /64) and in all: past either, the oldest is forgotten first.
 MAX_DEPARTED_PER_HOST = 256
@@ -102,12 +111,13 @@ MAX_DEPARTED = 65_536
 @dataclass(frozen=True, slots=True)
 class _Holder:
     """Who registered a broker address: the place it took, the host it registered from, its DLedger
-    group's hosts (empty without any)."""
+    group's hosts (empty without any), and whether that host was off this machine in protected mode."""
 
     name: str
     broker_id: int
     host: str
     group: frozenset[str]
+    guarded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,20 +145,65 @@ def _same_host(a: str, b: str) -> bool:
     return folded[0] == folded[1]
 
 
-def _dledger_hosts(h: RegisterBrokerRequestHeader) -> tuple[frozenset[str] | None, str | None]:
-    """The hosts a registration names for its DLedger group, or why they are refused."""
+def _is_name(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host != ""
+    return False
+
+
+#: How long a name's addresses (or its not resolving) are kept, how many names are, how long a look-up
+#: may take and how many run at once: a peer naming a new name each registration costs a bounded share.
+NAME_TTL_S = 30.0
+MAX_NAMES = 1024
+NAME_LOOKUP_S = 2.0
+NAME_LOOKUPS = 4
+
+
+class NameCache:
+    """A broker's `brokerIP1` given as a host name (k8s, compose), resolved without blocking the loop
+    and kept for `NAME_TTL_S`: its addresses, or None when it does not resolve."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[float, frozenset[str] | None]] = {}
+        self._lookups = asyncio.Semaphore(NAME_LOOKUPS)
+
+    async def resolve(self, name: str) -> frozenset[str] | None:
+        now = time.monotonic()
+        held = self._known.get(name)
+        if held is not None and now - held[0] < NAME_TTL_S:
+            return held[1]
+        found: frozenset[str] | None = None
+        try:
+            async with asyncio.timeout(NAME_LOOKUP_S), self._lookups:
+                infos = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
+            found = frozenset(str(info[4][0]) for info in infos) or None
+        except (OSError, TimeoutError, UnicodeError):
+            found = None
+        self._known.pop(name, None)
+        self._known[name] = (time.monotonic(), found)
+        if len(self._known) > MAX_NAMES:
+            del self._known[next(iter(self._known))]
+        return found
+
+
+def _dledger_hosts(
+    h: RegisterBrokerRequestHeader, cap: int = MAX_DLEDGER_HOSTS
+) -> tuple[frozenset[str] | None, str | None]:
+    """The hosts a registration names for its DLedger group (at most ``cap``), or why they are refused."""
     raw = h.d_ledger_hosts
     if raw is None:
         return None, None
     named = raw.count(",") + 1
-    if len(raw) <= MAX_DLEDGER_HOSTS * (MAX_DLEDGER_HOST_CHARS + 1):  # (else refused unsplit)
+    if len(raw) <= cap * (MAX_DLEDGER_HOST_CHARS + 1):  # (else refused unsplit)
         hosts = frozenset(x for x in raw.split(",") if x)
-        if len(hosts) <= MAX_DLEDGER_HOSTS and all(len(x) <= MAX_DLEDGER_HOST_CHARS for x in hosts):
+        if len(hosts) <= cap and all(len(x) <= MAX_DLEDGER_HOST_CHARS for x in hosts):
             return hosts, None
         named = len(hosts)
     return None, (
         f"broker {h.broker_name} at {h.broker_addr} names {named} hosts of its DLedger group "
-        f"(dLedgerHosts): at most {MAX_DLEDGER_HOSTS} are taken, each of {MAX_DLEDGER_HOST_CHARS} characters "
+        f"(dLedgerHosts): at most {cap} are taken, each of {MAX_DLEDGER_HOST_CHARS} characters "
         "at most (a DLedger group has a handful of members)"
     )
 
@@ -203,6 +258,9 @@ class NamesrvProcessor:
         #: _takes_over_by_term).
         self._group_hosts: dict[str, frozenset[str]] = {}
         self._place_refusals = WarningGate(log)
+        self._names = NameCache()
+        #: The places and their hosts, kept across restarts (see reserve_known_places).
+        self.places = PlacesFile(config.home / "brokerPlaces.json", self._place_hosts)
         routes.on_removed.append(self._forget)
 
     def table(self) -> dict[int, Processor]:
@@ -268,13 +326,14 @@ class NamesrvProcessor:
 
     async def register_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = RegisterBrokerRequestHeader.from_ext_fields(req.ext_fields)
-        group, refusal = _dledger_hosts(h)
+        peer = peer_host(conn.address[0])
+        local = is_local(peer, conn.local_ip())
+        guarded = not local and self._protected()
+        group, refusal = _dledger_hosts(h, MAX_DLEDGER_HOSTS if guarded else MAX_DLEDGER_HOSTS_UNGUARDED)
         if refusal is not None:
             self._route_cap_warnings.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
             return req.make_response(ResponseCode.SYSTEM_ERROR, refusal)
-        peer = peer_host(conn.address[0])
-        guarded = not is_local(peer, conn.local_ip()) and self._protected()
-        refusal = self._not_its_own_address(h, peer) if guarded else None
+        refusal = await self._not_its_own_address(h, peer) if guarded else None
         if refusal is not None:
             self._place_refusals.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
             return req.make_response(ResponseCode.NO_PERMISSION, refusal)
@@ -315,8 +374,19 @@ class NamesrvProcessor:
                 h.d_ledger_term,
             )
             holder = None
-        if holder is not None:
+        if holder is not None and local and self._off_host_holder(holder):
             log.warning(
+                "%s (from this machine) takes %s id %d from %s, registered from %s off this machine "
+                "(protected mode: this machine's broker wins its place)",
+                h.broker_addr,
+                h.broker_name,
+                h.broker_id,
+                holder,
+                self._holders[holder].host,
+            )
+            holder = None
+        if holder is not None:
+            self._place_refusals.warning(
                 "refused REGISTER_BROKER of %s as %s id %d from %s: %s holds that place over a live connection",
                 h.broker_addr,
                 h.broker_name,
@@ -364,7 +434,7 @@ class NamesrvProcessor:
             self._member_hosts.pop(h.broker_addr, None)
         else:
             self._member_hosts[h.broker_addr] = group
-        self._took(h, peer, group)
+        self._took(h, peer, group, guarded)
         if decoded:
             self._remember_body(h, req, topics, digest)
         order = self.kv.namespace(ORDER_TOPIC_CONFIG)
@@ -455,7 +525,14 @@ class NamesrvProcessor:
         members = self._member_hosts.get(holder)
         if members is not None and peer not in members:
             return False
-        return h.d_ledger_term > held
+        return held < h.d_ledger_term <= held + MAX_TERM_STEP
+
+    def _off_host_holder(self, holder: str) -> bool:
+        """Whether address ``holder`` was registered from off this machine in protected mode: a place a
+        registration from this machine takes from it (a peer that registered a restarting broker's place
+        first kept it from the real broker for as long as its connection lived)."""
+        took = self._holders.get(holder)
+        return took is not None and took.guarded and self._protected()
 
     def _held_elsewhere(self, conn: Connection, addr: str) -> bool:
         """Whether the broker at `addr` registered over another connection that is still open."""
@@ -479,28 +556,29 @@ class NamesrvProcessor:
         c = self.config
         return protection(enabled=c.protected_mode, acl_enable=c.acl_enable, hosts=[c.listen_host]).active
 
-    @staticmethod
-    def _not_its_own_address(h: RegisterBrokerRequestHeader, peer: str) -> str | None:
+    async def _not_its_own_address(self, h: RegisterBrokerRequestHeader, peer: str) -> str | None:
         """Why a peer off this machine may not register ``h`` in protected mode: a broker registers its
-        own address (`brokerIP1`, the host it connects from), and its HA address on the same host. A peer
-        registering a broker at another's address (its own HA address beside it) took that broker's
-        place whenever it was briefly not listed, and its slaves were told the peer's HA address."""
-        for key, addr in (("brokerAddr", h.broker_addr), ("haServerAddr", h.ha_server_addr)):
-            if not addr and key == "haServerAddr":
-                continue
-            try:
-                host = parse_addr(addr)[0]
-            except ValueError:
-                host = addr
-            if not _same_host(host, peer):
-                return (
-                    f"protected mode: REGISTER_BROKER from {peer or '?'} registers broker {h.broker_name} id "
-                    f"{h.broker_id} with {key} {addr}, not an address of that peer: a broker off this "
-                    "daemon's machine registers its own (brokerIP1, the address it connects from; a broker "
-                    f"behind NAT, or leaving from another address, does not); this daemon has ACL off and "
-                    f"listens beyond loopback; {WAYS_OUT}"
-                )
-        return None
+        own address (`brokerIP1`, the host it connects from, or a name resolving to it). A peer
+        registering a broker at another's address took that broker's place whenever it was briefly not
+        listed."""
+        try:
+            host = parse_addr(h.broker_addr)[0]
+        except ValueError:
+            host = h.broker_addr
+        if _same_host(host, peer):
+            return None
+        why = "not an address of that peer"
+        if _is_name(host):
+            resolved = await self._names.resolve(host)
+            if resolved is not None and any(_same_host(a, peer) for a in resolved):
+                return None
+            why = "a name that does not resolve" if resolved is None else "a name not resolving to that peer"
+        return (
+            f"protected mode: REGISTER_BROKER from {peer or '?'} registers broker {h.broker_name} id "
+            f"{h.broker_id} with brokerAddr {h.broker_addr}, {why}: a broker off this daemon's machine "
+            "registers its own (brokerIP1, the address it connects from; a broker behind NAT, or leaving "
+            f"from another address, does not); this daemon has ACL off and listens beyond loopback; {WAYS_OUT}"
+        )
 
     def _taken_from_elsewhere(
         self, h: RegisterBrokerRequestHeader, peer: str, group: frozenset[str] | None
@@ -545,10 +623,35 @@ class NamesrvProcessor:
             group = group | left.group
         return group
 
-    def _took(self, h: RegisterBrokerRequestHeader, peer: str, group: frozenset[str] | None) -> None:
+    def reserve_known_places(self) -> None:
+        """At start: reserve each place the last run knew for its host for `brokerExpireMs`, as if its
+        holder had just left (`_taken_from_elsewhere`). A restart forgot them, and a peer off the machine
+        that registered a place first kept it from the real broker, whose host is elsewhere."""
+        now = self.routes.clock()
+        for key, host in self.places.load().items():
+            if key not in self._departed and len(self._departed) < MAX_DEPARTED:
+                self._departed[key] = _Departed(host, now, frozenset())
+                self._departed_of.setdefault(budget_host(host), {})[key] = None
+
+    def _place_hosts(self) -> Places:
+        """Each place held or left lately, and its host (what `places` writes)."""
+        out = {key: left.host for key, left in self._departed.items()}
+        out.update({(h.name, h.broker_id): h.host for h in self._holders.values()})
+        return out
+
+    def _took(
+        self, h: RegisterBrokerRequestHeader, peer: str, group: frozenset[str] | None, guarded: bool
+    ) -> None:
         """Remember who registered ``h`` (see _Holder), and a DLedger master's group's hosts."""
         termed = group if group is not None and h.d_ledger_term is not None else frozenset()
-        self._holders[h.broker_addr] = _Holder(h.broker_name, h.broker_id, peer, termed)
+        before = self._holders.get(h.broker_addr)
+        self._holders[h.broker_addr] = _Holder(h.broker_name, h.broker_id, peer, termed, guarded)
+        if before is None or (before.name, before.broker_id, before.host) != (
+            h.broker_name,
+            h.broker_id,
+            peer,
+        ):
+            self.places.changed()
         self._drop_departed((h.broker_name, h.broker_id))
         if h.broker_id == 0 and h.d_ledger_term is not None and group:
             self._group_hosts[h.broker_name] = group
@@ -562,6 +665,11 @@ class NamesrvProcessor:
         now = self.routes.clock()
         self._expire_departed(now)
         if holder is None:
+            return
+        self.places.changed()
+        broker = self.routes.broker_addr_table.get(holder.name)
+        now_held = broker.broker_addrs.get(holder.broker_id) if broker is not None else None
+        if now_held is not None and now_held != addr:  # its place was taken from it (`_off_host_holder`)
             return
         if holder.name not in self.routes.broker_addr_table:
             self._group_hosts.pop(holder.name, None)

@@ -20,6 +20,7 @@ from daemon.broker.bodies import (
     SubscriptionData,
 )
 from daemon.broker.managers.consumers import MAX_CLIENT_GROUPS
+from daemon.broker.managers.locks import RebalanceLockManager
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -263,6 +264,21 @@ async def test_lock_expires_after_max_live_time(broker: BrokerHandle) -> None:
     assert locks.try_lock_batch("G", [mq], "a") == [mq]
     time.sleep(0.002)
     assert locks.try_lock_batch("G", [mq], "b") == [mq]
+
+
+def test_a_lock_taken_from_one_host_is_not_released_or_renewed_from_another() -> None:
+    """In protected mode a peer off the machine may heartbeat under any client id on its own
+    connection: one naming a member's id unlocked the member's queues and locked them as itself. A lock
+    is bound to the host that took it; this machine (host None) still renews and releases any."""
+    locks = RebalanceLockManager()
+    mq = MessageQueue("T", "b", 0)
+    assert locks.try_lock_batch("G", [mq], "127.0.0.1@victim", "127.0.0.1") == [mq]
+    locks.unlock_batch("G", [mq], "127.0.0.1@victim", "10.0.0.9")  # the thief names the victim's id
+    assert locks.try_lock_batch("G", [mq], "10.0.0.9@evil", "10.0.0.9") == []
+    assert locks.try_lock_batch("G", [mq], "127.0.0.1@victim", "10.0.0.9") == []  # nor renews it
+    assert locks.try_lock_batch("G", [mq], "127.0.0.1@victim", "127.0.0.1") == [mq]
+    locks.unlock_batch("G", [mq], "127.0.0.1@victim")  # this machine
+    assert locks.count() == 0
 
 
 async def test_consumer_running_info_is_forwarded_to_the_client(broker: BrokerHandle) -> None:

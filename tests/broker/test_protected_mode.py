@@ -238,8 +238,13 @@ async def test_a_peer_off_loopback_reads_no_parking_topic(tmp_path: Path) -> Non
 
             query = {"topic": TIMER_TOPIC, "key": "k", "maxNum": "32", "beginTimestamp": "0",
                      "endTimestamp": str(2**62)}  # fmt: skip
+            found = handle.broker.store.look_message_by_offset(0)
+            assert found is not None and found.stored.topic == TIMER_TOPIC
+            # by its CommitLog offset: viewed, or copied to the peer's group's retry topic to pull
+            view = (R.VIEW_MESSAGE_BY_ID, {"offset": "0"}, "")
+            back = (R.CONSUMER_SEND_MSG_BACK, {"offset": "0", "group": "Reader", "delayLevel": "0"}, "")
             answers = await peer.send(
-                addr, [*map(pull, parked), (R.QUERY_MESSAGE, query, ""), pull("TBW102")]
+                addr, [*map(pull, parked), (R.QUERY_MESSAGE, query, ""), view, back, pull("TBW102")]
             )
             for answer in answers[:-1]:
                 assert answer[0] == ResponseCode.NO_PERMISSION, answer
@@ -347,6 +352,14 @@ async def test_a_peer_off_loopback_locks_only_as_a_consumer_it_registered(tmp_pa
             local = await handle.call(R.LOCK_BATCH_MQ, {}, lock_body("victim@1").encode())
             assert local.code == ResponseCode.SUCCESS, local.remark
             assert LockBatchResponseBody.loads(local.body).lock_ok_m_q_set == queues[1:]
+            # a heartbeat naming the member's client id does not make its locks the peer's to release
+            beat = HeartbeatData("victim@1", [], [ConsumerData("Orderly")]).dumps().decode()
+            answers = await peer.send(
+                addr, [(R.HEART_BEAT, {}, beat), (R.UNLOCK_BATCH_MQ, {}, lock_body("victim@1"))]
+            )
+            assert all(code == ResponseCode.SUCCESS for code, _ in answers), answers
+            other = await handle.call(R.LOCK_BATCH_MQ, {}, lock_body("other@1").encode())
+            assert LockBatchResponseBody.loads(other.body).lock_ok_m_q_set == []
         finally:
             await stop_cluster(handle)
 

@@ -6,13 +6,20 @@ leader. What a registration makes the NameServer keep per address goes with the 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import socket
 from pathlib import Path
 
 import pytest
 
 from daemon.namesrv.kvconfig import KVConfigManager
-from daemon.namesrv.processor import MAX_DLEDGER_HOSTS, NamesrvProcessor
+from daemon.namesrv.processor import (
+    MAX_DLEDGER_HOSTS,
+    MAX_DLEDGER_HOSTS_UNGUARDED,
+    MAX_TERM_STEP,
+    NamesrvProcessor,
+)
 from daemon.namesrv.routes import RouteInfoManager
 from daemon.remoting.bodies import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -113,7 +120,7 @@ async def test_what_a_registration_keeps_goes_with_its_address(tmp_path: Path) -
     assert held() == [{}, {}]
 
     other = ns.connect("10.0.0.2")
-    many = ",".join(f"10.1.0.{i}" for i in range(MAX_DLEDGER_HOSTS + 1))
+    many = ",".join(f"10.1.{i // 256}.{i % 256}" for i in range(MAX_DLEDGER_HOSTS_UNGUARDED + 1))
     for hosts in (many, "x" * 65):
         refused = await register(other, "10.0.0.2:10911", term=3, hosts=hosts)
         assert refused.code == ResponseCode.SYSTEM_ERROR and "dLedgerHosts" in refused.remark, refused.remark
@@ -123,11 +130,11 @@ async def test_what_a_registration_keeps_goes_with_its_address(tmp_path: Path) -
 
 async def test_a_peer_off_the_machine_registers_its_own_address_only(tmp_path: Path) -> None:
     """In protected mode a peer off the machine registering another host's address (or its own beside
-    another's HA address) is refused with the protected-mode remark; its own address passes, as does any
-    from loopback, or with protected mode off."""
+    another's HA address) is refused with the protected-mode remark; its own address passes (its HA
+    address on another of its NICs, brokerIP2, too), as does any from loopback, or with protected mode off."""
     ns = Namesrv(tmp_path)
     peer = ns.connect("10.0.0.9")
-    for addr, ha in (("10.0.0.1:10911", "10.0.0.9:10912"), ("10.0.0.9:10911", "10.0.0.1:10912")):
+    for addr, ha in (("10.0.0.1:10911", "10.0.0.9:10912"),):
         refused = await register(peer, addr, ha=ha)
         assert refused.code == ResponseCode.NO_PERMISSION, refused.remark
         for named in (
@@ -140,7 +147,7 @@ async def test_a_peer_off_the_machine_registers_its_own_address_only(tmp_path: P
         ):
             assert named in refused.remark, refused.remark
     assert ns.master() is None
-    assert (await register(peer, "10.0.0.9:10911")).code == 0
+    assert (await register(peer, "10.0.0.9:10911", ha="192.168.7.9:10912")).code == 0
     assert (await register(ns.connect("127.0.0.1"), "10.0.0.1:10911", name="c")).code == 0
     assert (await register(ns.connect("::ffff:10.0.0.5"), "10.0.0.5:10911", name="d")).code == 0
 
@@ -234,3 +241,123 @@ async def test_places_left_are_remembered_within_bounds(tmp_path: Path) -> None:
     assert (await register(peer, "10.0.0.9:10911", name="last")).code == 0
     assert await unregister(peer, "10.0.0.9:10911", name="last") == 0
     assert list(ns.processor._departed) == [("last", 0)]
+
+
+async def test_a_registration_from_this_machine_takes_a_place_from_an_off_host_holder(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a NameServer's restart a peer registered a broker's place at its own address first, and the
+    real broker, registering from the NameServer's own machine, was refused for as long as the peer's
+    connection lived. A registration from this machine takes the place (a WARNING says so); the peer's
+    connection stays, its registration refused the place again, and its close gives nothing back."""
+    ns = Namesrv(tmp_path)
+    squatter = ns.connect("10.0.0.9")
+    assert (await register(squatter, "10.0.0.9:10911")).code == 0
+    real = ns.connect("127.0.0.1")
+    with caplog.at_level(logging.WARNING, logger="daemon.namesrv.processor"):
+        taken = await register(real, "127.0.0.1:10911")
+    assert taken.code == 0, taken.remark
+    assert ns.master() == "127.0.0.1:10911"
+    assert any("takes b id 0 from 10.0.0.9:10911" in r.getMessage() for r in caplog.records)
+    assert not squatter.is_closed
+    assert (await register(squatter, "10.0.0.9:10911")).code == ResponseCode.NO_PERMISSION
+    squatter.close()
+    await ns.closed.wait()
+    assert ns.master() == "127.0.0.1:10911" and ("b", 0) not in ns.processor._departed
+
+    # a holder from this machine keeps its place against another local registration, as before
+    assert (await register(ns.connect("127.0.0.1"), "127.0.0.2:10911")).code == ResponseCode.NO_PERMISSION
+    opened = Namesrv(tmp_path / "open", protected_mode=False)
+    assert (await register(opened.connect("10.0.0.9"), "10.0.0.9:10911")).code == 0
+    assert (await register(opened.connect("127.0.0.1"), "127.0.0.1:10911")).code == ResponseCode.NO_PERMISSION
+
+
+async def test_refused_registrations_warn_at_a_bounded_rate(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each REGISTER_BROKER refused for a place held over a live connection logged a WARNING: a peer
+    repeating one filled the log. They go through the place refusals' rate-limited gate."""
+    ns = Namesrv(tmp_path)
+    assert (await register(ns.connect("10.0.0.1"), "10.0.0.1:10911")).code == 0
+    peer = ns.connect("10.0.0.9")
+    with caplog.at_level(logging.WARNING, logger="daemon.namesrv.processor"):
+        for _ in range(50):
+            assert (await register(peer, "10.0.0.9:10911")).code == ResponseCode.NO_PERMISSION
+    assert 1 <= len([r for r in caplog.records if "holds that place" in r.getMessage()]) < 10
+
+
+async def test_a_term_claim_far_above_the_held_term_takes_no_place(tmp_path: Path) -> None:
+    """A DLedger member that registered a term of 2^62 won brokerId 0 for ever (no real election reaches
+    it): a claim more than `MAX_TERM_STEP` above the holder's term is refused; one within it passes."""
+    ns = Namesrv(tmp_path)
+    leader, member = ns.connect("10.0.0.1"), ns.connect("10.0.0.2")
+    assert (await register(leader, "10.0.0.1:10911", term=3, hosts=GROUP)).code == 0
+    far = await register(member, "10.0.0.2:10911", term=3 + MAX_TERM_STEP + 1, hosts=GROUP)
+    assert far.code == ResponseCode.NO_PERMISSION and ns.master() == "10.0.0.1:10911"
+    assert (await register(member, "10.0.0.2:10911", term=3 + MAX_TERM_STEP, hosts=GROUP)).code == 0
+    assert ns.master() == "10.0.0.2:10911"
+
+
+async def test_the_dledger_hosts_cap_is_a_handful_only_off_the_machine(tmp_path: Path) -> None:
+    """A large or multi-homed DLedger group registering from this machine, or with protected mode off,
+    was refused by the cap meant for peers off the machine in protected mode."""
+    many = ",".join(f"10.1.0.{i}" for i in range(MAX_DLEDGER_HOSTS + 1))
+    ns = Namesrv(tmp_path)
+    refused = await register(ns.connect("10.0.0.1"), "10.0.0.1:10911", term=3, hosts=many)
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "dLedgerHosts" in refused.remark
+    assert (await register(ns.connect("127.0.0.1"), "127.0.0.1:10911", term=3, hosts=many)).code == 0
+    opened = Namesrv(tmp_path / "open", protected_mode=False)
+    assert (await register(opened.connect("10.0.0.1"), "10.0.0.1:10911", term=3, hosts=many)).code == 0
+
+
+async def test_a_restart_reserves_each_known_place_for_its_host(tmp_path: Path) -> None:
+    """A NameServer's restart forgot who held what: a peer off the machine that registered a broker's
+    place a second in kept it from the real broker. The places and their hosts are kept in the data
+    directory, and at start each is reserved for its host for `brokerExpireMs`."""
+    before = Namesrv(tmp_path)
+    assert (await register(before.connect("10.0.0.1"), "10.0.0.1:10911")).code == 0
+    assert (await register(before.connect("10.0.0.2"), "10.0.0.2:10911", 1)).code == 0
+    await before.processor.places.close()
+
+    ns = Namesrv(tmp_path)
+    ns.processor.reserve_known_places()
+    squatter = ns.connect("10.0.0.9")
+    for broker_id in (0, 1):
+        refused = await register(squatter, "10.0.0.9:10911", broker_id)
+        assert refused.code == ResponseCode.NO_PERMISSION and "brokerExpireMs" in refused.remark, (
+            refused.remark
+        )
+    assert (await register(ns.connect("10.0.0.1"), "10.0.0.1:10911")).code == 0
+    ns.now[0] += ns.config.broker_expire_ms
+    assert (await register(squatter, "10.0.0.9:10911", 1)).code == 0  # after the window: first come
+    await ns.processor.places.close()
+    assert {(r["brokerId"], r["host"]) for r in json.loads(ns.processor.places.path.read_text())} == {
+        (0, "10.0.0.1"),
+        (1, "10.0.0.9"),
+    }
+
+
+async def test_a_broker_address_given_as_a_name_resolving_to_the_peer_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`brokerIP1` as a host name (k8s, compose) was compared as text with the peer's IP and refused. The
+    name is resolved (off the loop, kept a while) and passes when it stands for the peer; a name that
+    does not resolve, or stands for another host, is refused saying so."""
+    looked: list[str] = []
+
+    async def getaddrinfo(host: str, *args: object, **kwargs: object) -> list[tuple[object, ...]]:
+        looked.append(host)
+        known = {"broker-a.svc": "10.0.0.9", "other.svc": "10.0.0.1"}
+        if host not in known:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (known[host], 0))]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", getaddrinfo)
+    ns = Namesrv(tmp_path)
+    peer = ns.connect("10.0.0.9")
+    assert (await register(peer, "broker-a.svc:10911")).code == 0
+    assert (await register(peer, "broker-a.svc:10911")).code == 0
+    assert looked == ["broker-a.svc"]  # (kept a while)
+    for name, says in (("nowhere.svc", "does not resolve"), ("other.svc", "not resolving to that peer")):
+        refused = await register(peer, f"{name}:10911", 1)
+        assert refused.code == ResponseCode.NO_PERMISSION and says in refused.remark, refused.remark

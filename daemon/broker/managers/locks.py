@@ -16,8 +16,11 @@ MAX_LOCKS_PER_GROUP = 16384
 
 @dataclass(slots=True)
 class _Lock:
+    """Who holds a queue: a client id, and the host that took the lock under it (see `try_lock_batch`)."""
+
     client_id: str
     last_update: float
+    host: str | None = None
 
 
 class RebalanceLockManager:
@@ -26,9 +29,13 @@ class RebalanceLockManager:
         self.max_per_group = max_per_group
         self._locks: dict[str, dict[MessageQueue, _Lock]] = {}
 
-    def try_lock_batch(self, group: str, mqs: list[MessageQueue], client_id: str) -> list[MessageQueue]:
+    def try_lock_batch(
+        self, group: str, mqs: list[MessageQueue], client_id: str, host: str | None = None
+    ) -> list[MessageQueue]:
         """Lock what is free, expired or already ours; return the queues the client now holds. A group
-        at `max_per_group` takes a new queue only once its expired locks are gone."""
+        at `max_per_group` takes a new queue only once its expired locks are gone. ``host``, when given
+        (a peer off the broker's machine in protected mode), is bound to the locks taken: a lock is
+        ours only if it was taken from that host too (`_ours`)."""
         now = time.monotonic() * 1000
         table = self._locks.setdefault(group, {})
         granted = []
@@ -41,18 +48,21 @@ class RebalanceLockManager:
                     self._sweep(table, now)
                 if len(table) >= self.max_per_group:
                     continue
-            if lock is None or lock.client_id == client_id or now - lock.last_update > self.max_live_ms:
-                table[mq] = _Lock(client_id, now)
+            if lock is None or _ours(lock, client_id, host) or now - lock.last_update > self.max_live_ms:
+                table[mq] = _Lock(client_id, now, host)
                 granted.append(mq)
         if not table:
             del self._locks[group]
         return granted
 
-    def unlock_batch(self, group: str, mqs: list[MessageQueue], client_id: str) -> None:
+    def unlock_batch(
+        self, group: str, mqs: list[MessageQueue], client_id: str, host: str | None = None
+    ) -> None:
+        """Release the queues ``client_id`` holds (from ``host``, when given: see `try_lock_batch`)."""
         table = self._locks.get(group, {})
         for mq in mqs:
             lock = table.get(mq)
-            if lock is not None and lock.client_id == client_id:
+            if lock is not None and _ours(lock, client_id, host):
                 del table[mq]
         if not table:
             self._locks.pop(group, None)
@@ -84,3 +94,10 @@ class RebalanceLockManager:
     def count(self) -> int:
         """Locks held, all groups together."""
         return sum(len(table) for table in self._locks.values())
+
+
+def _ours(lock: _Lock, client_id: str, host: str | None) -> bool:
+    """Whether ``client_id`` (from ``host``; None: this machine, or no protected mode) holds ``lock``. A
+    peer off the machine may name any client id on its own connection: one that heartbeat as a member's
+    id unlocked the member's queues and locked them as itself. Its locks are the ones it took."""
+    return lock.client_id == client_id and (host is None or lock.host == host)

@@ -51,12 +51,13 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
 
     def lock(conn: Connection, request: RemotingCommand) -> RemotingCommand:
         b = body(conn, request)
-        granted = locks.try_lock_batch(b.consumer_group, lockable(b.consumer_group, b.mq_set), b.client_id)
+        mqs = lockable(b.consumer_group, b.mq_set)
+        granted = locks.try_lock_batch(b.consumer_group, mqs, b.client_id, broker.lock_host(conn))
         return request.make_response(body=LockBatchResponseBody(granted).dumps())
 
     def unlock(conn: Connection, request: RemotingCommand) -> RemotingCommand:
         b = body(conn, request)
-        locks.unlock_batch(b.consumer_group, b.mq_set, b.client_id)
+        locks.unlock_batch(b.consumer_group, b.mq_set, b.client_id, broker.lock_host(conn))
         return request.make_response()
 
     return {RequestCode.LOCK_BATCH_MQ: lock, RequestCode.UNLOCK_BATCH_MQ: unlock}

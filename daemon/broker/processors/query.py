@@ -84,6 +84,9 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
                     f"replica mark ({replica.replica_mark}) until its master has checked it"
                 )
             raise system_error(f"can not find message by the offset, {h.offset}")
+        parked = broker.view_refusal(conn, found.stored.topic)
+        if parked is not None:  # a peer walking the CommitLog by offset read the timers' recall handles
+            return request.make_response(ResponseCode.NO_PERMISSION, parked)
         return request.make_response(body=bytes(found.raw))
 
     return {RequestCode.QUERY_MESSAGE: query, RequestCode.VIEW_MESSAGE_BY_ID: view}

@@ -716,6 +716,9 @@ class SendProcessor:
         if found is None:
             raise system_error(f"look message by offset failed, {h.offset}")
         old = found.stored
+        parked = broker.parking_refusal(conn, old.topic)
+        if parked is not None:  # its copy in the group's retry topic would be the peer's to pull
+            raise fail(ResponseCode.NO_PERMISSION, parked)
         max_times = max_reconsume_times(group, request.version, h.max_reconsume_times)
         delay: int | None = h.delay_level
         if old.reconsume_times >= max_times or h.delay_level < 0:
