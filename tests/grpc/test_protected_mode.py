@@ -14,6 +14,7 @@ from daemon.protect import is_own_address
 from tests.grpc.test_attacks import call, send_request
 from tests.support.grpc5 import create_topic, grpc_cluster, pb, spb
 from tests.support.netns import peer_namespace
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +73,8 @@ def test_a_peer_off_this_machine_recalls_no_timer_message(tmp_path: Path) -> Non
         recall = spb.RecallMessageRequest(
             topic=pb.Resource(name="Timed"), recall_handle=sent.entries[0].recall_handle
         )
+        # (the timer service takes the stored message from its topic a moment after the send answers)
+        wait_for(lambda: cluster.broker.timers.pending == 1, "the timer message pending")
         refused = call(cluster, "RecallMessage", recall, "10.9.8.7", "peer@1")
         assert refused.status.code == pb.FORBIDDEN, refused.status
         assert "protected mode" in refused.status.message and "10.9.8.7" in refused.status.message
