@@ -226,7 +226,7 @@ async def test_lock_batch_is_exclusive_until_unlock(broker: BrokerHandle) -> Non
 
 
 async def test_a_lock_names_only_this_brokers_queues_of_existing_topics_and_groups(
-    broker: BrokerHandle,
+    broker: BrokerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     """4.9.8 locks whatever a LOCK_BATCH_MQ names: one registered consumer locked invented
     queues (of a group that did not exist), and the table grew without bound. Queues of another broker,
@@ -250,7 +250,9 @@ async def test_a_lock_names_only_this_brokers_queues_of_existing_topics_and_grou
     locks.max_per_group = 3
     await broker.create_topic("LockU", 4)
     more = [MessageQueue("LockU", "broker-a", i) for i in range(4)]
-    assert await lock("LG", "a", more) == more[:1] and locks.count() == 3
+    with caplog.at_level("WARNING", logger="daemon.broker.managers.locks"):
+        assert await lock("LG", "a", more) == more[:1] and locks.count() == 3
+    assert "group LG holds 3 queue locks, the most a group may" in caplog.text  # (its client says nothing)
     assert await lock("LG", "a", real) == real  # what it holds it renews at the cap
     unregister = {"clientID": "a", "consumerGroup": "LG"}
     assert (await broker.call(RequestCode.UNREGISTER_CLIENT, unregister)).code == ResponseCode.SUCCESS

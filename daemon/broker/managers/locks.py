@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
 from daemon.broker.bodies import MessageQueue
+from daemon.remoting.limits import WarningGate
+
+log = logging.getLogger(__name__)
 
 LOCK_MAX_LIVE_MS = 60_000
 #: Locks one group holds at most (its members' queues: a few thousand for a group of many topics). The
@@ -28,6 +32,7 @@ class RebalanceLockManager:
         self.max_live_ms = max_live_ms
         self.max_per_group = max_per_group
         self._locks: dict[str, dict[MessageQueue, _Lock]] = {}
+        self._full = WarningGate(log)
 
     def try_lock_batch(
         self, group: str, mqs: list[MessageQueue], client_id: str, host: str | None = None
@@ -46,7 +51,14 @@ class RebalanceLockManager:
                 if not swept:
                     swept = True
                     self._sweep(table, now)
-                if len(table) >= self.max_per_group:
+                if len(table) >= self.max_per_group:  # (its orderly consumer logs "lock failed" only)
+                    self._full.warning(
+                        "group %s holds %d queue locks, the most a group may: %s of %s not locked",
+                        group,
+                        self.max_per_group,
+                        mq.queue_id,
+                        mq.topic,
+                    )
                     continue
             if lock is None or _ours(lock, client_id, host) or now - lock.last_update > self.max_live_ms:
                 table[mq] = _Lock(client_id, now, host)
