@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from daemon.broker.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from daemon.broker.headers import PullMessageRequestHeader
+from daemon.broker.managers.consumers import CHANNEL_EXPIRED_MS, ClientChannel, ConsumerManager
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import RequestDispatcher
+from daemon.remoting.memory import connect_pair
 from tests.support.broker import BrokerHandle, send_fields
 
 R = RequestCode
@@ -75,3 +78,23 @@ async def test_a_lone_consumer_merges_its_subscriptions_as_4_9_8(broker: BrokerH
     assert info.subscriptions == {"T": newer}
     stale = await broker.call(R.PULL_MESSAGE, pull(sub_version=3000))
     assert stale.code == ResponseCode.SUBSCRIPTION_NOT_LATEST
+
+
+async def test_an_expired_member_leaves_only_when_its_client_has_no_other_live_connection() -> None:
+    """The scan of expired members counts each group's client ids once (asking each expiry whether its
+    client was still there walked every member): a client with another live connection stays, one whose
+    every connection expired leaves, once."""
+    manager = ConsumerManager()
+    left: list[tuple[str, str]] = []
+    manager.on_member_left = lambda group, client_id: left.append((group, client_id))
+    conns = [connect_pair(RequestDispatcher())[1] for _ in range(4)]
+    data = ConsumerData("G", subscription_data_set=[SubscriptionData("T", "*")])
+    for conn, client_id in zip(conns, ["a@1", "a@1", "b@1", "b@1"], strict=True):
+        manager.register(ClientChannel(conn, client_id, "JAVA", 1), data)
+    old = -CHANNEL_EXPIRED_MS - 1
+    info = manager.groups["G"]
+    info.channels[conns[0]].last_update = old  # one of a's two connections
+    info.channels[conns[2]].last_update = info.channels[conns[3]].last_update = old  # both of b's
+    manager.scan_expired()
+    assert left == [("G", "b@1")]
+    assert info.client_ids() == ["a@1"]

@@ -7,6 +7,7 @@ A group changes membership when a connection joins, leaves, closes or stops hear
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -218,11 +219,15 @@ class ConsumerManager:
         deadline = now_ms() - CHANNEL_EXPIRED_MS
         for info in list(self.groups.values()):
             expired = [c for c, ch in info.channels.items() if ch.last_update < deadline]
+            # (counted once: asking each expiry whether its client is still there walked every member)
+            ids = collections.Counter(info.client_ids()) if expired else None
             for conn in expired:
+                assert ids is not None
                 client_id = info.channels[conn].client_id
                 log.warning("consumer %s of group %s expired", client_id, info.group)
                 del info.channels[conn]
-                if client_id not in info.client_ids():
+                ids[client_id] -= 1
+                if ids[client_id] <= 0:  # (not the same client on another connection)
                     self.on_member_left(info.group, client_id)
                 info.drop_member(conn)
                 groups_of(conn, CONSUMER_GROUPS).discard(info.group)
