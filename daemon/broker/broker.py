@@ -232,7 +232,11 @@ class Broker:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
-        self.consumers.on_member_left = self.locks.drop_client
+        # (a peer off the machine that registered under a member's client id and left releases only the
+        # locks it took itself, as its unlock would)
+        self.consumers.on_member_left = lambda group, client_id, conn: self.locks.drop_client(
+            group, client_id, self.lock_host(conn)
+        )
         self.stats = BrokerStats(config.broker_cluster_name)
         #: The event loop's lag and the cyclic GC's pauses (runtime info, /metrics).
         self.loop_watch = LoopWatch(table_size=self._table_size, stack_after=config.loop_stack_millis / 1000)

@@ -281,6 +281,13 @@ def test_a_lock_taken_from_one_host_is_not_released_or_renewed_from_another() ->
     assert locks.try_lock_batch("G", [mq], "127.0.0.1@victim", "127.0.0.1") == [mq]
     locks.unlock_batch("G", [mq], "127.0.0.1@victim")  # this machine
     assert locks.count() == 0
+    # a member leaving (unregistered, expired) releases the locks taken from its own host only: a thief
+    # that registered under the victim's id and left must not free the victim's queues for anyone
+    assert locks.try_lock_batch("G", [mq], "127.0.0.1@victim", "127.0.0.1") == [mq]
+    locks.drop_client("G", "127.0.0.1@victim", "10.0.0.9")
+    assert locks.count() == 1
+    locks.drop_client("G", "127.0.0.1@victim", "127.0.0.1")
+    assert locks.count() == 0
 
 
 async def test_consumer_running_info_is_forwarded_to_the_client(broker: BrokerHandle) -> None:

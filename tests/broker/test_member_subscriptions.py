@@ -86,7 +86,7 @@ async def test_an_expired_member_leaves_only_when_its_client_has_no_other_live_c
     every connection expired leaves, once."""
     manager = ConsumerManager()
     left: list[tuple[str, str]] = []
-    manager.on_member_left = lambda group, client_id: left.append((group, client_id))
+    manager.on_member_left = lambda group, client_id, conn: left.append((group, client_id))
     conns = [connect_pair(RequestDispatcher())[1] for _ in range(4)]
     data = ConsumerData("G", subscription_data_set=[SubscriptionData("T", "*")])
     for conn, client_id in zip(conns, ["a@1", "a@1", "b@1", "b@1"], strict=True):

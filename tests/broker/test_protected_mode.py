@@ -360,6 +360,12 @@ async def test_a_peer_off_loopback_locks_only_as_a_consumer_it_registered(tmp_pa
             assert all(code == ResponseCode.SUCCESS for code, _ in answers), answers
             other = await handle.call(R.LOCK_BATCH_MQ, {}, lock_body("other@1").encode())
             assert LockBatchResponseBody.loads(other.body).lock_ok_m_q_set == []
+            # nor does leaving under that id: a member's leave releases the locks taken from its host only
+            leave = {"clientID": "victim@1", "consumerGroup": "Orderly"}
+            answers = await peer.send(addr, [(R.HEART_BEAT, {}, beat), (R.UNREGISTER_CLIENT, leave, "")])
+            assert all(code == ResponseCode.SUCCESS for code, _ in answers), answers
+            other = await handle.call(R.LOCK_BATCH_MQ, {}, lock_body("other@1").encode())
+            assert LockBatchResponseBody.loads(other.body).lock_ok_m_q_set == []
         finally:
             await stop_cluster(handle)
 

@@ -170,7 +170,7 @@ class ConsumerManager:
         self.groups: dict[str, ConsumerGroupInfo] = {}
         self.on_ids_changed: Callable[[ConsumerGroupInfo], None] = lambda info: None
         #: Called with (group, client id) when a member leaves by UNREGISTER_CLIENT or expires.
-        self.on_member_left: Callable[[str, str], None] = lambda group, client_id: None
+        self.on_member_left: Callable[[str, str, Connection], None] = lambda group, client_id, conn: None
 
     def get(self, group: str) -> ConsumerGroupInfo | None:
         return self.groups.get(group)
@@ -206,7 +206,7 @@ class ConsumerManager:
             info.drop_member(conn)
             self._left(info)
             if left.client_id not in info.client_ids():  # (the same client on another connection)
-                self.on_member_left(group, left.client_id)
+                self.on_member_left(group, left.client_id, conn)
 
     def connection_closed(self, conn: Connection) -> None:
         groups_of(conn, CONSUMER_GROUPS).clear()
@@ -228,7 +228,7 @@ class ConsumerManager:
                 del info.channels[conn]
                 ids[client_id] -= 1
                 if ids[client_id] <= 0:  # (not the same client on another connection)
-                    self.on_member_left(info.group, client_id)
+                    self.on_member_left(info.group, client_id, conn)
                 info.drop_member(conn)
                 groups_of(conn, CONSUMER_GROUPS).discard(info.group)
                 conn.close()

@@ -79,14 +79,14 @@ class RebalanceLockManager:
         if not table:
             self._locks.pop(group, None)
 
-    def drop_client(self, group: str, client_id: str) -> None:
-        """Release every lock ``client_id`` holds in ``group``: it left the group (unregistered, or
-        expired). A closed connection keeps its locks until they expire, as in 4.9.8: a client that
-        reconnects still holds its queues."""
+    def drop_client(self, group: str, client_id: str, host: str | None = None) -> None:
+        """Release every lock ``client_id`` holds in ``group`` (taken from ``host``, when given: see
+        `try_lock_batch`): it left the group (unregistered, or expired). A closed connection keeps its
+        locks until they expire, as in 4.9.8: a client that reconnects still holds its queues."""
         table = self._locks.get(group)
         if table is None:
             return
-        for mq in [mq for mq, lock in table.items() if lock.client_id == client_id]:
+        for mq in [mq for mq, lock in table.items() if _ours(lock, client_id, host)]:
             del table[mq]
         if not table:
             del self._locks[group]
