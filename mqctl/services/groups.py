@@ -170,6 +170,9 @@ class GroupShow(GroupConfigFields):
     consume_type: str | None
     topics: list[str]
     total_lag: int
+    #: Queues whose lag is unknown (never committed on where consumeFromWhere decides the start, or a
+    #: broker's offsets unread), left out of ``total_lag`` as ``group list --progress`` leaves them out.
+    uncounted_queues: int
     #: POP (5.x) messages popped and not yet acked (``total_lag`` counts what is not popped yet).
     pop_in_flight: int
     consume_tps: float
@@ -642,6 +645,7 @@ async def show(admin: Admin, group: str, *, cluster: str | None = None) -> Group
     rates = [s.consume_tps for s in stats.values()]
     runtime = await each_broker(admin, tables, admin.broker_runtime_info)
     lent = sum(parse_pop_in_flight(info.get("popInFlight")).get(group, 0) for info in runtime.values())
+    total = LagSum.of(q.lag for q in queues)
     return {
         **config_fields(configs[0]),
         "brokers": len(configs),
@@ -649,9 +653,8 @@ async def show(admin: Admin, group: str, *, cluster: str | None = None) -> Group
         "clients": online["clients"],
         "consume_type": online.get("consume_type"),
         "topics": sorted({q.topic for q in queues}),
-        "total_lag": sum(
-            q.lag or 0 for q in queues
-        ),  # a queue whose start consumeFromWhere decides adds none
+        "total_lag": total.lag or 0,
+        "uncounted_queues": total.uncounted,
         "pop_in_flight": lent,
         "consume_tps": round(sum(rates), 2),
         "errors": failures(),

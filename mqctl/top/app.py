@@ -23,6 +23,7 @@ from textual.widgets import ContentSwitcher, DataTable, Input, Sparkline, Static
 
 from mqctl.errors import translate
 from mqctl.output import printable
+from mqctl.services.groups import LagSum
 from mqctl.services.topics import hidden_note
 from mqctl.top import format as fmt
 from mqctl.top.model import BrokerView, GroupDetail, Snapshot, TopSource
@@ -239,9 +240,8 @@ class GroupScreen(Screen[None]):
             title.update(Text(_shown(f"Group {self.group} — error: {translate(exc)}  (Esc back, r retry)")))
             return
         self.detail = detail
-        known = [q.lag for q in detail.queues if q.lag is not None]
-        uncounted = len(detail.queues) - len(known)
-        lag = fmt.lag_text(sum(known) if known or not uncounted else None, uncounted)
+        total = LagSum.of(q.lag for q in detail.queues)
+        lag = fmt.lag_text(total.lag, total.uncounted)
         title.update(
             Text(
                 _shown(

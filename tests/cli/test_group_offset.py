@@ -422,6 +422,7 @@ def test_pop_group_shows_lag_and_in_flight(mq: RunCli, loaded: LocalCluster) -> 
     loaded.loop.run(pop_some())
     shown = mq("group", "show", "-g", "CG_Pop", "-o", "json").json()
     assert (shown["total_lag"], shown["pop_in_flight"]) == (20 - 2, 4)  # m0, m2 acked; m4 is not
+    assert shown["uncounted_queues"] == 0
     assert offsets_4x() == before
     assert [b["pop_in_flight"] for b in mq("cluster", "status", "-o", "json").json()] == [4]
 
