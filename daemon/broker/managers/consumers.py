@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from daemon.broker.bodies import ConnectionInfo, ConsumerConnection, ConsumerData, SubscriptionData
 from daemon.remoting.connection import Connection
+from daemon.remoting.limits import shown
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def client_overflow(conn: Connection, producers: Collection[str], consumers: Map
                 )
     for group, topics in consumers.items():
         if topics > MAX_CLIENT_GROUPS:
-            return f"consumer group {group[:64]} subscribes {topics} topics; a group subscribes {MAX_CLIENT_GROUPS} at most"
+            return f"consumer group {shown(group)} subscribes {topics} topics; a group subscribes {MAX_CLIENT_GROUPS} at most"
     return None
 
 
