@@ -134,7 +134,7 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     lag to count (``group progress``): left out, and a WARNING when such a queue holds messages (no member
     consumes it, or none ever started), counted in the perf entry ``uncounted_queues``; not for a
     BROADCASTING group, whose consumers keep its offsets (every queue reads as never committed on)."""
-    from mqctl.services.groups import progress
+    from mqctl.services.groups import progress, uncounted_text
 
     models: set[str] = set()
     try:
@@ -149,7 +149,9 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
         summary += f" (most on {worst_queue.topic} {worst_queue.broker_name}:{worst_queue.queue_id}: {worst_queue.lag})"
     uncounted = [r for r in rows if r.lag is None]
     if uncounted:  # where consumeFromWhere decides the start, there is no lag to count (group progress)
-        summary += "; " + _uncounted_text(uncounted) + ", not counted"
+        unread = {f["broker_name"] for f in failures()}
+        unknown = sum(r.broker_name in unread for r in uncounted)
+        summary += "; " + uncounted_text(len(uncounted), unknown) + ", not counted"
     holding = 0
     if uncounted and models == {"BROADCASTING"}:
         # (as its online consumers say) they keep its offsets: every queue reads as never committed on
@@ -165,19 +167,6 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     ]
     state = worst([threshold(total, warn, crit), State.WARNING if holding else State.OK])
     return Verdict("lag", state, summary, perf)
-
-
-def _uncounted_text(uncounted: list[QueueProgress]) -> str:
-    """How many queues have no lag to count, and why: never committed on, or unknown where a broker's
-    offset reads failed (recorded by :func:`~mqctl.services.groups.progress`)."""
-    unread = {f["broker_name"] for f in failures()}
-    unknown = sum(r.broker_name in unread for r in uncounted)
-    parts = []
-    if len(uncounted) > unknown:
-        parts.append(f"{plural(len(uncounted) - unknown, 'queue')} never committed on")
-    if unknown:
-        parts.append(f"{plural(unknown, 'queue')} unknown (a broker's offsets unread)")
-    return " and ".join(parts)
 
 
 async def _holding_messages(admin: Admin, queues: list[QueueProgress]) -> int:

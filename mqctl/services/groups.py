@@ -380,15 +380,7 @@ async def list_groups(admin: Admin, *, cluster: str | None, system: bool, progre
         # a broker that failed a read behind the lag: its queues' lags are unknown, not never committed on
         unread = {f["broker"] for f in failures()}
         unknown = sum(lag is None and addr in unread for (addr, *_), lag in lags.items())
-        parts = []
-        if uncounted > unknown:
-            parts.append(
-                f"{plural(uncounted - unknown, 'queue')} of unknown start (never committed on: a consumer "
-                "starts where its consumeFromWhere says; 'group progress -g G' shows them)"
-            )
-        if unknown:
-            parts.append(f"{plural(unknown, 'queue')} unknown (a broker's offsets unread)")
-        left_out = "lag leaves out " + " and ".join(parts)
+        left_out = "lag leaves out " + uncounted_text(uncounted, unknown, hint=True)
         footer = f"{footer}; {left_out}" if footer else left_out
     return Rows(out, columns=list(GroupProgressRow.__annotations__), footer=footer)
 
@@ -580,6 +572,19 @@ class LagSum:
         known = [lag for lag in given if lag is not None]
         uncounted = len(given) - len(known)
         return cls(sum(known) if known or not uncounted else None, uncounted)
+
+
+def uncounted_text(uncounted: int, unknown: int, *, hint: bool = False) -> str:
+    """Why ``uncounted`` queues have no lag to count, as every command that sums a lag says it: never
+    committed on (``hint``: where a consumer starts instead, and what shows them), or, ``unknown`` of them,
+    on a broker whose offsets could not be read (:func:`uncommitted_starts` records it)."""
+    parts = []
+    if uncounted > unknown:
+        why = " (a consumer starts where its consumeFromWhere says; 'group progress -g G' shows them)"
+        parts.append(f"{plural(uncounted - unknown, 'queue')} never committed on{why if hint else ''}")
+    if unknown:
+        parts.append(f"{plural(unknown, 'queue')} unknown (a broker's offsets unread)")
+    return " and ".join(parts)
 
 
 #: Where the reads of :func:`uncommitted_starts` come from (top keeps them a while).

@@ -121,7 +121,7 @@ async def test_group_list_progress_counts_as_group_progress_and_says_what_it_lef
     [row] = listed
     assert row["lag"] == KNOWN_LAG  # (the queue never committed on counted 500 more)
     assert row["uncounted_queues"] == UNCOUNTED
-    assert listed.footer is not None and "1 queue of unknown start" in listed.footer, listed.footer
+    assert listed.footer is not None and "1 queue never committed on (a consumer" in listed.footer, listed.footer
 
 
 async def test_top_groups_count_as_group_progress(admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
