@@ -131,9 +131,10 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     """The group's total lag (broker offset minus committed offset over its queues) against thresholds.
 
     A queue the group never committed on where its consumer's consumeFromWhere decides the start has no
-    lag to count (``group progress``): left out, and a WARNING when such a queue holds messages (no member
-    consumes it, or none ever started), counted in the perf entry ``uncounted_queues``; not for a
-    BROADCASTING group, whose consumers keep its offsets (every queue reads as never committed on)."""
+    lag to count (``group progress``): left out, counted with the other queues of unknown lag in the perf
+    entry ``uncounted_queues`` (as ``group list --progress`` counts them), and a WARNING when such a queue
+    holds messages (no member consumes it, or none ever started), counted in ``uncounted_holding``; not for
+    a BROADCASTING group, whose consumers keep its offsets (every queue reads as never committed on)."""
     from mqctl.services.groups import progress, uncounted_text
 
     models: set[str] = set()
@@ -163,7 +164,8 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     perf = [
         Perf("lag", total, "", warn, crit, 0),
         Perf("queues", len(rows), "", min=0),
-        Perf("uncounted_queues", holding, "", 0, None, 0),
+        Perf("uncounted_queues", len(uncounted), "", min=0),  # (as group list --progress counts them)
+        Perf("uncounted_holding", holding, "", 0, None, 0),
     ]
     state = worst([threshold(total, warn, crit), State.WARNING if holding else State.OK])
     return Verdict("lag", state, summary, perf)
