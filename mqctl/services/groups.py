@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
@@ -521,15 +521,21 @@ def _lag(end: int, start: int | None) -> int | None:
 
 
 async def uncommitted_starts(
-    admin: Admin, zeros: Iterable[GroupQueue], *, run: Runner = direct
+    admin: Admin,
+    zeros: Iterable[GroupQueue],
+    *,
+    empty: Container[GroupQueue] = frozenset(),
+    run: Runner = direct,
 ) -> dict[GroupQueue, int | None]:
     """Of ``zeros`` (queues whose ConsumeStats say the group's offset is 0), those it is not known to have
     committed on (:func:`~mqctl.services.offsets.never_committed`), each with the offset the broker starts a
     consumer of the group at (QUERY_CONSUMER_OFFSET): 0 on a young queue, else None (consumeFromWhere
-    decides). A broker that does not answer leaves its starts None (unknown): recorded, never raised, and
-    not asked again (a silent broker's every queue waited its turn and its timeout). ``run`` runs each
-    request (:class:`~mqctl.services.fanout.Runner`)."""
+    decides). Those of ``empty`` (their end is 0) are not asked: 0, as the broker answers for a queue
+    holding nothing. A broker that does not answer leaves its starts None (unknown): recorded, never
+    raised, and not asked again (a silent broker's every queue waited its turn and its timeout). ``run``
+    runs each request (:class:`~mqctl.services.fanout.Runner`)."""
     doubtful = sorted(await never_committed(admin, zeros, run=run))
+    asked = [key for key in doubtful if key not in empty]
     failed: dict[str, Exception] = {}
 
     async def start(addr: str, group: str, topic: str, queue_id: int) -> int | None:
@@ -541,19 +547,23 @@ async def uncommitted_starts(
             failed.setdefault(addr, exc)
             return None
 
-    answers = await gather_limited((start(*key) for key in doubtful), 16)
+    answers = await gather_limited((start(*key) for key in asked), 16)
     await record_failures(admin, failed.items())
-    return dict(zip(doubtful, answers, strict=True))
+    starts: dict[GroupQueue, int | None] = {key: 0 for key in doubtful if key in empty}
+    return starts | dict(zip(asked, answers, strict=True))
 
 
 async def _uncommitted_starts(
     admin: Admin, group: str, where: dict[MessageQueue, str], offsets: dict[MessageQueue, OffsetWrapper]
 ) -> dict[MessageQueue, int | None]:
-    """:func:`uncommitted_starts` of the queues of ``offsets`` (ConsumeStats, read at ``where``)."""
+    """:func:`uncommitted_starts` of the queues of ``offsets`` (ConsumeStats, read at ``where``); an empty
+    one's start is not asked (no lag wherever a consumer starts), only whether the group committed on it."""
     zeros = {
         (where[mq], group, mq.topic, mq.queue_id): mq for mq, w in offsets.items() if w.consumer_offset == 0
     }
-    return {zeros[key]: start for key, start in (await uncommitted_starts(admin, zeros)).items()}
+    empty = {key for key, mq in zeros.items() if offsets[mq].broker_offset <= 0}
+    found = await uncommitted_starts(admin, zeros, empty=empty)
+    return {zeros[key]: start for key, start in found.items()}
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,27 @@ async def test_group_list_progress_counts_as_group_progress_and_says_what_it_lef
     )
 
 
+async def test_an_empty_queue_never_committed_on_costs_no_query_of_its_start(
+    admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """group progress (group show, check lag) asked QUERY_CONSUMER_OFFSET of every queue the group never
+    committed on, an empty one too, whose lag is 0 wherever a consumer starts; its offset still reads as
+    never committed (the broker's offset table says so)."""
+    asked: list[int] = []
+    start = admin.consumer_offset
+
+    async def counted(addr: str, group: str, topic: str, queue_id: int) -> int | None:
+        asked.append(queue_id)
+        return await start(addr, group, topic, queue_id)
+
+    monkeypatch.setattr(admin, "consumer_offset", counted)
+    assert await by_queue(admin) == {0: (990, 10), 1: (None, None), 2: (None, 7), 3: (None, 0)}
+    assert sorted(asked) == [1, 2], asked
+    asked.clear()
+    await checks.lag(admin, GROUP, topic=None, warn=1000, crit=10000)
+    assert sorted(asked) == [1, 2], asked
+
+
 async def test_top_groups_count_as_group_progress(admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
     from mqctl.top import format as fmt
     from mqctl.top.live import LiveSource
