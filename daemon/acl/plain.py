@@ -37,7 +37,7 @@ from daemon.protect import RECALL_MESSAGE
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingCommandError
-from daemon.remoting.limits import WarningGate
+from daemon.remoting.limits import WarningGate, shown
 from store.names import RETRY_GROUP_TOPIC_PREFIX, TRACE_TOPIC
 
 if TYPE_CHECKING:  # (the validator only reads a connection's address: no asyncio for mqctl's acl commands)
@@ -558,18 +558,6 @@ def _describe(resource: str) -> str:
     return f"topic {resource}"
 
 
-#: The characters of an AccessKey a remark or a log line shows (accounts' keys are far shorter).
-SHOWN_KEY_CHARS: Final = 64
-
-
-def shown_key(access_key: str) -> str:
-    """An AccessKey as remarks and log lines show it: a key that names no account is the sender's text,
-    and a 1 MiB one was written back whole in the answer and twice into each WARNING line."""
-    if len(access_key) <= SHOWN_KEY_CHARS:
-        return access_key
-    return f"{access_key[:SHOWN_KEY_CHARS]}... ({len(access_key)} characters)"
-
-
 class PlainAccessValidator:
     """Checks one request against the accounts (docs/acl.md §verification); raises AclDenied."""
 
@@ -599,7 +587,7 @@ class PlainAccessValidator:
                 self.daemon,
                 request.code,
                 conn.peer,
-                shown_key(request.ext_fields.get(ACCESS_KEY) or "-"),
+                shown(request.ext_fields.get(ACCESS_KEY) or "-"),
                 exc.remark,
             )
             raise
@@ -687,7 +675,7 @@ class PlainAccessValidator:
             raise AclDenied(f"ACL: {what} and {who} is not in globalWhiteRemoteAddresses")
         account = table.accounts.get(access_key)
         if account is None:
-            raise AclDenied(f"ACL: no account for accessKey={shown_key(access_key)}")
+            raise AclDenied(f"ACL: no account for accessKey={shown(access_key)}")
         return account
 
     def _permit(self, account: Account, access_key: str, request: RemotingCommand, signed: bool) -> None:

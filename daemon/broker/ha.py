@@ -473,6 +473,9 @@ class HAMaster:
         #: and counted for SYNC_MASTER. A connection that has said nothing yet, or asks for a description
         #: (:data:`store.ha.DESCRIBE`, then closed), is none.
         self.slaves: set[SlaveConnection] = set()
+        #: How many of ``slaves`` a SYNC_MASTER counts (``counted``): kept as they come and go, for every
+        #: send asks (:meth:`slave_ok`).
+        self.counted_slaves = 0
         #: Called on the loop after every arrival (the long-poll service's): :meth:`notify` is in it
         #: while a slave is connected, so a master without slaves pays nothing per send.
         self._wakers = wakers
@@ -591,7 +594,9 @@ class HAMaster:
             await conn.run()
         finally:
             self.connections.discard(conn)
-            self.slaves.discard(conn)
+            if conn in self.slaves:
+                self.slaves.discard(conn)
+                self.counted_slaves -= int(conn.counted)
             if not self.connections:
                 self._wakers.remove(self.notify)
 
@@ -599,7 +604,9 @@ class HAMaster:
         """``conn`` made its first report: a slave from now on, counted and shown, and told which registered
         one it is. Not before: a connection that only asks for a description is none, and telling it
         asked every NameServer for nothing (a slave asks once at each of its connections)."""
-        self.slaves.add(conn)
+        if conn not in self.slaves:
+            self.slaves.add(conn)
+            self.counted_slaves += int(conn.counted)
         if self.identify is not None:
             task = asyncio.create_task(self._identify(conn, self.identify), name=f"ha-identify-{conn.addr}")
             self._tasks.add(task)
@@ -644,8 +651,7 @@ class HAMaster:
         description never acknowledges, and counted it made a send wait ``slaveTimeout`` for nothing. A
         slave whose acknowledgements do not count (`counts`) is none either."""
         return (
-            any(c.counted for c in self.slaves)
-            and end - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max
+            self.counted_slaves > 0 and end - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max
         )
 
     async def wait_replicated(self, end: int) -> PutMessageStatus:

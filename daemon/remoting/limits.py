@@ -28,6 +28,16 @@ WARNING_INTERVAL = 1.0
 #: a lock's queue set, a batch of acks: `RequestDispatcher.limit_bodies`). A heartbeat of a consumer
 #: subscribing several thousand topics fits.
 MAX_JSON_BODY = 1024 * 1024
+#: The characters of a client's name (a group, a topic, an AccessKey) a remark or a log line shows.
+SHOWN_CHARS = 64
+
+
+def shown(name: str) -> str:
+    """A name a client sent as a daemon's remarks and log lines show it: a refused one may be 1 MiB, and
+    was written back whole in the answer and again into each WARNING line."""
+    if len(name) <= SHOWN_CHARS:
+        return name
+    return f"{name[:SHOWN_CHARS]}... ({len(name)} characters)"
 
 
 @dataclass

@@ -100,10 +100,12 @@ def lag(
     """A consumer group's total lag (messages not yet consumed) against --warn/--crit.
 
     A queue the group never committed on, where its consumer's consumeFromWhere decides the start, has no
-    lag to count: left out, and a WARNING when such queues hold messages, counted in the perfdata entry
-    uncounted_queues (as group progress shows them: lag '-'); but neither for a BROADCASTING group (as its
-    online consumers say): they keep its offsets, so every queue reads as never committed on. Queues of a
-    broker whose offsets could not be read are named unknown, not never committed on."""
+    lag to count (group progress shows it: lag '-'): left out, and counted in the perfdata entry
+    uncounted_queues with the other queues of unknown lag (as in group list --progress and group show).
+    Such queues holding messages are a WARNING, counted in the perfdata entry uncounted_holding; but not
+    for a BROADCASTING group (as its online consumers say): they keep its offsets, so every queue reads as
+    never committed on. Queues of a broker whose offsets could not be read are named unknown, not never
+    committed on."""
     from mqctl.services.checks import lag as check_lag
 
     _run(

@@ -131,10 +131,11 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     """The group's total lag (broker offset minus committed offset over its queues) against thresholds.
 
     A queue the group never committed on where its consumer's consumeFromWhere decides the start has no
-    lag to count (``group progress``): left out, and a WARNING when such a queue holds messages (no member
-    consumes it, or none ever started), counted in the perf entry ``uncounted_queues``; not for a
-    BROADCASTING group, whose consumers keep its offsets (every queue reads as never committed on)."""
-    from mqctl.services.groups import progress
+    lag to count (``group progress``): left out, counted with the other queues of unknown lag in the perf
+    entry ``uncounted_queues`` (as ``group list --progress`` counts them), and a WARNING when such a queue
+    holds messages (no member consumes it, or none ever started), counted in ``uncounted_holding``; not for
+    a BROADCASTING group, whose consumers keep its offsets (every queue reads as never committed on)."""
+    from mqctl.services.groups import progress, uncounted_text
 
     models: set[str] = set()
     try:
@@ -149,7 +150,9 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
         summary += f" (most on {worst_queue.topic} {worst_queue.broker_name}:{worst_queue.queue_id}: {worst_queue.lag})"
     uncounted = [r for r in rows if r.lag is None]
     if uncounted:  # where consumeFromWhere decides the start, there is no lag to count (group progress)
-        summary += "; " + _uncounted_text(uncounted) + ", not counted"
+        unread = {f["broker_name"] for f in failures()}
+        unknown = sum(r.broker_name in unread for r in uncounted)
+        summary += "; " + uncounted_text(len(uncounted), unknown) + ", not counted"
     holding = 0
     if uncounted and models == {"BROADCASTING"}:
         # (as its online consumers say) they keep its offsets: every queue reads as never committed on
@@ -161,23 +164,11 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     perf = [
         Perf("lag", total, "", warn, crit, 0),
         Perf("queues", len(rows), "", min=0),
-        Perf("uncounted_queues", holding, "", 0, None, 0),
+        Perf("uncounted_queues", len(uncounted), "", min=0),  # (as group list --progress counts them)
+        Perf("uncounted_holding", holding, "", 0, None, 0),
     ]
     state = worst([threshold(total, warn, crit), State.WARNING if holding else State.OK])
     return Verdict("lag", state, summary, perf)
-
-
-def _uncounted_text(uncounted: list[QueueProgress]) -> str:
-    """How many queues have no lag to count, and why: never committed on, or unknown where a broker's
-    offset reads failed (recorded by :func:`~mqctl.services.groups.progress`)."""
-    unread = {f["broker_name"] for f in failures()}
-    unknown = sum(r.broker_name in unread for r in uncounted)
-    parts = []
-    if len(uncounted) > unknown:
-        parts.append(f"{plural(len(uncounted) - unknown, 'queue')} never committed on")
-    if unknown:
-        parts.append(f"{plural(unknown, 'queue')} unknown (a broker's offsets unread)")
-    return " and ".join(parts)
 
 
 async def _holding_messages(admin: Admin, queues: list[QueueProgress]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
@@ -380,15 +380,7 @@ async def list_groups(admin: Admin, *, cluster: str | None, system: bool, progre
         # a broker that failed a read behind the lag: its queues' lags are unknown, not never committed on
         unread = {f["broker"] for f in failures()}
         unknown = sum(lag is None and addr in unread for (addr, *_), lag in lags.items())
-        parts = []
-        if uncounted > unknown:
-            parts.append(
-                f"{plural(uncounted - unknown, 'queue')} of unknown start (never committed on: a consumer "
-                "starts where its consumeFromWhere says; 'group progress -g G' shows them)"
-            )
-        if unknown:
-            parts.append(f"{plural(unknown, 'queue')} unknown (a broker's offsets unread)")
-        left_out = "lag leaves out " + " and ".join(parts)
+        left_out = "lag leaves out " + uncounted_text(uncounted, unknown, hint=True)
         footer = f"{footer}; {left_out}" if footer else left_out
     return Rows(out, columns=list(GroupProgressRow.__annotations__), footer=footer)
 
@@ -529,15 +521,21 @@ def _lag(end: int, start: int | None) -> int | None:
 
 
 async def uncommitted_starts(
-    admin: Admin, zeros: Iterable[GroupQueue], *, run: Runner = direct
+    admin: Admin,
+    zeros: Iterable[GroupQueue],
+    *,
+    empty: Container[GroupQueue] = frozenset(),
+    run: Runner = direct,
 ) -> dict[GroupQueue, int | None]:
     """Of ``zeros`` (queues whose ConsumeStats say the group's offset is 0), those it is not known to have
     committed on (:func:`~mqctl.services.offsets.never_committed`), each with the offset the broker starts a
     consumer of the group at (QUERY_CONSUMER_OFFSET): 0 on a young queue, else None (consumeFromWhere
-    decides). A broker that does not answer leaves its starts None (unknown): recorded, never raised, and
-    not asked again (a silent broker's every queue waited its turn and its timeout). ``run`` runs each
-    request (:class:`~mqctl.services.fanout.Runner`)."""
+    decides). Those of ``empty`` (their end is 0) are not asked: 0, as the broker answers for a queue
+    holding nothing. A broker that does not answer leaves its starts None (unknown): recorded, never
+    raised, and not asked again (a silent broker's every queue waited its turn and its timeout). ``run``
+    runs each request (:class:`~mqctl.services.fanout.Runner`)."""
     doubtful = sorted(await never_committed(admin, zeros, run=run))
+    asked = [key for key in doubtful if key not in empty]
     failed: dict[str, Exception] = {}
 
     async def start(addr: str, group: str, topic: str, queue_id: int) -> int | None:
@@ -549,19 +547,23 @@ async def uncommitted_starts(
             failed.setdefault(addr, exc)
             return None
 
-    answers = await gather_limited((start(*key) for key in doubtful), 16)
+    answers = await gather_limited((start(*key) for key in asked), 16)
     await record_failures(admin, failed.items())
-    return dict(zip(doubtful, answers, strict=True))
+    starts: dict[GroupQueue, int | None] = {key: 0 for key in doubtful if key in empty}
+    return starts | dict(zip(asked, answers, strict=True))
 
 
 async def _uncommitted_starts(
     admin: Admin, group: str, where: dict[MessageQueue, str], offsets: dict[MessageQueue, OffsetWrapper]
 ) -> dict[MessageQueue, int | None]:
-    """:func:`uncommitted_starts` of the queues of ``offsets`` (ConsumeStats, read at ``where``)."""
+    """:func:`uncommitted_starts` of the queues of ``offsets`` (ConsumeStats, read at ``where``); an empty
+    one's start is not asked (no lag wherever a consumer starts), only whether the group committed on it."""
     zeros = {
         (where[mq], group, mq.topic, mq.queue_id): mq for mq, w in offsets.items() if w.consumer_offset == 0
     }
-    return {zeros[key]: start for key, start in (await uncommitted_starts(admin, zeros)).items()}
+    empty = {key for key, mq in zeros.items() if offsets[mq].broker_offset <= 0}
+    found = await uncommitted_starts(admin, zeros, empty=empty)
+    return {zeros[key]: start for key, start in found.items()}
 
 
 @dataclass(frozen=True)
@@ -580,6 +582,19 @@ class LagSum:
         known = [lag for lag in given if lag is not None]
         uncounted = len(given) - len(known)
         return cls(sum(known) if known or not uncounted else None, uncounted)
+
+
+def uncounted_text(uncounted: int, unknown: int, *, hint: bool = False) -> str:
+    """Why ``uncounted`` queues have no lag to count, as every command that sums a lag says it: never
+    committed on (``hint``: where a consumer starts instead, and what shows them), or, ``unknown`` of them,
+    on a broker whose offsets could not be read (:func:`uncommitted_starts` records it)."""
+    parts = []
+    if uncounted > unknown:
+        why = " (a consumer starts where its consumeFromWhere says; 'group progress -g G' shows them)"
+        parts.append(f"{plural(uncounted - unknown, 'queue')} never committed on{why if hint else ''}")
+    if unknown:
+        parts.append(f"{plural(unknown, 'queue')} unknown (a broker's offsets unread)")
+    return " and ".join(parts)
 
 
 #: Where the reads of :func:`uncommitted_starts` come from (top keeps them a while).

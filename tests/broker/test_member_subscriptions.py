@@ -54,6 +54,7 @@ async def test_a_members_heartbeat_changes_no_other_members_pulls(broker: Broker
         )
         assert moved.code == ResponseCode.SUCCESS
         assert sorted(info.subscriptions) == ["Other", "T"]
+        assert info.subscriptions["T"].sub_version == 1000  # the victim's: the one member listing T
         again = await broker.call(R.PULL_MESSAGE, pull(sub_version=1000))
         assert again.code == ResponseCode.SUCCESS and again.body.count(b"victim-body") == 3
         # a connection that registered nothing is filtered by the group's view, as 4.9.8 filters
@@ -98,3 +99,38 @@ async def test_an_expired_member_leaves_only_when_its_client_has_no_other_live_c
     manager.scan_expired()
     assert left == [("G", "b@1")]
     assert info.client_ids() == ["a@1"]
+
+
+async def test_the_group_s_entry_of_a_topic_is_the_newest_a_live_member_lists() -> None:
+    """The group's view kept the entry of the member that sent the highest ``subVersion`` after it left, or
+    stopped listing the topic, while others listed it: a pull without its own subscription (and the admin
+    commands) went on matching a departed member's filter."""
+    manager = ConsumerManager()
+    conns = [connect_pair(RequestDispatcher())[1] for _ in range(3)]
+    subs = [
+        SubscriptionData("T", tag, sub_version=version)
+        for tag, version in [("A", 1000), ("B", 3000), ("C", 2000)]
+    ]
+    for i, (conn, sub) in enumerate(zip(conns, subs, strict=True)):
+        manager.register(
+            ClientChannel(conn, f"c{i}@1", "JAVA", 1), ConsumerData("G", subscription_data_set=[sub])
+        )
+    info = manager.groups["G"]
+    assert info.subscriptions["T"] is subs[1]
+    # the newest stops listing T: the next newest of those still listing it
+    other = SubscriptionData("U", "*", sub_version=3000)
+    manager.register(
+        ClientChannel(conns[1], "c1@1", "JAVA", 1), ConsumerData("G", subscription_data_set=[other])
+    )
+    assert info.subscriptions == {"T": subs[2], "U": other}
+    # a member whose entry the view does not hold leaves: the view keeps its own
+    manager.unregister(conns[0], "G")
+    assert info.subscriptions["T"] is subs[2]
+    manager.register(
+        ClientChannel(conns[0], "c0@1", "JAVA", 1), ConsumerData("G", subscription_data_set=[subs[0]])
+    )
+    # the newest leaves (its connection closed): the remaining member's
+    manager.connection_closed(conns[2])
+    assert info.subscriptions == {"T": subs[0], "U": other}
+    manager.connection_closed(conns[0])
+    assert info.subscriptions == {"U": other}

@@ -87,7 +87,7 @@ def plugin(result: CliResult, state: str) -> str:
 def test_lag_in_every_state(mq: RunCli) -> None:
     ok = plugin(mq("check", "lag", "-g", GROUP, "--warn", "10", "--crit", "20"), "OK")
     assert ok.startswith(f"LAG OK - group {GROUP} lag 6 ") and ok.endswith(
-        "| lag=6;10;20;0 queues=2;;;0 uncounted_queues=0;0;;0"
+        "| lag=6;10;20;0 queues=2;;;0 uncounted_queues=0;;;0 uncounted_holding=0;0;;0"
     )
     warning = plugin(mq("check", "lag", "-g", GROUP, "--warn", "5", "--crit", "20"), "WARNING")
     assert "lag=6;5;20;0" in warning and f"on {TOPIC} broker-a:0: 6" in warning

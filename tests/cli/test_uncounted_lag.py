@@ -121,7 +121,30 @@ async def test_group_list_progress_counts_as_group_progress_and_says_what_it_lef
     [row] = listed
     assert row["lag"] == KNOWN_LAG  # (the queue never committed on counted 500 more)
     assert row["uncounted_queues"] == UNCOUNTED
-    assert listed.footer is not None and "1 queue of unknown start" in listed.footer, listed.footer
+    assert listed.footer is not None and "1 queue never committed on (a consumer" in listed.footer, (
+        listed.footer
+    )
+
+
+async def test_an_empty_queue_never_committed_on_costs_no_query_of_its_start(
+    admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """group progress (group show, check lag) asked QUERY_CONSUMER_OFFSET of every queue the group never
+    committed on, an empty one too, whose lag is 0 wherever a consumer starts; its offset still reads as
+    never committed (the broker's offset table says so)."""
+    asked: list[int] = []
+    start = admin.consumer_offset
+
+    async def counted(addr: str, group: str, topic: str, queue_id: int) -> int | None:
+        asked.append(queue_id)
+        return await start(addr, group, topic, queue_id)
+
+    monkeypatch.setattr(admin, "consumer_offset", counted)
+    assert await by_queue(admin) == {0: (990, 10), 1: (None, None), 2: (None, 7), 3: (None, 0)}
+    assert sorted(asked) == [1, 2], asked
+    asked.clear()
+    await checks.lag(admin, GROUP, topic=None, warn=1000, crit=10000)
+    assert sorted(asked) == [1, 2], asked
 
 
 async def test_top_groups_count_as_group_progress(admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -206,7 +229,7 @@ async def test_check_lag_warns_of_uncounted_queues_holding_messages(admin: Admin
     verdict = await checks.lag(admin, GROUP, topic=None, warn=1000, crit=10000)
     assert verdict.state is State.WARNING, verdict.line()
     assert f"lag {KNOWN_LAG}" in verdict.summary and "1 of them holding messages" in verdict.summary
-    assert "uncounted_queues=1;0;;0" in verdict.line(), verdict.line()
+    assert "uncounted_queues=1;;;0 uncounted_holding=1;0;;0" in verdict.line(), verdict.line()
 
 
 async def test_check_lag_is_ok_when_the_uncounted_queues_hold_nothing(
@@ -219,7 +242,7 @@ async def test_check_lag_is_ok_when_the_uncounted_queues_hold_nothing(
     verdict = await checks.lag(admin, GROUP, topic=None, warn=1000, crit=10000)
     assert verdict.state is State.OK, verdict.line()
     assert "never committed on, not counted" in verdict.summary
-    assert "uncounted_queues=0;0;;0" in verdict.line(), verdict.line()
+    assert "uncounted_queues=1;;;0 uncounted_holding=0;0;;0" in verdict.line(), verdict.line()
 
 
 # ------------------------------------------------------------------ a broker failing the second read
@@ -305,4 +328,5 @@ async def test_check_lag_of_a_broadcasting_group_is_no_warning(
     monkeypatch.setattr(admin, "consumer_connections", broadcasting)
     verdict = await checks.lag(admin, GROUP, topic=None, warn=1000, crit=10000)
     assert verdict.state is State.OK, verdict.line()
-    assert "uncounted_queues=0;0;;0" in verdict.line() and "BROADCASTING" in verdict.summary, verdict.line()
+    assert "uncounted_queues=1;;;0 uncounted_holding=0;0;;0" in verdict.line(), verdict.line()
+    assert "BROADCASTING" in verdict.summary, verdict.summary

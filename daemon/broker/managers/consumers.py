@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from daemon.broker.bodies import ConnectionInfo, ConsumerConnection, ConsumerData, SubscriptionData
 from daemon.remoting.connection import Connection
+from daemon.remoting.limits import shown
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def client_overflow(conn: Connection, producers: Collection[str], consumers: Map
                 )
     for group, topics in consumers.items():
         if topics > MAX_CLIENT_GROUPS:
-            return f"consumer group {group[:64]} subscribes {topics} topics; a group subscribes {MAX_CLIENT_GROUPS} at most"
+            return f"consumer group {shown(group)} subscribes {topics} topics; a group subscribes {MAX_CLIENT_GROUPS} at most"
     return None
 
 
@@ -81,7 +82,8 @@ class ClientChannel:
 @dataclass(slots=True)
 class ConsumerGroupInfo:
     """A live consumer group. Each member's subscriptions are its own (its last heartbeat's, merged as
-    4.9.8 merges a group's); ``subscriptions``, what admin commands and rebalance read, is their union.
+    4.9.8 merges a group's); ``subscriptions``, what admin commands and rebalance read, is their union,
+    each topic's entry the newest a live member lists.
     4.9.8 keeps one table for the group, which any heartbeat rewrites: one naming an existing group with
     a filter matching nothing and the highest ``subVersion`` made every member's pulls match nothing,
     and one that left a topic out took it from the group."""
@@ -90,7 +92,7 @@ class ConsumerGroupInfo:
     consume_type: str
     message_model: str
     consume_from_where: str
-    #: topic -> the subscription of the highest ``subVersion`` a member listing the topic sent
+    #: topic -> the subscription of the highest ``subVersion`` a member listing the topic holds
     subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
     channels: dict[Connection, ClientChannel] = field(default_factory=dict)
     #: each member connection's own subscriptions, by topic
@@ -144,16 +146,32 @@ class ConsumerGroupInfo:
         return held is None
 
     def _gave_up(self, sub: SubscriptionData) -> bool:
-        """A member no longer lists ``sub``'s topic; True when no member does, and the view drops it. While
-        another member lists it the view keeps what it holds, as 4.9.8's table keeps a departed member's
-        (looking for the newest of the rest would cost every member at each departure)."""
-        left = self.listing.get(sub.topic, 0) - 1
+        """A member no longer lists ``sub``'s topic (its own entry already gone); True when no member does,
+        and the view drops it. While others list it and the view held ``sub``, the view takes the newest of
+        theirs: a departed member's filter stayed the group's (what a pull without its own subscription
+        matched) until every other member left too. Only then are the members walked, not at each
+        departure."""
+        topic = sub.topic
+        left = self.listing.get(topic, 0) - 1
         if left > 0:
-            self.listing[sub.topic] = left
+            self.listing[topic] = left
+            if self.subscriptions.get(topic) is sub:
+                newest = self._newest(topic)
+                if newest is not None:
+                    self.subscriptions[topic] = newest
             return False
-        self.listing.pop(sub.topic, None)
-        self.subscriptions.pop(sub.topic, None)
+        self.listing.pop(topic, None)
+        self.subscriptions.pop(topic, None)
         return True
+
+    def _newest(self, topic: str) -> SubscriptionData | None:
+        """The members' entry of ``topic`` of the highest ``subVersion`` (of equals, the first member's)."""
+        newest: SubscriptionData | None = None
+        for own in self.members.values():
+            sub = own.get(topic)
+            if sub is not None and (newest is None or sub.sub_version > newest.sub_version):
+                newest = sub
+        return newest
 
     def connection(self) -> ConsumerConnection:
         return ConsumerConnection(

@@ -20,7 +20,7 @@ from daemon.broker.processors import fail
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
-from daemon.remoting.limits import WarningGate
+from daemon.remoting.limits import WarningGate, shown
 from store import fastjson
 from store.names import MAX_GROUP_LENGTH, MAX_TOPIC_LENGTH, NAME_CHARS, legal_name
 
@@ -41,11 +41,6 @@ def _memory_bytes() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 8 << 30
-
-
-def _shown(name: str) -> str:
-    """A name as a remark shows it: its first 64 characters (a refused one may be 100 KB)."""
-    return name if len(name) <= 64 else f"{name[:64]}... ({len(name)} characters)"
 
 
 def processors(broker: BrokerContext) -> dict[int, Processor]:
@@ -109,7 +104,7 @@ class OffsetProcessor:
         if not exists and (not legal_name(group) or len(group) > MAX_GROUP_LENGTH):
             return (
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"consumer group {_shown(group)} must be 1 to {MAX_GROUP_LENGTH} characters of {NAME_CHARS}",
+                f"consumer group {shown(group)} must be 1 to {MAX_GROUP_LENGTH} characters of {NAME_CHARS}",
             )
         config = broker.topics.get(topic)
         if config is None:
@@ -119,7 +114,7 @@ class OffsetProcessor:
             named = legal_name(topic) and len(topic) <= MAX_TOPIC_LENGTH
             if replica and exists and named and broker.creation_refusal(conn, f"topic {topic}") is None:
                 return None
-            return ResponseCode.TOPIC_NOT_EXIST, f"topic[{_shown(topic)}] not exist, apply first please!"
+            return ResponseCode.TOPIC_NOT_EXIST, f"topic[{shown(topic)}] not exist, apply first please!"
         if not 0 <= h.queue_id < max(config.read_queue_nums, config.write_queue_nums):
             return (
                 ResponseCode.SYSTEM_ERROR,
