@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from store.checkpoint import DamagedCopy, StoreCheckpoint, damaged_copies, read_incarnations, store_identity
+from store.clock import SystemClock
 from store.commitlog import CommitLog, RecordWalk
 from store.config import StoreConfig
+from store.config_files import TopicConfigFile
 from store.consumequeue import ConsumeQueue, unit_tags_code
 from store.dledger import BODY_OFFSET, DATA_DIR, INDEX_DIR, INDEX_FILE_SIZE
 from store.dledger_commitlog import DLedgerCommitLog
@@ -725,6 +727,8 @@ class _LogPhase:
     set_aside_found: list[int]  # ... of them, those still in the CommitLog
     held_back: int = 0  # records past a slave's replica mark, without a unit until checked
     held_from: int = -1  # where they start
+    #: Records without a unit of topics deleted (no ConsumeQueue, no config): topic -> records.
+    deleted: dict[str, int] = field(default_factory=dict)
 
 
 def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | None) -> _LogPhase:
@@ -854,10 +858,16 @@ def _verify_queues(lay: Layout, phase: _LogPhase, problems: _Problems) -> tuple[
                     )
     orphans = 0
     held = phase.held_from = _held_back(lay, records)
+    configured = _configured_topics(lay)
+    with_queues = {topic for topic, _ in queues}
     for phys, rec in records.items():
         if rec.in_queue and not rec.has_unit:
             if phys >= held:
                 phase.held_back += 1
+                continue
+            if configured is not None and rec.topic not in configured and rec.topic not in with_queues:
+                # a topic deleted (its units and config gone), its records left until the log is cleaned
+                phase.deleted[rec.topic] = phase.deleted.get(rec.topic, 0) + 1
                 continue
             orphans += 1
             problems.add(
@@ -865,6 +875,20 @@ def _verify_queues(lay: Layout, phase: _LogPhase, problems: _Problems) -> tuple[
                 f"record at {phys} ({rec.topic}/{rec.queue_id} offset {rec.queue_offset}) has no unit",
             )
     return len(queues), units, before, orphans
+
+
+def _configured_topics(lay: Layout) -> set[str] | None:
+    """The topics ``config/topics.json`` (with its journal) holds, None when it cannot tell: no file (a
+    store copied without its config) or none readable. Only then is a topic without units deleted."""
+    path = os.path.join(lay.config().config_dir, "topics.json")
+    if not any(os.path.exists(p) for p in (path, path + ".bak", path + ".journal")):
+        return None
+    topics = TopicConfigFile(path, SystemClock(), read_only=True)
+    try:
+        topics.load()
+    except (StoreError, OSError):
+        return None
+    return set(topics.table)
 
 
 def _held_back(lay: Layout, records: dict[int, _Rec]) -> int:
@@ -972,6 +996,7 @@ def verify(
         problems.listed,
         found - len(problems.listed),
         [f"{n} stale index entries (point {where})" for where, n in stale.items()]
+        + [f"records of deleted topic {topic}: {n}" for topic, n in sorted(phase.deleted.items())]
         + (
             [
                 f"{phase.held_back} records past the replica mark at offset {phase.held_from} have no "

@@ -184,6 +184,27 @@ class FileMapping:
             finally:
                 os.close(fd)
 
+    @contextlib.contextmanager
+    def _seek_descriptor(self) -> Iterator[int | None]:
+        """A descriptor to ``lseek`` through: the one kept, or one opened read-only for the call (a
+        read-only mapping keeps none: without one, ``data_ranges`` read a 1 GiB pre-allocated file whole);
+        None once the mapping is closed or the file gone."""
+        with self._fd_lock:
+            if self._fd is not None:
+                yield self._fd
+                return
+            fd: int | None = None
+            if not self.mm.closed:
+                try:
+                    fd = os.open(self.path, os.O_RDONLY)
+                except OSError:
+                    fd = None  # (destroyed: unlinked)
+            try:
+                yield fd
+            finally:
+                if fd is not None:
+                    os.close(fd)
+
     def sync(self) -> None:
         """``fdatasync``: writes back the mapping's dirty pages like ``msync``, but releases the GIL
         for the disk wait (``mmap.flush`` does not), so appenders keep running and group commit works.
@@ -233,7 +254,7 @@ class FileMapping:
         zeros) are left out where the file system reports them (``SEEK_DATA``/``SEEK_HOLE``, which
         count dirty pages of the mapping as data); elsewhere the whole range."""
         ranges: list[tuple[int, int]] = []
-        with self._descriptor() as fd:
+        with self._seek_descriptor() as fd:
             pos = start
             while pos < end:
                 if fd is None or not hasattr(os, "SEEK_DATA"):

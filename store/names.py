@@ -18,6 +18,20 @@ NAME_CHARS: Final = "^[%|a-zA-Z0-9_-]+$"
 _NAME_CHARS: Final = re.compile(NAME_CHARS[1:-1])
 
 
+#: The most read or write queues a topic may have (docs/operations.md §queue-counts): far above any
+#: topic a RocketMQ operator runs (the broker's own largest, BenchmarkTest, has 1,024), low enough that a
+#: loop or table over a topic's queues stays small. 4.9.8 and 5.x check no bound at all.
+MAX_QUEUE_NUMS: Final = 16384
+
+
+def queue_nums_problem(read_queue_nums: int, write_queue_nums: int) -> str | None:
+    """Why a topic's queue counts are refused (a count below 1 or above :data:`MAX_QUEUE_NUMS`), or None."""
+    for what, n in (("readQueueNums", read_queue_nums), ("writeQueueNums", write_queue_nums)):
+        if not 1 <= n <= MAX_QUEUE_NUMS:
+            return f"{what} {n} is out of range: a topic has 1 to {MAX_QUEUE_NUMS} queues"
+    return None
+
+
 def legal_name(name: str) -> bool:
     """Whether every character of ``name`` (not blank) is one topic and group names may have: a whole
     match, as Java's ``matches()`` ("a\\n" is refused; a ``^...$`` search would take it)."""

@@ -116,7 +116,7 @@ from store.message import (
     StoredMessage,
 )
 from store.models import DataVersion, TopicConfig
-from store.names import DLEDGER_TERM_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
+from store.names import DLEDGER_TERM_TOPIC, MAX_QUEUE_NUMS, SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 from store.quarantine import list_quarantines
 from store.results import PutResult
 from store.words import plural
@@ -1071,7 +1071,8 @@ class Broker:
         config = self.topics.get(topic)
         if config is None or (topic in self._derived_topics and queue_id >= config.read_queue_nums):
             with self._unconfigured_lock:
-                self._unconfigured[topic] = max(self._unconfigured.get(topic, 0), queue_id + 1)
+                queues = min(queue_id + 1, MAX_QUEUE_NUMS)  # (a foreign master's queue id: unbounded)
+                self._unconfigured[topic] = max(self._unconfigured.get(topic, 0), queues)
 
     def _derive_replicated_topics(self) -> None:
         """A slave serves what it holds: a replicated topic without a config (the master was down at each
@@ -1159,6 +1160,7 @@ class Broker:
             self.groups.refuse = self.creation_refusal
             self.groups.persist_created = self.persist_groups.request
             self.offsets = configs.consumer_offsets
+            self.topics.clamp_queue_counts()  # (a table written before creations checked them)
             self.topics.create_system_topics()
             self.groups.create_builtin_groups()
             self.topics.on_change = self.schedule_register

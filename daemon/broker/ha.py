@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.broker.headers import DAMAGED_FIELD, UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
+from daemon.broker.managers.topics import clamp_queue_counts
 from daemon.lifecycle import cancel_tasks, supervise
 from daemon.protect import budget_host, is_loopback
 from daemon.remoting.bodies import KVTable
@@ -58,6 +59,7 @@ from store.config_files import (
     ConsumerOffsetManager,
     DelayOffsetManager,
     JsonConfigFile,
+    TopicConfigFile,
 )
 from store.ha import (
     DESCRIBE,
@@ -1920,4 +1922,8 @@ def _apply(manager: JsonConfigFile, data: dict[str, object]) -> bool:
     with manager.lock:
         before_encoded = manager.encode()
         manager.decode(data)
-        return manager.encode() != before_encoded
+        clamped = clamp_queue_counts(manager.table) if isinstance(manager, TopicConfigFile) else []
+        changed = manager.encode() != before_encoded
+    if clamped and changed:
+        log.error("the master's topics hold queue counts out of range; clamped here: %s", "; ".join(clamped))
+    return changed

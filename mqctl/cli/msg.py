@@ -230,6 +230,7 @@ def send(
     A topic that does not exist is auto-created by brokers with autoCreateTopicEnable, as for RocketMQ's
     producers, and a line on stderr says so; --no-create refuses it (exit 3)."""
     from mqctl.services.messages import message_properties, send_message
+    from mqctl.services.timers import held
 
     deliver_ms = _deliver_ms(deliver_at, delay, delay_level)
     props = message_properties(
@@ -268,6 +269,18 @@ def send(
         )
         if result.auto_created:
             _say_auto_created(topic, result.broker)
+        answer = await held(admin, result)
+        if answer.held_by is not None:
+            from mqctl.output import printable, stderr_console
+            from mqctl.units import when
+
+            until = when(answer.deliver_time_ms) if answer.deliver_time_ms else "its delay level falls due"
+            stderr_console().print(
+                f"mqctl: held in {answer.held_by} until {until}: msg_id and queue_offset are that record's, as "
+                f"RocketMQ answers; once delivered, find it with 'mqctl msg query -t {printable(topic)} --id "
+                f"{answer.unique_key}'",
+                markup=False,
+            )
         if result.status in _STORED_BUT:
             from mqctl.output import stderr_console
 
@@ -277,7 +290,7 @@ def send(
                 style="yellow",
                 markup=False,
             )
-        return result
+        return answer
 
     online(sent, changes=True)
 

@@ -59,6 +59,7 @@ from store import (
     AUTO_CREATE_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
     INTERNAL_TOPIC_PREFIX,
+    MAX_QUEUE_NUMS,
     NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_CONSUME_START_TIMESTAMP,
@@ -333,7 +334,8 @@ def queues(route: TopicRouteData, *, write: bool) -> list[QueueRef]:
         addr = masters.get(q.broker_name)
         if addr is None or not q.perm & perm:
             continue
-        count = q.write_queue_nums if write else q.read_queue_nums
+        # (a route from a broker that does not check counts may say billions: none has more than the max)
+        count = min(q.write_queue_nums if write else q.read_queue_nums, MAX_QUEUE_NUMS)
         out.extend(QueueRef(q.broker_name, addr, i) for i in range(count))
     return out
 

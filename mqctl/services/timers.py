@@ -6,14 +6,56 @@ Each master reports its backlog in GET_BROKER_RUNTIME_INFO (mqctl's broker adds 
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import TypedDict
 
 from daemon.broker.timer import PENDING_KEY_PREFIX
+from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
+from mqctl.errors import MqctlError
 from mqctl.output import Rows
 from mqctl.services.cluster import brokers
 from mqctl.services.fanout import each_broker
+from mqctl.services.messages import Sent
 from mqctl.units import when
+from store import SCHEDULE_TOPIC, TIMER_TOPIC, StoreError, decode_msg_id
+
+
+@dataclass
+class HeldSent(Sent):
+    """``msg send``'s answer. A message the broker holds until it falls due (a timer or a delay level) is
+    stored first in ``held_by``, the timer's or the delay levels' topic: ``msg_id`` and ``queue_offset``
+    are that record's, as 4.9.8 and 5.x answer (``queue_id`` is the one the send asked for); the copy
+    delivered to ``topic`` once due is found by ``unique_key`` (docs/json-fields.md §messages)."""
+
+    held_by: str | None = None
+
+
+async def held(admin: Admin, sent: Sent) -> HeldSent:
+    """``sent`` with ``held_by``: the topic of the record ``msg_id`` names when it is the timer's or the
+    delay levels' (one VIEW_MESSAGE_BY_ID; a send due already is stored in its topic at once). When the
+    record cannot be read, what the send asked for tells: a delay level, or a delivery time still ahead."""
+    holder: str | None = None
+    if sent.delay_level or sent.deliver_time_ms:
+        from mqctl.admin.messaging import view
+        from mqctl.services.topics import route_masters
+
+        stored: str | None = None
+        try:
+            addr = route_masters(await admin.topic_route(sent.topic)).get(sent.broker)
+            if addr is not None:
+                stored = (await view(admin, addr, decode_msg_id(sent.msg_id)[1])).topic
+        except (MqctlError, RemotingError, StoreError, OSError, ValueError):
+            stored = None
+        if stored is not None:
+            holder = stored if stored in (TIMER_TOPIC, SCHEDULE_TOPIC) else None
+        elif sent.delay_level:
+            holder = SCHEDULE_TOPIC
+        elif sent.deliver_time_ms > time.time() * 1000:
+            holder = TIMER_TOPIC
+    fields = {f: getattr(sent, f) for f in Sent.__dataclass_fields__}
+    return HeldSent(**fields, held_by=holder)
 
 
 class TimerBacklog(TypedDict):

@@ -21,7 +21,7 @@ from mqctl.output import Rows
 from mqctl.services.cluster import brokers
 from mqctl.services.fanout import each_broker, gather_limited
 from mqctl.units import plural, when
-from store import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, system_topic
+from store import DLQ_GROUP_TOPIC_PREFIX, MAX_QUEUE_NUMS, RETRY_GROUP_TOPIC_PREFIX, system_topic
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,14 @@ class TopicSpec:
     attribute_changes: str | None = None
     #: the 5.x attributes the topic should have, all of them (a metadata file's); None: as they are
     attributes: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        """The broker's queue-count rule, said before anything is sent (docs/operations.md §queue-counts)."""
+        for what, n in (("read_queues", self.read_queues), ("write_queues", self.write_queues)):
+            if n is not None and not (isinstance(n, int) and 1 <= n <= MAX_QUEUE_NUMS):
+                raise UsageError(
+                    f"topic {self.name!r}: {what} {n!r} is out of range: a topic has 1 to {MAX_QUEUE_NUMS} queues"
+                )
 
     def apply_to(self, current: TopicConfig | None) -> TopicConfig:
         base = current or TopicConfig(self.name, read_queue_nums=8, write_queue_nums=8)
@@ -593,6 +601,15 @@ async def topic_offsets(admin: Admin, addr: str, topic: str, read_queues: int) -
     have = {mq.queue_id for mq in stats.offset_table}
     if len(have) >= read_queues:
         return stats
+    if read_queues > MAX_QUEUE_NUMS:  # (a broker that does not check counts; each queue is three requests)
+        log.warning(
+            "%s reports %d read queues of topic %s, more than any topic may have: queues from %d on are not read",
+            addr,
+            read_queues,
+            topic,
+            MAX_QUEUE_NUMS,
+        )
+        read_queues = MAX_QUEUE_NUMS
     from mqctl.admin.messaging import pull
 
     name = next((mq.broker_name for mq in stats.offset_table), "")

@@ -70,6 +70,21 @@ def test_send_with_a_delay_is_listed_pending_until_due(
 def test_a_send_past_due_is_stored_in_its_topic(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
     sent = ok(mq("msg", "send", "-t", "TmPast", "--deliver-at", "-1m", "x", "-o", "json"))
     assert parked_topic(daemons, sent["msg_id"]) == "TmPast"
+    assert sent["held_by"] is None
+
+
+def test_a_held_send_says_its_position_is_the_timers(
+    mq: Callable[..., CliResult], daemons: LocalCluster
+) -> None:
+    """A timer put is answered with the timer record's id and offset (as 5.x answers it): the result says
+    where it is held and how to find the delivered message, not a position in its topic."""
+    result = mq("msg", "send", "-t", "TmHeld", "--delay", "1h", "later", "-o", "json")
+    sent = ok(result)
+    assert sent["held_by"] == TIMER_TOPIC == parked_topic(daemons, sent["msg_id"])
+    assert f"held in {TIMER_TOPIC} until {sent['deliver_time']}" in result.stderr
+    assert f"msg query -t TmHeld --id {sent['unique_key']}" in result.stderr
+    table = mq("msg", "send", "-t", "TmHeld", "--delay-level", "3", "later")
+    assert table.code == 0 and "SCHEDULE_TOPIC_XXXX" in table.stdout + table.stderr
 
 
 def test_a_message_without_a_delivery_time_goes_at_once(mq: Callable[..., CliResult]) -> None:

@@ -11,8 +11,9 @@ import pytest
 
 from store.engine import DefaultMessageStore
 from store.indexfile import HASH_SLOT_SIZE, HUGE_PAGE, IndexFile
-from store.mapped_file import MappedFileQueue
+from store.mapped_file import MappedFile, MappedFileQueue
 from store.message import Message
+from store.quarantine import data_end
 from tests.support.stores import small_config
 
 SIZE = 1024 * 1024
@@ -38,6 +39,26 @@ def test_truncation_zeroes_written_bytes_past_the_cut_and_skips_holes(tmp_path: 
     queue.flush()
     assert _allocated(Path(mf.path)) <= 2 * 4096  # the holes in between were left alone
     queue.close()
+
+
+def test_a_read_only_file_finds_its_data_end_through_the_holes(tmp_path: Path) -> None:
+    """``store verify`` opens files read-only: the end of their data comes from SEEK_DATA/SEEK_HOLE, not
+    from reading the whole pre-allocated file (with no descriptor kept, it read every byte)."""
+    queue = MappedFileQueue(str(tmp_path / "q"), SIZE, prepare_chunk=4096)
+    mf = queue.last_file_for_append()
+    if _allocated(Path(mf.path)) >= SIZE:
+        pytest.skip("the file system does not keep files sparse")
+    mf.mm[0:200] = b"\x01" * 200
+    mf.mm[600_000:600_020] = b"\x02" * 20
+    queue.flush()
+    queue.close()
+    reader = MappedFile(mf.path, SIZE, read_only=True)
+    try:
+        assert reader.data_ranges(0, SIZE) == [(0, 4096), (598_016, 602_112)]
+        assert data_end(reader, 0) == 600_020
+    finally:
+        reader.close()
+    assert reader.data_ranges(0, SIZE) == [(0, SIZE)]  # closed: no descriptor, the whole range
 
 
 @pytest.mark.parametrize("keep_fd", [True, False])

@@ -8,8 +8,9 @@ store's manager, and calls `on_change` so the broker re-registers with the NameS
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 
 from daemon.broker.config import BrokerConfig
 from daemon.remoting.bodies import TableText, TopicConfigSerializeWrapper
@@ -20,6 +21,7 @@ from store.names import (
     AUTO_CREATE_TOPIC,
     BENCHMARK_TOPIC,
     DLEDGER_TERM_TOPIC,
+    MAX_QUEUE_NUMS,
     MAX_TOPIC_LENGTH,
     NAME_CHARS,
     OFFSET_MOVED_EVENT,
@@ -65,6 +67,32 @@ def topic_problem(topic: str) -> str | None:
             _valid.clear()
         _valid.add(topic)
     return problem
+
+
+def clamp_queue_counts(table: MutableMapping[str, TopicConfig]) -> list[str]:
+    """Bring every queue count of ``table`` into 0..MAX_QUEUE_NUMS, replacing the entries changed; the
+    changes, as "topic (readQueueNums 99999999999 -> 16384)". A table written before creation checked the
+    counts, or a master that does not, may hold one in the billions, which each loop over the topic's
+    queues would take: clamped, not refused, as one topic's count must not keep the others from being
+    served. A 0 (a topic whose writes were stopped with ``-w 0``, which 4.9.8 took) serves no queue and is
+    kept (docs/operations.md §queue-counts)."""
+    changes = []
+    for name, config in list(table.items()):
+        read = min(max(config.read_queue_nums, 0), MAX_QUEUE_NUMS)
+        write = min(max(config.write_queue_nums, 0), MAX_QUEUE_NUMS)
+        if (read, write) == (config.read_queue_nums, config.write_queue_nums):
+            continue
+        table[name] = dataclasses.replace(config, read_queue_nums=read, write_queue_nums=write)
+        moved = [
+            f"{what} {old} -> {new}"
+            for what, old, new in (
+                ("readQueueNums", config.read_queue_nums, read),
+                ("writeQueueNums", config.write_queue_nums, write),
+            )
+            if old != new
+        ]
+        changes.append(f"{name} ({', '.join(moved)})")
+    return changes
 
 
 class TopicConfigManager:
@@ -119,6 +147,23 @@ class TopicConfigManager:
                 self.table.setdefault(name, TopicConfig(name, queues, queues, perm))
             self.file.generation += 1
         self.file.persist()
+
+    def clamp_queue_counts(self) -> list[str]:
+        """:func:`clamp_queue_counts` over the table loaded at start, persisted and logged at ERROR."""
+        with self.file.lock:
+            changes = clamp_queue_counts(self.table)
+            if changes:
+                self.file.data_version.next_version(self.file.clock.now_ms())
+                self.file.generation += 1
+        if changes:
+            self.file.persist()
+            log.error(
+                "%s holds queue counts out of range (0 to %d); clamped: %s",
+                self.file.path,
+                MAX_QUEUE_NUMS,
+                "; ".join(changes),
+            )
+        return changes
 
     def recreate_lost_topics(self, queue_table: Mapping[tuple[str, int], int]) -> list[str]:
         """Give a config back to every topic the store holds messages of but the table lacks (topics.json
@@ -217,7 +262,7 @@ class TopicConfigManager:
                 return None
             if default_topic == AUTO_CREATE_TOPIC and not self.config.auto_create_topic_enable:
                 return None
-            nums = max(1, min(queue_nums, template.write_queue_nums))
+            nums = max(1, min(queue_nums, template.write_queue_nums, MAX_QUEUE_NUMS))
             config = TopicConfig(
                 topic,
                 nums,
@@ -239,6 +284,7 @@ class TopicConfigManager:
             existing = self.table.get(topic)
             if existing is not None:
                 return existing
+            queue_nums = max(1, min(queue_nums, MAX_QUEUE_NUMS))  # (a group's retryQueueNums is unchecked)
             config = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag)
             self.file.update(config, persist=False)
         log.info("created topic %s with %d queues", topic, queue_nums)

@@ -70,6 +70,7 @@ from store.names import (
     SCHEDULE_TOPIC,
     TRANS_OP_HALF_TOPIC,
     new_group_problem,
+    queue_nums_problem,
 )
 from store.record import decode_msg_id
 
@@ -154,6 +155,10 @@ class AdminProcessor:
         if h.topic_filter_type not in ("SINGLE_TAG", "MULTI_TAG"):  # 4.9.8's header check: TopicFilterType
             raise system_error(f"topicFilterType = [{h.topic_filter_type}] value invalid")
         self._check_topic(h.topic)
+        # (4.9.8 checks no count: a count of billions made every per-queue loop of the broker freeze it)
+        problem = queue_nums_problem(h.read_queue_nums, h.write_queue_nums)
+        if problem is not None:
+            raise system_error(f"topic[{h.topic}]: {problem}")
         old = self.broker.topics.get(h.topic)
         extra = dict(old.extra) if old is not None else {}  # (a 5.x table's properties kept)
         try:

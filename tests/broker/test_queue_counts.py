@@ -1,0 +1,80 @@
+"""Queue counts are bounded (docs/operations.md §queue-counts): refused at creation, clamped where a table
+already holds one out of range (a store written before the check, a master that does not check)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon.broker.ha import _apply
+from daemon.broker.headers import CreateTopicRequestHeader
+from daemon.broker.managers.topics import clamp_queue_counts
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from store import fastjson
+from store.clock import SystemClock
+from store.config_files import TopicConfigFile
+from store.models import TopicConfig
+from store.names import MAX_QUEUE_NUMS
+from tests.support.broker import BrokerHandle, start_broker
+
+
+def _create(name: str, read: int, write: int) -> dict[str, str]:
+    return CreateTopicRequestHeader(name, "TBW102", read, write, 6, "SINGLE_TAG").to_ext_fields()
+
+
+async def test_creation_refuses_counts_below_one_or_above_the_max(broker: BrokerHandle) -> None:
+    for read, write in ((99999999999, 8), (8, 2147483648), (-3, 8), (8, 0), (MAX_QUEUE_NUMS + 1, 1)):
+        answer = await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create("Big", read, write))
+        assert answer.code == ResponseCode.SYSTEM_ERROR, (read, write)
+        assert "out of range: a topic has 1 to" in (answer.remark or "")
+        assert broker.broker.topics.get("Big") is None
+    fine = await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create("Big", MAX_QUEUE_NUMS, 1))
+    assert fine.code == ResponseCode.SUCCESS
+    assert broker.broker.topics.get("Big").read_queue_nums == MAX_QUEUE_NUMS  # type: ignore[union-attr]
+
+
+def test_clamping_replaces_only_the_entries_out_of_range() -> None:
+    kept = TopicConfig("Kept", 8, 0)  # writes stopped with -w 0, which 4.9.8 took: kept
+    table = {"Kept": kept, "Huge": TopicConfig("Huge", 99999999999, 8), "Neg": TopicConfig("Neg", -3, 4)}
+    changes = clamp_queue_counts(table)
+    assert changes == [
+        f"Huge (readQueueNums 99999999999 -> {MAX_QUEUE_NUMS})",
+        "Neg (readQueueNums -3 -> 0)",
+    ]
+    assert table["Kept"] is kept
+    assert (table["Huge"].read_queue_nums, table["Huge"].write_queue_nums) == (MAX_QUEUE_NUMS, 8)
+    assert table["Neg"].read_queue_nums == 0
+
+
+def test_a_slave_takes_its_masters_table_with_counts_clamped() -> None:
+    mine = TopicConfigFile(None, SystemClock())
+    data = {
+        "dataVersion": {"counter": 3, "timestamp": 1},
+        "topicConfigTable": {"T": TopicConfig("T", 2147483648, 4).to_json(), "U": TopicConfig("U").to_json()},
+    }
+    assert _apply(mine, data)
+    assert mine.table["T"].read_queue_nums == MAX_QUEUE_NUMS and mine.table["T"].write_queue_nums == 4
+    assert mine.table["U"] == TopicConfig("U")
+    assert not _apply(mine, data)  # the same table again: no change (no ERROR every sync)
+
+
+async def test_a_stored_count_out_of_range_is_clamped_at_start(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    b = await start_broker(root)
+    await b.stop()
+    path = root / "config" / "topics.json"
+    data = fastjson.loads(path.read_text())
+    data["topicConfigTable"]["Old"] = TopicConfig("Old", 99999999999, 2147483648).to_file_json()
+    path.write_bytes(fastjson.dumps(data))
+    b = await start_broker(root)
+    client = RemotingClient()
+    try:
+        old = b.topics.get("Old")
+        assert old is not None and (old.read_queue_nums, old.write_queue_nums) == (MAX_QUEUE_NUMS,) * 2
+        handle = BrokerHandle(b.addr, client, b)
+        stats = await handle.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "G1", "topic": "Old"})
+        assert stats.code == ResponseCode.SUCCESS
+    finally:
+        await client.close()
+        await b.stop()
+    assert f'"readQueueNums":{MAX_QUEUE_NUMS}' in path.read_text().replace(" ", "")

@@ -1,0 +1,73 @@
+"""Queue counts out of range (docs/operations.md §queue-counts): refused before anything is sent, and never
+read queue by queue past the maximum when a broker reports more."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from daemon.broker.bodies import MessageQueue, TopicOffset, TopicStatsTable
+from daemon.remoting.bodies import BrokerData, QueueData, TopicRouteData
+from mqctl.admin.client import Admin
+from mqctl.errors import UsageError
+from mqctl.services.messages import queues
+from mqctl.services.topics import topic_offsets
+from store import MAX_QUEUE_NUMS
+from tests.support.cli import RunCli
+
+#: Nothing listens there: a refusal said before connecting is all these runs can give.
+NOWHERE = {"NAMESRV_ADDR": "127.0.0.1:9"}
+
+
+def test_topic_commands_refuse_counts_out_of_range_before_sending(cli: RunCli, tmp_path: Path) -> None:
+    listed = tmp_path / "t.yaml"
+    listed.write_text("- {name: T, read_queues: -3}\n")
+    metadata = tmp_path / "m.yaml"
+    metadata.write_text("kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: T, read_queues: 99999999999}\n")
+    for args, why in (
+        (("topic", "create", "-t", "T", "-r", "99999999999"), "read_queues 99999999999 is out of range"),
+        (("topic", "update", "-t", "D1", "-w", "2147483648", "--yes"), "write_queues 2147483648 is out"),
+        (("topic", "apply", "-f", str(listed), "--execute"), "read_queues -3 is out of range"),
+        (("apply", "-f", str(metadata)), "read_queues 99999999999 is out of range"),
+    ):
+        refused = cli(*args, env=NOWHERE)
+        assert refused.code == UsageError.exit_code, (args, refused.stderr)
+        assert why in refused.stderr and len(refused.stderr.splitlines()) == 1, refused.stderr
+
+
+class _Broker:
+    """A broker that does not check counts: it reports read queues by the billion, written ones by eight."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    async def topic_stats(self, addr: str, topic: str) -> TopicStatsTable:
+        return TopicStatsTable({MessageQueue(topic, "b", q): TopicOffset(0, 1, 0) for q in range(8)})
+
+    async def min_offset(self, addr: str, topic: str, queue_id: int) -> int:
+        self.asked.append(queue_id)
+        return 0
+
+    async def max_offset(self, addr: str, topic: str, queue_id: int) -> int:
+        return 0
+
+
+async def test_a_broker_reporting_billions_of_queues_is_read_up_to_the_max(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broker = _Broker()
+    with caplog.at_level(logging.WARNING):
+        stats = await topic_offsets(cast(Admin, broker), "b:1", "T", 99999999999)
+    assert len(stats.offset_table) == MAX_QUEUE_NUMS and max(broker.asked) == MAX_QUEUE_NUMS - 1
+    assert "reports 99999999999 read queues of topic T" in caplog.text
+
+
+def test_a_route_reporting_billions_of_queues_lists_at_most_the_max() -> None:
+    route = TopicRouteData(
+        queue_datas=[QueueData("b", 99999999999, 2147483648, 6, 0)],
+        broker_datas=[BrokerData("c", "b", {0: "b:1"})],
+    )
+    assert len(queues(route, write=True)) == len(queues(route, write=False)) == MAX_QUEUE_NUMS
