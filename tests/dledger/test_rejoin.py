@@ -38,6 +38,10 @@ from tests.support.waiting import wait_until
 #: Sends made to the leader left alone (none reaches a majority): most make the tail it rejoins with.
 LONE = 2000
 FAST = {"heart_beat_time_interval_ms": 200, "max_heart_beat_leak": 3, "max_wait_ack_time_ms": 1000}
+#: FAST's heartbeats with a loaded host's patience, for a test that needs the leader it elected to keep
+#: leading and each send acknowledged: a follower stands after twenty missed heartbeats (a loop held that
+#: long by the host is no dead leader), and a send waits a minute for its quorum rather than a second.
+STEADY = {"max_heart_beat_leak": 20, "max_wait_ack_time_ms": 60_000}
 
 
 def members(tmp_path: Path) -> list[dict[str, Any]]:
