@@ -20,7 +20,16 @@ from daemon.remoting.codes import ResponseCode
 from store.engine import DefaultMessageStore
 from store.quarantine import list_quarantines
 from tests.broker.test_ha import pull_all
-from tests.dledger.test_rejoin import dispatched, elected, leader_of, led, members, running, stop_followers
+from tests.dledger.test_rejoin import (
+    commit_known,
+    dispatched,
+    elected,
+    leader_of,
+    led,
+    members,
+    running,
+    stop_followers,
+)
 from tests.support.broker import BrokerClient, start_broker
 from tests.support.waiting import wait_until
 
@@ -101,7 +110,7 @@ async def test_a_damaged_uncommitted_tail_is_cut_on_rejoin_and_what_replaces_it_
     async with running(keys) as (brokers, client):
         old, on_old = await led(brokers, client, "D", 3)
         assert old.dledger is not None
-        await asyncio.sleep(1.5)  # the followers learn the last commit index (idle commit pushes)
+        await commit_known(brokers, old)  # (idle commit pushes)
         followers = await stop_followers(brokers, old)
         damaged_index = old.dledger.log.last_index + 1
         lone = await asyncio.gather(*(on_old.send("D", f"lone-{i}".encode(), queue_id=0) for i in range(10)))

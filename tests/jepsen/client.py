@@ -329,7 +329,7 @@ async def read_topic(client: RemotingClient, addr: str, topic: str, queues: int)
 
 
 async def settled(
-    history: History, client: RemotingClient, addr: str, topic: str, queues: int, timeout: float = 20.0
+    history: History, client: RemotingClient, addr: str, topic: str, queues: int, timeout: float = 60.0
 ) -> CheckResult:
     """The history so far against everything ``addr`` serves of ``topic``, once it serves every
     acknowledged message (replication and dispatch run in their own time), or the last check after

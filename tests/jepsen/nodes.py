@@ -73,20 +73,26 @@ class Node:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=log)
 
-    async def ready(self, client: RemotingClient, timeout: float = 30.0) -> None:
+    async def ready(self, client: RemotingClient, timeout: float = 120.0) -> None:
+        """Wait until the broker answers (it must not exit meanwhile). Patient: a process started on a
+        loaded host takes many times its quiet start to import, open its store and bind, and a request
+        to a loop still busy starting is answered late rather than not at all."""
+
         async def answers() -> bool:
             assert self.proc is not None and self.proc.poll() is None, (
                 f"{self.name} exited:\n{self.log_tail()}"
             )
             try:
                 r = await client.invoke(
-                    self.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 1.0
+                    self.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 10.0
                 )
             except Exception:
                 return False
             return r.code == ResponseCode.SUCCESS
 
-        await wait_until(answers, timeout)
+        await wait_until(
+            answers, timeout, lambda: f"{self.name} ({self.addr}) never answered:\n{self.log_tail()}"
+        )
         # another process on this port (free_port races with the machine's other tests) would answer too
         assert self.proc is not None and ("127.0.0.1", self.port) in listening(self.proc.pid), (
             f"{self.name} does not listen on {self.addr}:\n{self.log_tail()}"

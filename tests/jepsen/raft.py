@@ -112,8 +112,9 @@ class RaftGroup(Run):
         group = ClusterInfo.loads(r.body).broker_addr_table.get(GROUP)
         return None if group is None else group.master_addr()
 
-    async def leader(self, *, other_than: int | None = None, timeout: float = 30.0) -> int:
-        """Wait for a leader (other than ``other_than``) that the NameServer lists as the master."""
+    async def leader(self, *, other_than: int | None = None, timeout: float = 60.0) -> int:
+        """Wait for a leader (other than ``other_than``) that the NameServer lists as the master; a failure
+        shows the :meth:`evidence`."""
         found: list[int] = []
 
         async def elected() -> bool:
@@ -125,7 +126,7 @@ class RaftGroup(Run):
             found[:] = [i]
             return True
 
-        await wait_until(elected, timeout)
+        await wait_until(elected, timeout, self.evidence)
         return found[0]
 
     async def settled(self, i: int) -> CheckResult:
@@ -206,7 +207,7 @@ async def raft_group(
             async def routed() -> bool:
                 return await master_of(run.client, run.namesrv, TOPIC) == nodes[leader].addr
 
-            await wait_until(routed)
+            await wait_until(routed, 60, g.evidence)
 
             def every_member_votes() -> bool:
                 return all(f"[{node.name}] votes:" in node.log_tail(10**7) for node in nodes)
