@@ -136,6 +136,9 @@ class DLedgerLog:
         self._committed = -1
         self._committed_pos = 0
         self._checkpointed: tuple[int, int] | None = None
+        #: one writer of the checkpoint at a time (the flush thread's and close's share its .tmp file); not
+        #: ``_lock``, which the loop's appends take: they need not wait for the checkpoint's fsync
+        self._checkpoint_lock = threading.Lock()
         self._checkpoint_ms = 0
         #: (leader) the entries appended lately, as written: each is read back at once to push it to the
         #: followers, and a push must not need the files (cleared wherever entries are cut)
@@ -733,11 +736,12 @@ class DLedgerLog:
 
     def persist_checkpoint(self) -> None:
         """``DLedgerMmapFileStore#persistCheckPoint`` (skipped when nothing changed since the last one)."""
-        state = (self._last, self._committed)
-        if self.read_only or state == self._checkpointed:
-            return
-        write_small_file(os.path.join(self.directory, CHECKPOINT_FILE), encode_checkpoint(*state))
-        self._checkpointed = state
+        with self._checkpoint_lock:
+            state = (self._last, self._committed)
+            if self.read_only or state == self._checkpointed:
+                return
+            write_small_file(os.path.join(self.directory, CHECKPOINT_FILE), encode_checkpoint(*state))
+            self._checkpointed = state
 
     def close(self) -> None:
         with self._lock:

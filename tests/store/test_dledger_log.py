@@ -350,3 +350,32 @@ def test_a_leader_that_keeps_nothing_serves_its_entries_and_commits_from_its_fil
     assert [bare.get(i) for i in range(5)] == [kept.get(i) for i in range(5)]
     assert (bare.committed_index, bare.committed_pos) == (kept.committed_index, kept.committed_pos)
     assert bare.raw_entries(0, 5, 1 << 20) == kept.raw_entries(0, 5, 1 << 20)
+
+
+def test_checkpoint_writers_take_turns(tmp_path: Path) -> None:
+    """The flush thread's checkpoint and close's (or another flush's) write the same ``.tmp`` file: two at
+    once lost a rename (FileNotFoundError, 'consume queue flush failed'). Each write is one at a time."""
+    import threading
+
+    log_ = _open(tmp_path)
+    _fill(log_, 40)
+    failures: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def writer(parity: int) -> None:
+        start.wait()
+        for i in range(parity, 40, 2):
+            try:
+                log_.set_committed(i)
+                log_.persist_checkpoint()
+            except BaseException as exc:  # the race's FileNotFoundError, from either thread
+                failures.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(p,)) for p in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    log_.close()
+    assert (tmp_path / "dledger-n0" / "checkpoint").read_text() == "endIndex=39\ncommittedIndex=39\n"
