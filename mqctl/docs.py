@@ -7,8 +7,6 @@ fails when the committed files differ, so they never go stale.
 from __future__ import annotations
 
 import sys
-from importlib.resources import files
-from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import click
@@ -18,14 +16,6 @@ from mqctl import __version__
 from mqctl.errors import EXIT_CODES
 
 SHELLS = {"bash": "mqctl.bash", "zsh": "_mqctl", "fish": "mqctl.fish"}
-#: Where the generated files live: inside the package, so a pip-installed mqctl ships them (package data).
-SHARE = Path("mqctl") / "share"
-
-
-def shipped(kind: str, name: str) -> Traversable:
-    """A generated file as the installed package holds it (``kind``: ``completions`` or ``man``)."""
-    return files("mqctl").joinpath("share", kind, name)
-
 
 ENVIRONMENT = (
     (
@@ -157,19 +147,18 @@ def generate(root: Path) -> dict[Path, str]:
     for shell, filename in SHELLS.items():
         completion = get_completion_class(shell)
         assert completion is not None
-        files[root / SHARE / "completions" / filename] = completion(cli, {}, "mqctl", COMPLETE_VAR).source()
-    files[root / SHARE / "man" / "mqctl.1"] = root_page(cli)
+        files[root / "completions" / filename] = completion(cli, {}, "mqctl", COMPLETE_VAR).source()
+    files[root / "man" / "mqctl.1"] = root_page(cli)
     ctx = click.Context(cli, info_name="mqctl", **cli.context_settings)
     for name in cli.list_commands(ctx):
-        files[root / SHARE / "man" / f"mqctl-{name}.1"] = noun_page(cli, name)
+        files[root / "man" / f"mqctl-{name}.1"] = noun_page(cli, name)
     return files
 
 
 def main(argv: list[str] | None = None) -> int:
     root = Path(argv[0] if argv else ".")
     files = generate(root)  # first: a CLI that fails to build leaves the old pages in place
-    share = root / SHARE
-    for stale in [*share.glob("man/mqctl*.1"), *(share / "completions" / f for f in SHELLS.values())]:
+    for stale in [*root.glob("man/mqctl*.1"), *(root / "completions" / f for f in SHELLS.values())]:
         stale.unlink(missing_ok=True)
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)

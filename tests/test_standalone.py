@@ -17,7 +17,7 @@ import pytest
 from tests.support.paths import FIXTURES, ROOT
 
 #: Trees and top-level files that ship: product, tests, tools, docs and the build.
-SHIPPED = ["mqctl", "daemon", "store", "tests", "scripts", "benchmarks", "docs"]
+SHIPPED = ["mqctl", "daemon", "store", "tests", "scripts", "benchmarks", "docs", "completions", "man"]
 TOP_FILES = ("Makefile", "README.md", "pyproject.toml", ".ci/run", ".gitignore")
 TEXT_SUFFIXES = {
     ".py",

@@ -21,7 +21,7 @@ from tests.daemons import LocalCluster, local_cluster
 from tests.support.cli import RunCli, clean_env
 from tests.support.paths import ROOT
 
-COMPLETIONS = ROOT / "mqctl" / "share" / "completions"
+COMPLETIONS = ROOT / "completions"
 NOUNS = {"topic", "group", "offset", "broker", "cluster", "msg", "context", "up"}
 
 #: What bash would hand the completion function for a line typed up to the cursor.

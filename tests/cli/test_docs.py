@@ -7,11 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import click
-import pytest
 
 from mqctl.cli.app import NOUNS, command
 from mqctl.docs import generate
-from tests.support.cli import RunCli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,9 +24,9 @@ def test_completions_and_man_pages_are_fresh() -> None:
 
 
 def test_one_man_page_per_noun_and_exit_status_section() -> None:
-    pages = {p.name for p in (ROOT / "mqctl" / "share" / "man").glob("*.1")}
+    pages = {p.name for p in (ROOT / "man").glob("*.1")}
     assert pages == {"mqctl.1"} | {f"mqctl-{name}.1" for name, _, _ in NOUNS}
-    root_page = (ROOT / "mqctl" / "share" / "man" / "mqctl.1").read_text()
+    root_page = (ROOT / "man" / "mqctl.1").read_text()
     assert ".SH EXIT STATUS" in root_page and "ConnectError" in root_page
 
 
@@ -74,34 +72,3 @@ def test_every_positional_argument_has_its_help() -> None:
     ctx = click.Context(root.commands["msg"].commands["send"], info_name="send")
     # once: Click 8.5's "Positional arguments" section came before typer's "Arguments", both listing it
     assert ctx.get_help().count("Message body") == 1
-
-
-@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
-def test_completion_prints_the_shipped_script(cli: RunCli, shell: str) -> None:
-    """A pip-installed mqctl has no repository: the scripts are package data, printed by the command."""
-    from mqctl.docs import SHELLS, shipped
-
-    printed = cli("completion", shell)
-    assert printed.code == 0, printed.stderr
-    assert printed.stdout == shipped("completions", SHELLS[shell]).read_text(encoding="utf-8")
-    assert printed.stdout == (ROOT / "mqctl" / "share" / "completions" / SHELLS[shell]).read_text()
-
-
-def test_completion_refuses_an_unknown_shell(cli: RunCli) -> None:
-    refused = cli("completion", "tcsh")
-    assert refused.code == 2 and "tcsh" in refused.stderr and refused.stdout == ""
-
-
-def test_the_package_data_names_the_shipped_files() -> None:
-    """pyproject's package-data globs take every generated file (a new kind of file needs a new glob)."""
-    import fnmatch
-    import tomllib
-
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
-        "mqctl"
-    ]
-    share = ROOT / "mqctl" / "share"
-    for path in share.rglob("*"):
-        if path.is_file():
-            name = str(path.relative_to(ROOT / "mqctl"))
-            assert any(fnmatch.fnmatch(name, g) for g in globs), name
