@@ -137,22 +137,31 @@ def noun_page(cli: click.Group, name: str) -> str:
 
 def generate(root: Path) -> dict[Path, str]:
     """Every generated file, by path under ``root``."""
-    from mqctl.cli.app import COMPLETE_VAR, command
-    from mqctl.completion import install_shells
+    from mqctl.cli.app import command
 
-    install_shells()  # the classes mqctl answers the scripts with
     cli = command()
     assert isinstance(cli, click.Group)
     files: dict[Path, str] = {}
     for shell, filename in SHELLS.items():
-        completion = get_completion_class(shell)
-        assert completion is not None
-        files[root / "completions" / filename] = completion(cli, {}, "mqctl", COMPLETE_VAR).source()
+        files[root / "completions" / filename] = completion_script(shell, cli)
     files[root / "man" / "mqctl.1"] = root_page(cli)
     ctx = click.Context(cli, info_name="mqctl", **cli.context_settings)
     for name in cli.list_commands(ctx):
         files[root / "man" / f"mqctl-{name}.1"] = noun_page(cli, name)
     return files
+
+
+def completion_script(shell: str, cli: click.Group | None = None) -> str:
+    """The completion script for ``shell``, as ``completions/`` holds it and ``mqctl completion`` prints it
+    (an installed mqctl has no repository to read it from)."""
+    from mqctl.cli.app import COMPLETE_VAR, command
+    from mqctl.completion import install_shells
+
+    install_shells()  # the classes mqctl answers the scripts with
+    root = cli if cli is not None else command()
+    completion = get_completion_class(shell)
+    assert completion is not None
+    return completion(root, {}, "mqctl", COMPLETE_VAR).source()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -314,7 +314,18 @@ def test_without_a_c_compiler_the_wheel_is_the_pure_package(tmp_path: Path) -> N
             "no wheel support in this environment's setuptools: pip wheel --no-build-isolation needs it"
         )
     src = _copy(
-        ("mqctl", "daemon", "store", "scripts", "setup.py", "pyproject.toml", "README.md", "MANIFEST.in"),
+        (
+            "mqctl",
+            "daemon",
+            "store",
+            "scripts",
+            "man",
+            "completions",
+            "setup.py",
+            "pyproject.toml",
+            "README.md",
+            "MANIFEST.in",
+        ),
         tmp_path / "src",
     )
     ask = "import build_backend; print(build_backend.get_requires_for_build_wheel())"
@@ -357,6 +368,15 @@ def test_without_a_c_compiler_the_wheel_is_the_pure_package(tmp_path: Path) -> N
     names = zipfile.ZipFile(wheel).namelist()
     assert "store/native.py" in names and "daemon/acl/_hmacsha1.c" in names
     assert not [n for n in names if n.endswith(".so") or "_native/" in n]
+    # the man pages and completions install under the prefix's share/, where man and the shells look
+    data = f"mqctl-{mqctl.__version__}.data/data/share/"
+    pages = {p.name for p in (ROOT / "man").glob("*.1")}
+    assert {n.removeprefix(data + "man/man1/") for n in names if n.startswith(data + "man/man1/")} == pages
+    assert {
+        data + "bash-completion/completions/mqctl.bash",
+        data + "zsh/site-functions/_mqctl",
+        data + "fish/vendor_completions.d/mqctl.fish",
+    } <= set(names)
 
 
 @pytest.mark.slow  # CLI processes

@@ -94,6 +94,7 @@ NOUNS: tuple[tuple[str, str, str], ...] = (
         "mqctl.cli.apply",
         "Make a cluster's topics and groups (and offsets) what an exported file says.",
     ),
+    ("completion", "mqctl.cli.completion", "Print the shell completion script for bash, zsh or fish."),
 )
 
 COMPLETE_VAR = "_MQCTL_COMPLETE"

@@ -7,9 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import click
+import pytest
 
 from mqctl.cli.app import NOUNS, command
-from mqctl.docs import generate
+from mqctl.docs import SHELLS, generate
+from tests.support.cli import RunCli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,3 +74,16 @@ def test_every_positional_argument_has_its_help() -> None:
     ctx = click.Context(root.commands["msg"].commands["send"], info_name="send")
     # once: Click 8.5's "Positional arguments" section came before typer's "Arguments", both listing it
     assert ctx.get_help().count("Message body") == 1
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_prints_the_script_completions_holds(cli: RunCli, shell: str) -> None:
+    """An installed mqctl has no repository: ``mqctl completion SHELL`` prints what completions/ holds."""
+    printed = cli("completion", shell)
+    assert printed.code == 0, printed.stderr
+    assert printed.stdout == (ROOT / "completions" / SHELLS[shell]).read_text()
+
+
+def test_completion_refuses_an_unknown_shell(cli: RunCli) -> None:
+    refused = cli("completion", "tcsh")
+    assert refused.code == 2 and "tcsh" in refused.stderr and refused.stdout == ""
