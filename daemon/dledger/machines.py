@@ -834,9 +834,16 @@ class Node:
         leader of ours, None when it is not (Raft's thesis, 4.2.3 and 6.4.1): its leader, and a follower
         that heard it within its follower timeout, neither vote for another member nor move their term for
         one, which is what keeps the leader's lease (`lease_fresh`). The answer is one a 4.9.8 candidate
-        handles: REJECT_ALREADY_HAS_LEADER (it asks again after a vote interval and an election timeout).
-        Let through: the leader's own candidacy (it stepped down, its lease with it), and the transferee its
-        heartbeats name (it lends nothing while it hands over)."""
+        handles: REJECT_ALREADY_HAS_LEADER (it asks again after a vote interval and an election timeout),
+        or, in the last half heartbeat interval before the follower's own timeout (it missed every heartbeat
+        it may miss, and the last is overdue), REJECT_ALREADY_VOTED (the candidate moves to the next term
+        after a vote interval, where this member, timed out by then, may vote for it): it then stands aside,
+        acknowledging no heartbeat of that leader in its term for a follower timeout, so a late one renews
+        no lease. (A whole interval before it, as a follower waiting two intervals is before each heartbeat
+        comes, a candidate cut off the leader alone had a healthy follower stand aside.) Let through: the
+        leader's
+        own candidacy (it stepped down, its lease with it), and the transferee its heartbeats name (it
+        lends nothing while it hands over)."""
         m = self.m
         if m.role is _LEADER:
             if req.term > m.term and req.leader_id != m.transferee:
@@ -850,6 +857,9 @@ class Node:
             return None
         if not self._leader_leases or req.leader_id == m.leader_id or req.leader_id == self._handover:
             return None
+        if silence > timeout - self.t.heart_beat_time_interval_ms // 2:
+            self._stood_aside = (m.term, m.leader_id or "", self._now + timeout)
+            return VoteResult.REJECT_ALREADY_VOTED
         return VoteResult.REJECT_ALREADY_HAS_LEADER
 
     def _beat_heard(self, req: HeartBeatRequest) -> None:

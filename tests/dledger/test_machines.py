@@ -1287,6 +1287,32 @@ def test_a_leader_neither_votes_nor_moves_its_term_for_a_candidate_but_its_trans
     assert not leader.is_leader
 
 
+def test_a_follower_whose_timeout_is_near_stands_aside_for_a_candidate() -> None:
+    """Its leader last heard less than half a heartbeat interval short of its timeout ago: a candidate of
+    its term (or a later one) is refused ALREADY_VOTED, which has it move to the next term after a vote
+    interval, and the member acknowledges no heartbeat of that leader in its term for a while: its timeout
+    runs on, and a late heartbeat renews no lease, since the candidate's next term will have its vote."""
+    node = _follower(voted="n0")
+    timeout, half = node.follower_timeout(), node.t.heart_beat_time_interval_ms // 2
+    window = 1000 + timeout - half
+    assert _ask(node, "n2", 3, window - 10) is VoteResult.REJECT_ALREADY_HAS_LEADER
+    assert node.on_heartbeat(_beat("n0", 3), window - 5).code == DLedgerResponseCode.SUCCESS  # (as before)
+    beat_at = window - 5
+    asked = beat_at + timeout - half + 10
+    assert _ask(node, "n2", 3, asked) is VoteResult.REJECT_ALREADY_VOTED
+    assert (node.m.role, node.m.term) == (Role.FOLLOWER, 3)
+    late = node.on_heartbeat(_beat("n0", 3), asked + 50)
+    assert late.code == DLedgerResponseCode.ILLEGAL_MEMBER_STATE
+    node.tick(beat_at + timeout + 1)
+    assert node.m.role is Role.CANDIDATE
+    assert _ask(node, "n2", 4, beat_at + timeout + 100) is VoteResult.REJECT_TERM_NOT_READY
+    # it stood aside for a while only: a leader heard again once that is over is followed again
+    node = _follower(voted="n0")
+    _ask(node, "n2", 3, 1000 + timeout - 500)
+    assert node.on_heartbeat(_beat("n0", 3), 1000 + 2 * timeout).code == DLedgerResponseCode.SUCCESS
+    assert (node.m.role, node.m.leader_id) == (Role.FOLLOWER, "n0")
+
+
 def test_a_follower_stands_after_two_heartbeat_intervals_at_least() -> None:
     """At ``maxHeartBeatLeak=1`` it stood one interval after the last heartbeat, as the next was due."""
     node = _follower(timings=LEAK1)
@@ -1314,6 +1340,45 @@ def test_a_transfer_takes_no_lease_from_rounds_that_named_the_transferee() -> No
     assert not leader.lease_fresh(c.now)
     c.run(3000)
     assert other._handover is None and leader.lease_fresh(c.now)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_followers_timing_out_moments_apart_elect_without_a_second_election_timeout(seed: int) -> None:
+    """The leader dies (its port refuses); its followers, both of which voted for it, time out tens of
+    milliseconds apart, the later one an entry behind, so only the first can be elected. The first asks
+    the second while it still follows: ALREADY_VOTED (its own timeout is less than half an interval
+    away), so the first moves to the next term after a vote interval, where the second, timed out by then,
+    votes for it. (Answered ALREADY_HAS_LEADER, the first waited a vote interval and a whole election
+    timeout more before it stood again.)"""
+    c = Cluster(seed=seed, loss=0.0, refuse=True)
+    c.run(5000, append_every=100)
+    c.run(1000)
+    old = c.leader()
+    assert old is not None
+    old_id = old.m.self_id
+    first, second = (n for n in c.nodes.values() if n is not None and n is not old)
+    sent = old.last_send_beat
+    while old.last_send_beat == sent or old.beat_round is not None:  # a round of heartbeats answered
+        c.run(STEP)
+    c.one_way.add((old_id, second.m.self_id))
+    c.client_append(c.now)
+    c.run(100)
+    assert first.log.last_index == second.log.last_index + 1
+    c.crash(old_id)
+    c.cut |= {frozenset((old_id, p)) for p in PEERS if p != old_id}
+    gap = random.Random(seed).randint(40, 100)
+    first.last_leader_beat, second.last_leader_beat = c.now - gap, c.now
+    for node in (first, second):
+        node.m.voted_for = old_id
+    start = c.now
+    while c.leader() is old or c.leader() is None:
+        c.run(STEP)
+        assert c.now - start < 30_000, "no leader elected"
+    took = c.now - start
+    assert c.leader() is first
+    timings = Timings()
+    timeout = timings.max_heart_beat_leak * timings.heart_beat_time_interval_ms
+    assert took < timeout + 2 * timings.max_vote_interval_ms, took
 
 
 def a_loaded_leader(entries: int, *, busy: tuple[str, ...] = ("n1", "n2")) -> Node:
