@@ -280,6 +280,8 @@ class _BeatRound:
     inconsistent_leader: bool = False
     #: when it went out: a quorum's acknowledgement starts the leader's lease then (see `lease_fresh`)
     sent: int = 0
+    #: it named a transferee, whose vote its followers then let through: it starts no lease
+    handover: bool = False
 
 
 class PushState(enum.Enum):
@@ -354,6 +356,15 @@ class Node:
         self.last_success_beat = 0
         #: (leader) when the last heartbeat round a quorum acknowledged went out (see `lease_fresh`)
         self.lease_start = NO_LEASE
+        #: (following) whether its leader's last heartbeat said it lends on a lease (a leader of ours), and
+        #: the transferee it named: whose vote may pass although the leader is heard (`_hears_leader`)
+        self._leader_leases = False
+        self._handover: str | None = None
+        #: (term, leader) it left for that leader's silence (its follower timeout ran out)
+        self._left: tuple[int, str] | None = None
+        #: (term, leader, until): it answered a candidate for that leader's silence, and acknowledges none
+        #: of its heartbeats in that term until then (`on_heartbeat`)
+        self._stood_aside: tuple[int, str, int] | None = None
         self.vote_round: _VoteRound | None = None
         self._vote_seq = 0
         self.beat_round: _BeatRound | None = None
@@ -434,9 +445,9 @@ class Node:
         """Whether this member leads on a lease at `now`: a round of heartbeats that a quorum acknowledged
         went out less than the election timeout (``maxHeartBeatLeak`` × ``heartBeatTimeIntervalMs``) ago,
         and it hands the leadership to nobody. Each member of that quorum heard from it after the round
-        went out and stands for no election until the timeout has passed since (it leaves its leader
-        sooner only when asked to vote in a later term, which a candidate asks only after a round in its
-        own term found no leader): no other member leads while the lease is fresh. Its own step-down
+        went out and, for its follower timeout since (no shorter), neither votes for another member nor
+        moves its term for one (`_hears_leader`), nor stands: any majority electing another member
+        meanwhile holds one of them, so no other member leads while the lease is fresh. Its own step-down
         counts the silence from the answers it last had, which come late on a loaded host or a slow
         link: up to a round after its peers stood for election."""
         return (
@@ -444,6 +455,12 @@ class Node:
             and self.m.transferee is None
             and now - self.lease_start < self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms
         )
+
+    def follower_timeout(self) -> int:
+        """How long a follower waits for its leader's heartbeat before it stands: ``maxHeartBeatLeak``
+        intervals, and at least two (DLedger's ``maintainAsFollower``): one heartbeat a little late must
+        not make it stand. Never shorter than the leader's lease (`lease_fresh`)."""
+        return max(2, self.t.max_heart_beat_leak) * self.t.heart_beat_time_interval_ms
 
     def others(self) -> list[str]:
         return [p for p in self.m.peers if p != self.m.self_id]
@@ -573,14 +590,19 @@ class Node:
                 self._expire_waiting(now)
             return out
         if self.m.role is _FOLLOWER:
-            beat_leak = self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms
-            if now - self.last_leader_beat > beat_leak:
-                log.info(
-                    "[%s] no heartbeat from leader %s for %d ms", self.m.self_id, self.m.leader_id, beat_leak
-                )
-                self.to_candidate(self.m.term)
+            if now - self.last_leader_beat > self.follower_timeout():
+                self._leave_silent_leader()
             return []
         return self._maintain_candidate(now)
+
+    def _leave_silent_leader(self) -> None:
+        """(following) Its follower timeout ran out: it stands, in its leader's term (DLedger's rule)."""
+        m = self.m
+        log.info(
+            "[%s] no heartbeat from leader %s for %d ms", m.self_id, m.leader_id, self.follower_timeout()
+        )
+        self._left = (m.term, m.leader_id or "")
+        self.to_candidate(m.term)
 
     def _maintain_leader(self, now: int) -> list[Out]:
         if self.beat_round is not None:
@@ -590,11 +612,14 @@ class Node:
         if now - self.last_send_beat <= self.t.heart_beat_time_interval_ms and self.last_send_beat != -1:
             return self._check_preferred(now)
         self.last_send_beat = now
-        self.beat_round = _BeatRound(self.m.term, now + self.t.heart_beat_time_interval_ms, sent=now)
+        transferee = self.m.transferee
+        deadline = now + self.t.heart_beat_time_interval_ms
+        self.beat_round = _BeatRound(self.m.term, deadline, sent=now, handover=transferee is not None)
         out = []
         for peer in self.others():
             req = self._base(HeartBeatRequest(), peer)
             req.leader_id, req.term = self.m.self_id, self.m.term
+            req.mqctl_lease, req.mqctl_transferee = True, transferee
             out.append(Out(peer, DLedgerRequestCode.HEART_BEAT, req))
         if not out:  # a group of one
             self._parse_beats(now)
@@ -613,7 +638,8 @@ class Node:
             self.need_increase_term = True
         elif self.m.is_quorum(r.succeeded):
             self.last_success_beat = now
-            self.lease_start = max(self.lease_start, r.sent)
+            if not r.handover:  # (its followers let the transferee's vote through: no lease from it)
+                self.lease_start = max(self.lease_start, r.sent)
         elif self.m.is_quorum(r.succeeded + r.not_ready):
             self.last_send_beat = -1
         elif r.inconsistent_leader:
@@ -704,6 +730,10 @@ class Node:
         elif r.has_leader:
             result = ParseResult.WAIT_TO_REVOTE
             beat_leak = self.t.heart_beat_time_interval_ms * self.t.max_heart_beat_leak
+            if self._taking_leadership():
+                # a follower that had not yet heard the leader's heartbeat naming this member refused it:
+                # asked again after the short interval, by when it has
+                beat_leak = 0
             self.next_vote_time = self._vote_interval() + beat_leak
         elif not q(r.valid):
             result = ParseResult.WAIT_TO_REVOTE
@@ -758,6 +788,14 @@ class Node:
             # (its term stays the one its store had until the check ends: a peer that saw it in a later
             # term then still tells it so; the candidate asks again a while later)
             return answer(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
+        if not self_vote:
+            refused = self._hears_leader(req)
+            if refused is not None:
+                return answer(refused)
+            left = self._left
+            if req.term == m.term and m.role is Role.CANDIDATE and left is not None and left[0] == m.term:
+                # answered for its leader's silence: a late heartbeat of that leader renews no lease now
+                self._stood_aside = (m.term, left[1], self._now + self.follower_timeout())
         if req.term == m.term:
             if m.voted_for is not None and m.voted_for != req.leader_id:
                 if m.leader_id is not None:
@@ -791,6 +829,44 @@ class Node:
         m.set_vote(req.leader_id)
         return answer(VoteResult.ACCEPT)
 
+    def _hears_leader(self, req: VoteRequest) -> VoteResult | None:
+        """Why a candidate (not this member, in its term or a later one) is refused while this member hears a
+        leader of ours, None when it is not (Raft's thesis, 4.2.3 and 6.4.1): its leader, and a follower
+        that heard it within its follower timeout, neither vote for another member nor move their term for
+        one, which is what keeps the leader's lease (`lease_fresh`). The answer is one a 4.9.8 candidate
+        handles: REJECT_ALREADY_HAS_LEADER (it asks again after a vote interval and an election timeout),
+        or, in the last half heartbeat interval before the follower's own timeout (it missed every heartbeat
+        it may miss, and the last is overdue), REJECT_ALREADY_VOTED (the candidate moves to the next term
+        after a vote interval, where this member, timed out by then, may vote for it): it then stands aside,
+        acknowledging no heartbeat of that leader in its term for a follower timeout, so a late one renews
+        no lease. (A whole interval before it, as a follower waiting two intervals is before each heartbeat
+        comes, a candidate cut off the leader alone had a healthy follower stand aside.) Let through: the
+        leader's
+        own candidacy (it stepped down, its lease with it), and the transferee its heartbeats name (it
+        lends nothing while it hands over)."""
+        m = self.m
+        if m.role is _LEADER:
+            if req.term > m.term and req.leader_id != m.transferee:
+                return VoteResult.REJECT_ALREADY_HAS_LEADER
+            return None
+        if m.role is not _FOLLOWER:
+            return None
+        silence, timeout = self._now - self.last_leader_beat, self.follower_timeout()
+        if silence > timeout:
+            self._leave_silent_leader()  # (as its tick would: followers tick seldom)
+            return None
+        if not self._leader_leases or req.leader_id == m.leader_id or req.leader_id == self._handover:
+            return None
+        if silence > timeout - self.t.heart_beat_time_interval_ms // 2:
+            self._stood_aside = (m.term, m.leader_id or "", self._now + timeout)
+            return VoteResult.REJECT_ALREADY_VOTED
+        return VoteResult.REJECT_ALREADY_HAS_LEADER
+
+    def _beat_heard(self, req: HeartBeatRequest) -> None:
+        """(following) Its leader's heartbeat, acknowledged: whether it leases, and whom it hands over to."""
+        self._leader_leases = req.mqctl_lease is True
+        self._handover = req.mqctl_transferee
+
     def on_heartbeat(self, req: HeartBeatRequest, now: int) -> HeartBeatResponse:
         """``DLedgerLeaderElector#handleHeartBeat``."""
         self._now = now
@@ -817,13 +893,20 @@ class Node:
             self._next_probe = min(self._next_probe, now)
             return answer(Code.ILLEGAL_MEMBER_STATE)
         if req.term == m.term:
+            aside = self._stood_aside
+            if aside is not None and aside[0] == req.term and aside[1] == req.leader_id and now < aside[2]:
+                # it answered a candidate for this leader's silence: no lease renewed by it now, and its
+                # timeout runs on (a code counted neither as an acknowledgement nor as a term not ready)
+                return answer(Code.ILLEGAL_MEMBER_STATE)
             if m.leader_id is None:
                 self.to_follower(req.term, req.leader_id)
+                self._beat_heard(req)
                 if self.abstaining == PROBING:
                     self._to_catch_up(f"leader {req.leader_id} of term {req.term}")
                 return answer()
             if req.leader_id == m.leader_id:
                 self.last_leader_beat = now
+                self._beat_heard(req)
                 return answer()
             log.error(
                 "[%s] term %d has leader %s, but %s beats", m.self_id, m.term, m.leader_id, req.leader_id
@@ -1190,6 +1273,12 @@ class Node:
         if behind >= self.t.max_leadership_transfer_wait_index:
             return Code.FALL_BEHIND_TOO_MUCH, None
         m.transferee = transferee
+        # its followers let the transferee's vote through once a heartbeat names it: one goes out at the next
+        # tick, and no lease is taken from the rounds before (the open one included), should the transfer be
+        # abandoned: only from a round that named nobody
+        self.lease_start, self.last_send_beat = NO_LEASE, -1
+        if self.beat_round is not None:
+            self.beat_round.handover = True
         req = self._base(LeadershipTransferRequest(), transferee)
         req.leader_id, req.term = m.self_id, m.term
         req.take_leadership_ledger_index = self.log.last_index

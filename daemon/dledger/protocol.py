@@ -436,7 +436,13 @@ class VoteResponse(RequestOrResponse):
 
 @dataclass(slots=True, kw_only=True)
 class HeartBeatRequest(RequestOrResponse):
-    pass
+    #: (ours, as `VoteResponse`'s) this leader lends on a lease, so its followers of ours refuse candidates
+    #: while they hear it (`Node.on_vote`); a 4.9.8 leader's heartbeat has none, and its followers vote as
+    #: DLedger's do. 4.9.8's ``handleHeartBeat`` reads neither field (fastjson ignores unknown properties).
+    mqctl_lease: bool | None = None
+    #: (ours) the member this leader hands its leadership over to: its followers let that member's vote
+    #: through, and the leader lends nothing meanwhile
+    mqctl_transferee: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)

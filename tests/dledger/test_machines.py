@@ -21,6 +21,7 @@ import pytest
 from daemon.dledger.machines import (
     CATCHING_UP,
     CHECKING,
+    NO_LEASE,
     PROBE_EPOCH,
     PROBING,
     QUORUM_STALL_MS,
@@ -82,8 +83,12 @@ class Cluster:
         timings: Timings | None = None,
         careful: bool = False,
         refuse: bool = False,
+        lease_check: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
+        #: every step, whether two members lead on a fresh lease at once (`overlaps`: when, and who)
+        self.lease_check = lease_check
+        self.overlaps: list[tuple[int, list[str]]] = []
         self.timings = timings or Timings()
         #: a cut link refuses connections (answered at once, as a peer's closed port) rather than stalls
         self.refuse = refuse
@@ -105,6 +110,8 @@ class Cluster:
         #: links cut one way: (a, b) loses a's requests to b (b's own requests to a, and their answers, pass)
         self.one_way: set[tuple[str, str]] = set()
         self.link: dict[tuple[str, str], int] = {}
+        #: extra delay, ms, of what goes one way over a link (a slow link, a loaded host)
+        self.slow: dict[tuple[str, str], int] = {}
         self.checked: dict[str, int] = {}
         self.leaders: dict[int, str] = {}
         self.committed: dict[int, tuple[int, bytes | None]] = {}
@@ -174,6 +181,7 @@ class Cluster:
     def latency(self, src: str, dst: str) -> int:
         """A delay that keeps each direction of a link in order (one TCP connection)."""
         delay = self.rng.randint(1, 30) if self.rng.random() > 0.02 else self.rng.randint(100, 1500)
+        delay += self.slow.get((src, dst), 0)
         at = max(self.now + delay, self.link.get((src, dst), 0))
         self.link[(src, dst)] = at
         return at - self.now
@@ -193,6 +201,7 @@ class Cluster:
         if node is None:
             return None
         if isinstance(req, VoteRequest):
+            node._now = self.now  # (as the server hands it the time)
             return node.on_vote(req)
         if isinstance(req, HeartBeatRequest):
             return node.on_heartbeat(req, self.now)
@@ -256,6 +265,10 @@ class Cluster:
                 self.dispatch(p, node.tick(self.now))
                 self.note(p)
         self.answer_transfers()
+        if self.lease_check:
+            fresh = [p for p, n in self.nodes.items() if n is not None and n.lease_fresh(self.now)]
+            if len(fresh) > 1:
+                self.overlaps.append((self.now, fresh))
 
     def note(self, p: str) -> None:
         """Record what `p` decided and check it against everything recorded so far."""
@@ -1109,10 +1122,263 @@ def test_a_leader_has_its_lease_from_its_first_acknowledged_heartbeats_and_not_w
     assert code == DLedgerResponseCode.SUCCESS and leader.is_leader
     assert not leader.lease_fresh(c.now)  # the transferee may be elected at any moment now
     leader.m.transferee = None  # (the transfer abandoned)
+    assert not leader.lease_fresh(c.now)  # (a follower may have heard the name: `test_a_transfer_takes_...`)
+    c.run(3000)
     assert leader.lease_fresh(c.now)
     leader.to_candidate(leader.m.term)
     leader.to_leader(leader.m.term)  # a leader anew: no round of heartbeats acknowledged yet
     assert leader.is_leader and not leader.lease_fresh(c.now)
+
+
+def _lease_faults(seed: int, peers: dict[str, str], timings: Timings | None) -> Cluster:
+    """A group run through faults that leave each member's memory in place (no crash: a member restarted
+    forgot when it last heard its leader), checked at every step for two members leading on a fresh lease:
+    links cut both ways or one way, a member cut off, a link slow, heartbeats and answers lost or late."""
+    c = Cluster(seed=seed, peers=peers, loss=0.05, timings=timings, lease_check=True, refuse=seed % 2 == 1)
+    rng = random.Random(seed * 104729)
+    names = list(peers)
+    for _ in range(10):
+        fault = rng.choice(["partition", "one-way", "isolate", "slow", "slow", "none"])
+        leader = c.leader()
+        victim = leader.m.self_id if leader is not None and rng.random() < 0.5 else rng.choice(names)
+        other = rng.choice([n for n in names if n != victim])
+        if fault == "partition":
+            c.cut.add(frozenset((victim, other)))
+        elif fault == "one-way":
+            c.one_way.add((victim, other))
+        elif fault == "isolate":
+            c.cut |= {frozenset((victim, n)) for n in names if n != victim}
+        elif fault == "slow":
+            for n in names:
+                if n != victim:
+                    c.slow[(victim, n)] = rng.randint(200, 2500)
+        c.run(rng.randint(500, 15_000), append_every=100)
+        c.cut.clear()
+        c.one_way.clear()
+        c.slow.clear()
+        c.run(rng.randint(0, 3000), append_every=100)
+    return c
+
+
+#: One heartbeat missed is all a follower may miss: the lease is one interval.
+LEAK1 = Timings(max_heart_beat_leak=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("peers", "timings"),
+    [(PEERS, None), (PEERS, QUICK), (PEERS, LEAK1), (PEERS5, None), (PEERS5, QUICK), (PEERS5, LEAK1)],
+    ids=["3-defaults", "3-quick", "3-leak1", "5-defaults", "5-quick", "5-leak1"],
+)
+@pytest.mark.parametrize("seed", range(16))
+def test_no_two_members_lead_on_a_fresh_lease_at_once(
+    seed: int, peers: dict[str, str], timings: Timings | None
+) -> None:
+    """A member that hears its leader neither votes for a candidate nor moves its term for one, and one that
+    answered a candidate for its leader's silence acknowledges no late heartbeat of it: a majority that
+    acknowledged a round refuses every candidate until the lease from that round has run out. (Following
+    DLedger's `handleVote`, a follower that reached its leader's term through a heartbeat voted for a
+    candidate of that term, whose next term then took every follower from its leader at once; and at
+    ``maxHeartBeatLeak=1`` a follower stood one interval after the last heartbeat.)"""
+    c = _lease_faults(seed, peers, timings)
+    assert not c.overlaps, c.overlaps[:3]
+
+
+@pytest.mark.parametrize("timings", [None, QUICK, LEAK1], ids=["defaults", "quick", "leak1"])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_follower_that_took_its_leaders_term_from_a_heartbeat_lets_no_candidate_depose_it(
+    seed: int, timings: Timings | None
+) -> None:
+    """The leader was elected with one follower's vote; the other took the term from a heartbeat (no vote
+    of its own there). The voter is then cut off the leader alone: it stands in the term, and, following
+    DLedger's ``handleVote``, the other follower gave it its vote, its round found no leader, it asked in
+    the next term, and the other left its leader at once for it: elected while the old leader's lease (that
+    follower's acknowledgement) was fresh. Now the follower refuses it, and the leader leads on."""
+    c = Cluster(seed=seed, loss=0.0, timings=timings, refuse=True, lease_check=True)
+    c.run(5000, append_every=100)
+    c.run(1000)
+    leader = c.leader()
+    assert leader is not None
+    voter, heard = (n for n in c.nodes.values() if n is not None and n is not leader)
+    voter.m.voted_for, heard.m.voted_for = leader.m.self_id, None
+    c.disks[voter.m.self_id].vote, c.disks[heard.m.self_id].vote = leader.m.self_id, None
+    c.cut.add(frozenset((leader.m.self_id, voter.m.self_id)))
+    c.run(20_000)  # (no sends: the voter's log stays as up to date as the other's)
+    assert not c.overlaps, c.overlaps[:3]
+    assert c.leader() is leader
+
+
+def _follower(lease: bool = True, voted: str | None = None, timings: Timings | None = None) -> Node:
+    """n1, following n0 in term 3 from a heartbeat at 1000 ms (a leader of ours: `lease`)."""
+    node = Node(MemberState("g", "n1", dict(PEERS), term=3, voted_for=voted), MemoryRaftLog(), timings)
+    assert node.on_heartbeat(_beat("n0", 3, lease), 1000).code == DLedgerResponseCode.SUCCESS
+    assert (node.m.role, node.m.leader_id) == (Role.FOLLOWER, "n0")
+    return node
+
+
+def _beat(leader: str, term: int, lease: bool = True, transferee: str | None = None) -> HeartBeatRequest:
+    return HeartBeatRequest(
+        group="g",
+        local_id=leader,
+        remote_id="n1",
+        leader_id=leader,
+        term=term,
+        mqctl_lease=True if lease else None,
+        mqctl_transferee=transferee,
+    )
+
+
+def _ask(node: Node, candidate: str, term: int, now: int) -> VoteResult:
+    """`candidate`'s vote request in `term`, its log as `node`'s, answered at `now`."""
+    req = VoteRequest(group="g", local_id=candidate, remote_id=node.m.self_id, leader_id=candidate, term=term)
+    req.ledger_end_index, req.ledger_end_term = node.log.last_index, node.log.last_term
+    node._now = now
+    return node.on_vote(req).vote_result
+
+
+def test_a_follower_that_hears_its_leader_neither_votes_nor_moves_its_term_for_a_candidate() -> None:
+    """It reached its leader's term through a heartbeat, with no vote of its own there: DLedger's
+    ``handleVote`` gives a candidate of that term its vote, and leaves the leader for a candidate of a
+    later term at once."""
+    node = _follower()
+    assert _ask(node, "n2", 3, 2000) is VoteResult.REJECT_ALREADY_HAS_LEADER
+    assert _ask(node, "n2", 4, 2000) is VoteResult.REJECT_ALREADY_HAS_LEADER
+    assert (node.m.term, node.m.voted_for, node.m.role, node.m.leader_id) == (3, None, Role.FOLLOWER, "n0")
+    # its timeout run out (as its tick would find it), it votes
+    assert _ask(node, "n2", 3, 1000 + node.follower_timeout() + 1) is VoteResult.ACCEPT
+    assert node.m.role is Role.CANDIDATE
+
+
+def test_a_follower_lets_its_own_leaders_candidacy_and_the_named_transferee_through() -> None:
+    """Its leader stood (it stepped down, its lease with it); a transferee its leader's heartbeat names
+    takes the leadership while the leader lends nothing."""
+    node = _follower()
+    assert _ask(node, "n0", 4, 2000) is VoteResult.REJECT_TERM_NOT_READY
+    node = _follower()
+    assert _ask(node, "n2", 4, 2000) is VoteResult.REJECT_ALREADY_HAS_LEADER
+    assert node.on_heartbeat(_beat("n0", 3, transferee="n2"), 2100).code == DLedgerResponseCode.SUCCESS
+    assert _ask(node, "n2", 4, 2200) is VoteResult.REJECT_TERM_NOT_READY
+    node = _follower()
+    assert node.on_heartbeat(_beat("n0", 3, transferee="n2"), 2100).code == DLedgerResponseCode.SUCCESS
+    assert node.on_heartbeat(_beat("n0", 3), 2200).code == DLedgerResponseCode.SUCCESS  # (abandoned)
+    assert _ask(node, "n2", 4, 2300) is VoteResult.REJECT_ALREADY_HAS_LEADER
+
+
+def test_a_follower_of_a_leader_without_a_lease_votes_as_dledger_does() -> None:
+    """A 4.9.8 leader's heartbeat says nothing of a lease: its follower of ours keeps DLedger's rule, so a
+    transfer to a member of ours (which such a leader names to nobody) still takes the leadership."""
+    node = _follower(lease=False)
+    assert _ask(node, "n2", 3, 2000) is VoteResult.ACCEPT
+    node = _follower(lease=False)
+    assert _ask(node, "n2", 4, 2000) is VoteResult.REJECT_TERM_NOT_READY
+
+
+def test_a_leader_neither_votes_nor_moves_its_term_for_a_candidate_but_its_transferee() -> None:
+    c = Cluster(seed=4, loss=0.0)
+    c.run(5000)
+    leader = c.leader()
+    assert leader is not None
+    term, other = leader.m.term, next(p for p in PEERS if p != leader.m.self_id)
+    assert _ask(leader, other, term + 1, c.now) is VoteResult.REJECT_ALREADY_HAS_LEADER
+    assert leader.is_leader and leader.m.term == term
+    code, _ = leader.transfer_request(other)
+    assert code == DLedgerResponseCode.SUCCESS
+    assert _ask(leader, other, term + 1, c.now) is VoteResult.REJECT_TERM_NOT_READY
+    assert not leader.is_leader
+
+
+def test_a_follower_whose_timeout_is_near_stands_aside_for_a_candidate() -> None:
+    """Its leader last heard less than half a heartbeat interval short of its timeout ago: a candidate of
+    its term (or a later one) is refused ALREADY_VOTED, which has it move to the next term after a vote
+    interval, and the member acknowledges no heartbeat of that leader in its term for a while: its timeout
+    runs on, and a late heartbeat renews no lease, since the candidate's next term will have its vote."""
+    node = _follower(voted="n0")
+    timeout, half = node.follower_timeout(), node.t.heart_beat_time_interval_ms // 2
+    window = 1000 + timeout - half
+    assert _ask(node, "n2", 3, window - 10) is VoteResult.REJECT_ALREADY_HAS_LEADER
+    assert node.on_heartbeat(_beat("n0", 3), window - 5).code == DLedgerResponseCode.SUCCESS  # (as before)
+    beat_at = window - 5
+    asked = beat_at + timeout - half + 10
+    assert _ask(node, "n2", 3, asked) is VoteResult.REJECT_ALREADY_VOTED
+    assert (node.m.role, node.m.term) == (Role.FOLLOWER, 3)
+    late = node.on_heartbeat(_beat("n0", 3), asked + 50)
+    assert late.code == DLedgerResponseCode.ILLEGAL_MEMBER_STATE
+    node.tick(beat_at + timeout + 1)
+    assert node.m.role is Role.CANDIDATE
+    assert _ask(node, "n2", 4, beat_at + timeout + 100) is VoteResult.REJECT_TERM_NOT_READY
+    # it stood aside for a while only: a leader heard again once that is over is followed again
+    node = _follower(voted="n0")
+    _ask(node, "n2", 3, 1000 + timeout - 500)
+    assert node.on_heartbeat(_beat("n0", 3), 1000 + 2 * timeout).code == DLedgerResponseCode.SUCCESS
+    assert (node.m.role, node.m.leader_id) == (Role.FOLLOWER, "n0")
+
+
+def test_a_follower_stands_after_two_heartbeat_intervals_at_least() -> None:
+    """At ``maxHeartBeatLeak=1`` it stood one interval after the last heartbeat, as the next was due."""
+    node = _follower(timings=LEAK1)
+    interval = LEAK1.heart_beat_time_interval_ms
+    node.tick(1000 + interval + 50)
+    assert node.m.role is Role.FOLLOWER
+    node.tick(1000 + 2 * interval + 1)
+    assert node.m.role is Role.CANDIDATE
+
+
+def test_a_transfer_takes_no_lease_from_rounds_that_named_the_transferee() -> None:
+    """Its followers let the transferee's vote through once a heartbeat names it; abandoned (no answer came),
+    the leader lends again only on a round its followers acknowledged without the name."""
+    c = Cluster(seed=4, loss=0.0)
+    c.run(5000)
+    leader = c.leader()
+    assert leader is not None and leader.lease_fresh(c.now)
+    target = next(p for p in PEERS if p != leader.m.self_id)
+    other = next(n for n in c.nodes.values() if n is not None and n is not leader and n.m.self_id != target)
+    code, _ = leader.transfer_request(target)
+    assert code == DLedgerResponseCode.SUCCESS
+    c.run(3000)  # (the request never sent: the transferee does nothing)
+    assert other._handover == target and leader.lease_start == NO_LEASE
+    leader.transfer_answered(leader.m.term, None)
+    assert not leader.lease_fresh(c.now)
+    c.run(3000)
+    assert other._handover is None and leader.lease_fresh(c.now)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_followers_timing_out_moments_apart_elect_without_a_second_election_timeout(seed: int) -> None:
+    """The leader dies (its port refuses); its followers, both of which voted for it, time out tens of
+    milliseconds apart, the later one an entry behind, so only the first can be elected. The first asks
+    the second while it still follows: ALREADY_VOTED (its own timeout is less than half an interval
+    away), so the first moves to the next term after a vote interval, where the second, timed out by then,
+    votes for it. (Answered ALREADY_HAS_LEADER, the first waited a vote interval and a whole election
+    timeout more before it stood again.)"""
+    c = Cluster(seed=seed, loss=0.0, refuse=True)
+    c.run(5000, append_every=100)
+    c.run(1000)
+    old = c.leader()
+    assert old is not None
+    old_id = old.m.self_id
+    first, second = (n for n in c.nodes.values() if n is not None and n is not old)
+    sent = old.last_send_beat
+    while old.last_send_beat == sent or old.beat_round is not None:  # a round of heartbeats answered
+        c.run(STEP)
+    c.one_way.add((old_id, second.m.self_id))
+    c.client_append(c.now)
+    c.run(100)
+    assert first.log.last_index == second.log.last_index + 1
+    c.crash(old_id)
+    c.cut |= {frozenset((old_id, p)) for p in PEERS if p != old_id}
+    gap = random.Random(seed).randint(40, 100)
+    first.last_leader_beat, second.last_leader_beat = c.now - gap, c.now
+    for node in (first, second):
+        node.m.voted_for = old_id
+    start = c.now
+    while c.leader() is old or c.leader() is None:
+        c.run(STEP)
+        assert c.now - start < 30_000, "no leader elected"
+    took = c.now - start
+    assert c.leader() is first
+    timings = Timings()
+    timeout = timings.max_heart_beat_leak * timings.heart_beat_time_interval_ms
+    assert took < timeout + 2 * timings.max_vote_interval_ms, took
 
 
 def a_loaded_leader(entries: int, *, busy: tuple[str, ...] = ("n1", "n2")) -> Node:

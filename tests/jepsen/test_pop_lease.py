@@ -67,9 +67,8 @@ async def filled(g: RaftGroup, leader: int) -> PopClient:
 async def test_a_leader_cut_off_lends_nothing_once_another_claims_the_leadership(
     tmp_path: Path, cli_env: dict[str, str], mode: Mode
 ) -> None:
-    """Cut off both followers, or one: that one stands for election, and the other, still answering the
-    leader's heartbeats, leaves the leader's term for its vote (DLedger's rule) and elects it; the old
-    leader hears of it at its next round of heartbeats only."""
+    """Cut off its followers (the links stalled or refusing): they stand once their timeout runs out and
+    elect one of them; the old leader hears of it at its next round of heartbeats only."""
     async with raft_group(tmp_path, cli_env, **TIMINGS) as g:
         old = await g.leader()
         consumer = await filled(g, old)
