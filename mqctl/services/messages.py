@@ -928,6 +928,7 @@ async def tail(
         while True:
             offset = positions[mq]
             addr = pulling[mq] = readers[name]
+            failed: RemotingConnectError | RemotingTimeoutError | None = None
             try:
                 result = await wire.pull(
                     admin,
@@ -951,11 +952,13 @@ async def tail(
             except (RemotingConnectError, RemotingTimeoutError) as exc:
                 if exit_at_end:  # a read to the end: the queue's end is not known, so fail
                     raise
-                if readers[name] == addr:  # not already moved by the route watch or another queue
-                    readers[name] = await _reader_again(admin, topic, name, addr, exc, lost)
-                continue
+                failed = exc
             finally:
-                pulling.pop(mq, None)
+                pulling.pop(mq, None)  # before any wait: the route watch cancels only a pull under way
+            if failed is not None:
+                if readers[name] == addr:  # not already moved by the route watch or another queue
+                    readers[name] = await _reader_again(admin, topic, name, addr, failed, lost)
+                continue
             if name in lost:
                 lost.discard(name)
                 log.warning("%s: reading again, from %s", name, addr)
