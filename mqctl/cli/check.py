@@ -120,7 +120,8 @@ def lag(
     lag to count: left out, and a WARNING when such queues hold messages, counted in the perfdata entry
     uncounted_queues (as group progress shows them: lag '-'); but neither for a BROADCASTING group (as its
     online consumers say): they keep its offsets, so every queue reads as never committed on. Queues of a
-    broker whose offsets could not be read are named unknown, not never committed on."""
+    broker whose offsets could not be read are named unknown, not never committed on. A group the brokers
+    hold that never committed (created, never consumed) is OK: lag 0, no offsets yet."""
     from mqctl.services.checks import lag as check_lag
 
     _run(

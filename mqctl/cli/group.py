@@ -285,7 +285,7 @@ def progress(
     A queue the group never committed on shows no consumer offset ('-'; null in JSON and YAML), where the
     broker's ConsumeStats (and mqadmin consumerProgress) say 0; its lag counts from 0 only where the broker
     starts a consumer there (a young queue), else it is '-' (consumeFromWhere decides) and --lag-over
-    leaves it out.
+    leaves it out. A group the brokers hold that never committed (created, never consumed) has no rows.
 
     A broker that cannot be read (ACL denied, timed out, down) is named on stderr; where only its offset
     table or start offsets could not be read, its queues' offsets and lags it would tell are '-'."""

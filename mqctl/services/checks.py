@@ -145,6 +145,8 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     worst_queue = max(rows, key=lambda r: r.lag or 0, default=None)
     where = f" topic {topic}" if topic else ""
     summary = f"group {group}{where} lag {total}"
+    if not rows:  # a group the brokers hold, created and never consumed
+        summary += " (no offsets yet)"
     if worst_queue is not None and worst_queue.lag:
         summary += f" (most on {worst_queue.topic} {worst_queue.broker_name}:{worst_queue.queue_id}: {worst_queue.lag})"
     uncounted = [r for r in rows if r.lag is None]

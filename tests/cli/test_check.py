@@ -94,13 +94,22 @@ def test_lag_in_every_state(mq: RunCli) -> None:
     plugin(mq("check", "lag", "-g", GROUP, "-w", "1", "--crit", "5"), "CRITICAL")
     missing = plugin(mq("check", "lag", "-g", "CG_Nobody"), "UNKNOWN")
     assert "group 'CG_Nobody' not found" in missing  # not "has no offsets": no broker knows it
-    assert mq("group", "create", "-g", "CG_Idle").code == 0
-    idle = plugin(mq("check", "lag", "-g", "CG_Idle"), "UNKNOWN")  # it exists, and has not consumed yet
-    assert "group 'CG_Idle' has no offsets and no online consumer" in idle
     other = plugin(
         mq("check", "lag", "-g", GROUP, "-t", "NotItsTopic"), "UNKNOWN"
     )  # it has offsets elsewhere, and no topic has that name
     assert "topic 'NotItsTopic' not found" in other
+
+
+def test_a_group_created_and_never_consumed_has_no_lag_not_no_group(mq: RunCli) -> None:
+    """A group the brokers hold that no consumer ever used read as not found: group progress exited 3 and
+    check lag was UNKNOWN, the codes of a group no master holds."""
+    assert mq("group", "create", "-g", "CG_Fresh").code == 0
+    shown = mq("group", "progress", "-g", "CG_Fresh", "-o", "json")
+    assert (shown.code, shown.json()) == (0, []), shown
+    ok = plugin(mq("check", "lag", "-g", "CG_Fresh"), "OK")
+    assert "group CG_Fresh lag 0 (no offsets yet)" in ok and "lag=0;" in ok, ok
+    assert mq("group", "progress", "-g", "CG_Fresh_typo").code == 3
+    assert "not found" in plugin(mq("check", "lag", "-g", "CG_Fresh_typo"), "UNKNOWN")
 
 
 def test_lag_json_for_scripts(mq: RunCli) -> None:
