@@ -754,6 +754,20 @@ async def query_by_id(
     return await _query_one_id(admin, msg_id, topic=topic, body=body)
 
 
+def check_message_id(msg_id: str) -> None:
+    """UsageError (exit 2) for what is neither id's form, before any request: ``msg trace ZZ`` said the
+    trace topic was missing (exit 3) where ``msg query --id`` said the id was bad."""
+    msg_id = msg_id.strip()
+    if plausible_offset_id(msg_id) is not None:
+        return
+    if len(msg_id) not in CLIENT_ID_LENGTHS or not all(c in string.hexdigits for c in msg_id):
+        # (it named the offset id's lengths alone, where either id is taken)
+        raise UsageError(
+            f"not a message id: {msg_id!r}; an offset id (msg_id) is 32 hex digits (56 from an IPv6 broker), "
+            "a client id (unique_key) 32 (34 from a 5.x client)"
+        )
+
+
 async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: bool) -> MessageDetail:
     """The message ``msg_id`` names, whichever id it is, with ``found_by`` saying which.
 
@@ -771,12 +785,8 @@ async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: b
             return {"found_by": "msg_id", **detail(await _view(admin, msg_id, *located), body=body)}
         except (NotFoundError, RemotingConnectError) as exc:
             failure = exc
-    elif len(msg_id) not in CLIENT_ID_LENGTHS or not all(c in string.hexdigits for c in msg_id):
-        # (it named the offset id's lengths alone, where either id is taken)
-        raise UsageError(
-            f"not a message id: {msg_id!r}; an offset id (msg_id) is 32 hex digits (56 from an IPv6 broker), "
-            "a client id (unique_key) 32 (34 from a 5.x client)"
-        )
+    else:
+        check_message_id(msg_id)
     damaged: list[tuple[str, int]] = []
     copies = await _find_unique_key(admin, msg_id.upper(), topic, damaged)
     if not copies:
