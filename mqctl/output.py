@@ -287,8 +287,9 @@ def _shown(column: str, row: dict[str, Any]) -> str:
 
 #: Times whose 0 is no "never": a message with no delivery time (no timer) is delivered at once.
 _AT_ZERO = {"deliver_time": "at once"}
-#: Cells whose null is a fact to show, not a blank: no offset committed, and so no lag to count.
-_AT_NONE = {"consumer_offset": "-", "lag": "-"}
+#: Cells whose null is a fact to show, not a blank: no offset committed, and so no lag to count; no
+#: deadline (``--deadline 0``, which --print-config showed as a blank).
+_AT_NONE = {"consumer_offset": "-", "lag": "-", "deadline": "none"}
 
 
 def _cell(column: str, row: dict[str, Any]) -> str:

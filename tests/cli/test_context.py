@@ -293,3 +293,13 @@ def _keyed_context(cli: RunCli, tmp_path: Path, namesrv: str) -> None:
         "context", "add", "acl", "-n", namesrv, "--access-key", "ctx-ak", "--secret-key-file", str(secret)
     )
     assert added.code == 0, added.stderr
+
+
+def test_print_config_says_no_deadline_as_none(cli: RunCli) -> None:
+    """``--deadline 0`` (no deadline) showed an empty deadline in --print-config's table; JSON keeps null."""
+    table = cli("--deadline", "0", "--print-config", "-n", "127.0.0.1:1")
+    assert table.code == 0, table.stderr
+    [row] = [line for line in table.stdout.splitlines() if line.startswith("deadline ")]
+    assert row.split("│")[1].strip() == "none", table.stdout
+    shown = cli("--deadline", "0", "--print-config", "-n", "127.0.0.1:1", "-o", "json").json()
+    assert (shown["deadline"], shown["deadline_source"]) == (None, "--deadline")
