@@ -173,6 +173,10 @@ def test_offset_reset_from_group_copies_its_offsets(mq: RunCli) -> None:
     assert [r["consumer_offset"] for r in shown] == [4, 10]
     typo = mq(*args, "--from-group", f"{GROUP}_typo")
     assert typo.code == NotFoundError.exit_code and "--from-group" in typo.stderr, typo.stderr
+    # its own offsets: a plan of nothing (it planned and executed a no-op)
+    itself = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--from-group", GROUP, "--execute", "--yes")
+    assert itself.code == 2 and itself.stderr.count("\n") == 1, itself
+    assert f"--from-group '{GROUP}' is the group being reset" in itself.stderr, itself.stderr
 
 
 def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
