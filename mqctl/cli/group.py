@@ -188,7 +188,8 @@ def delete(
     yes: YesOpt = False,
 ) -> None:
     """Delete a subscription group from every master that has it (asks first, once it is found: a group
-    no master holds exits 3 without asking)."""
+    no master holds exits 3 without asking). Its consumers online do not stop it, as with mqadmin: the
+    question and the result (online_consumers) say how many there are."""
     from mqctl.services.groups import delete as delete_group
 
     def ask(question: str) -> None:

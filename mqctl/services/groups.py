@@ -102,6 +102,7 @@ class GroupDeleted(TypedDict):
     action: str
     offsets_removed: bool
     brokers: list[str]
+    online_consumers: int  # deleted with its members online, as mqadmin does: said, not refused
 
 
 class GroupRow(TypedDict):
@@ -290,15 +291,30 @@ async def delete(
     anyone said the group is not there."""
     holders = [addr for addr, table in (await _configs(admin, cluster)).items() if group in table]
     if not holders and if_exists:
-        return {"group": group, "action": "missing", "offsets_removed": False, "brokers": []}
+        return {
+            "group": group,
+            "action": "missing",
+            "offsets_removed": False,
+            "brokers": [],
+            "online_consumers": 0,
+        }
     if not holders:
         raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
+    answers = await each_broker(admin, holders, lambda addr: admin.consumer_connections(addr, group))
+    online = len({c.client_id for found in answers.values() if found for c in found.connection_set})
     if confirm is not None:
         offsets = " and its offsets" if remove_offsets else ""
-        confirm(f"Delete group {group!r}{offsets} from {', '.join(holders)}?")
+        members = f", with {plural(online, 'consumer')} of it online" if online else ""
+        confirm(f"Delete group {group!r}{offsets} from {', '.join(holders)}{members}?")
     for addr in holders:
         await admin.delete_group(addr, group, remove_offsets=remove_offsets)
-    return {"group": group, "action": "deleted", "offsets_removed": remove_offsets, "brokers": holders}
+    return {
+        "group": group,
+        "action": "deleted",
+        "offsets_removed": remove_offsets,
+        "brokers": holders,
+        "online_consumers": online,
+    }
 
 
 class GroupProgressRow(GroupRow):

@@ -216,6 +216,25 @@ def test_deleting_a_group_that_does_not_exist_says_so_before_asking(mq: RunCli, 
     assert loaded.broker.groups.table.get("CG_Kept") is not None
 
 
+def test_deleting_a_group_with_members_online_says_how_many(mq: RunCli, loaded: LocalCluster) -> None:
+    """The question named the brokers alone: a group was deleted with a member online, unsaid. It is still
+    deleted (mqadmin deletes regardless); the question and the result say how many were online."""
+    assert mq("group", "create", "-g", "CG_Busy").code == 0
+    wire = handle(loaded)
+    reply = loaded.loop.run(wire.heartbeat("busy-client@1", "CG_Busy", [TOPIC]))
+    try:
+        assert reply.code == ResponseCode.SUCCESS
+        asked = mq("group", "delete", "-g", "CG_Busy")
+        assert asked.code == UsageError.exit_code, asked.stderr
+        assert ", with 1 consumer of it online?" in asked.stderr, asked.stderr
+        deleted = mq("group", "delete", "-g", "CG_Busy", "--yes", "-o", "json")
+        assert deleted.code == 0, deleted.stderr
+        assert (deleted.json()["action"], deleted.json()["online_consumers"]) == ("deleted", 1)
+    finally:
+        loaded.loop.run(wire.client.close())
+    assert loaded.broker.groups.table.get("CG_Busy") is None
+
+
 def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_path: Path) -> None:
     shown = mq("offset", "show", "-g", GROUP, "-t", TOPIC, "-o", "json").json()
     assert [(r["consumer_offset"], r["lag"]) for r in shown] == [(4, 6), (10, 0)]
