@@ -7,6 +7,7 @@ names. Codes absent from these tables still travel as plain ints.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Final
 
 
 class RequestCode(IntEnum):
@@ -157,6 +158,10 @@ class ResponseCode(IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+
+
+#: 5.x ``INVALID_PARAMETER`` (4.9.8 has no such code): a POP request's or a topic attribute's bad value.
+INVALID_PARAMETER: Final = 29
 
 
 class LanguageCode(IntEnum):
