@@ -158,7 +158,8 @@ def cluster(
 ) -> None:
     """Every broker the NameServer lists answers, and every broker group has a master: CRITICAL when one is
     down, UNKNOWN when one refuses to say (ACL); WARNING for quarantined data, an ACL that differs within a
-    group, and a clock off by more than --clock-warn."""
+    group, a DLedger group with fewer members registered than its leader counts, and a clock off by more
+    than --clock-warn."""
     from mqctl.services.checks import CLOCK_SKEW_WARN, cluster as check_cluster
 
     warn = CLOCK_SKEW_WARN if clock_warn is None else clock_warn

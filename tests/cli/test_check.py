@@ -493,3 +493,34 @@ async def test_ha_warns_of_a_dledger_member_that_abstains(monkeypatch: pytest.Mo
     )
     states[2].abstains = None
     assert (await checks.ha(Admin([]), cluster_name=None, min_slaves=0, **limits)).state is State.OK
+
+
+async def test_cluster_warns_of_a_dledger_member_gone_from_the_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """'OK - 2 of 2 brokers' while a member of a 3-member DLedger group was dead (check ha warned): a dead
+    member expires from the route, so the registered brokers alone never missed it; the leader's view of
+    its group counts it."""
+    from mqctl.services import checks
+    from mqctl.services.cluster import BrokerRow
+
+    rows = [BrokerRow("c", "g", 0, "10.0.0.1:10911"), BrokerRow("c", "g", 1, "10.0.0.2:10911")]
+    leader = {"dledgerRole": "LEADER", "dledgerPeers": "n1/812/0;n2/790/22/down"}
+    tables = {"10.0.0.1:10911": leader, "10.0.0.2:10911": {"dledgerRole": "FOLLOWER"}}
+
+    async def brokers(admin: Admin, cluster: str | None, *, known: bool) -> list[BrokerRow]:
+        return list(rows)
+
+    async def runtime(admin: Admin, row: BrokerRow) -> tuple[dict[str, str], float, float]:
+        return tables[row.addr], 0.0, 0.0
+
+    async def acl_view(admin: Admin, addr: str) -> None:
+        return None
+
+    monkeypatch.setattr(checks, "brokers", brokers)
+    monkeypatch.setattr(checks, "_runtime", runtime)
+    monkeypatch.setattr(checks, "_acl_view", acl_view)
+    verdict = await checks.cluster(Admin([]), cluster_name=None, clock_warn=0)
+    assert verdict.state is State.WARNING, verdict
+    assert "g: 2 of its 3 DLedger members registered" in verdict.summary, verdict.summary
+    rows.append(BrokerRow("c", "g", 2, "10.0.0.3:10911"))
+    tables["10.0.0.3:10911"] = {"dledgerRole": "FOLLOWER"}
+    assert (await checks.cluster(Admin([]), cluster_name=None, clock_warn=0)).state is State.OK
