@@ -7,7 +7,6 @@ names. Codes absent from these tables still travel as plain ints.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Final
 
 
 class RequestCode(IntEnum):
@@ -161,7 +160,8 @@ class ResponseCode(IntEnum):
 
 
 #: 5.x ``INVALID_PARAMETER`` (4.9.8 has no such code): a POP request's or a topic attribute's bad value.
-INVALID_PARAMETER: Final = 29
+#: Not ``Final``: compiled modules import this module, and would inline a Final (build_native's INLINED).
+INVALID_PARAMETER = 29
 
 
 class LanguageCode(IntEnum):
