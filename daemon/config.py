@@ -191,7 +191,7 @@ def _did_you_mean(key: str, keys: list[str]) -> str:
     unknown key silently, so a misspelt setting would otherwise run at its default unnoticed."""
     import difflib
 
-    close = difflib.get_close_matches(key, keys, n=2, cutoff=0.8)
+    close = difflib.get_close_matches(key, list(dict.fromkeys(keys)), n=2, cutoff=0.8)  # a key once
     return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 

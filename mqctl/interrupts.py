@@ -198,7 +198,9 @@ async def unless_reader_leaves(work: Awaitable[T], every: float = 0.5) -> T:
         await asyncio.gather(task, gone, return_exceptions=True)
     if task.done() and not task.cancelled():
         return task.result()
-    raise BrokenPipeError(errno.EPIPE, "the reader of stdout has gone")
+    if gone.done() and not gone.cancelled():
+        raise BrokenPipeError(errno.EPIPE, "the reader of stdout has gone")
+    return task.result()  # ``work`` was cancelled from within: that, not a reader gone (a quiet exit 0)
 
 
 async def _reader_gone(every: float) -> None:

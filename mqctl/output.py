@@ -17,6 +17,7 @@ mid-token when piped).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import enum
@@ -286,8 +287,9 @@ def _shown(column: str, row: dict[str, Any]) -> str:
 
 #: Times whose 0 is no "never": a message with no delivery time (no timer) is delivered at once.
 _AT_ZERO = {"deliver_time": "at once"}
-#: Cells whose null is a fact to show, not a blank: no offset committed, and so no lag to count.
-_AT_NONE = {"consumer_offset": "-", "lag": "-"}
+#: Cells whose null is a fact to show, not a blank: no offset committed, and so no lag to count; no
+#: deadline (``--deadline 0``, which --print-config showed as a blank).
+_AT_NONE = {"consumer_offset": "-", "lag": "-", "deadline": "none"}
 
 
 def _cell(column: str, row: dict[str, Any]) -> str:
@@ -312,6 +314,12 @@ def _cell(column: str, row: dict[str, Any]) -> str:
             return units.size_text(value)
         if column.endswith("_ms"):
             return units.duration_text(value)
+    stamp = value.get("timestamp") if isinstance(value, dict) else None
+    if isinstance(stamp, int) and not isinstance(stamp, bool) and stamp >= 0:
+        # a RocketMQ DataVersion (``acl show``'s version): its epoch-ms timestamp as a time, as every time
+        with contextlib.suppress(ValueError, OverflowError, OSError):
+            shown = units.table_time(stamp, utc=_state["utc"]) if stamp else "never"
+            value = {**value, "timestamp": shown}
     return cell_text(value)
 
 

@@ -19,6 +19,9 @@ _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 
+#: The last instant a time flag takes (9999-12-31T23:59:59.999Z): past it, a date cannot be shown.
+LATEST_MS = 253_402_300_799_999
+
 #: What a duration flag takes, for its error.
 DURATION_FORMS = "a duration such as 90s, 15m, 2h30m or 7d (units ms, s, m, h, d, w)"
 
@@ -39,9 +42,18 @@ def _is_duration(text: str) -> bool:
 
 def parse_time(text: str, *, now_ms: int, flag: str | None = None) -> int:
     """An instant in epoch ms: ``now``, ``-2h``/``+5m`` (relative to now), epoch ms, or ISO 8601 (UTC if no
-    zone); ``flag`` names the option in the error."""
-    value = text.strip()
+    zone), from 1970 to the year 9999; ``flag`` names the option in the error."""
     what = flag or "time"
+    ms = _instant(text, now_ms, what)
+    if not 0 <= ms <= LATEST_MS:
+        raise UsageError(
+            f"bad {what} {text!r}: a time from 1970 to the year 9999 (epoch ms 0 to {LATEST_MS})"
+        )
+    return ms
+
+
+def _instant(text: str, now_ms: int, what: str) -> int:
+    value = text.strip()
     if value == "now":
         return now_ms
     if value[:1] in "+-":

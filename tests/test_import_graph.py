@@ -149,3 +149,17 @@ def test_imports_only_point_down() -> None:
         if target.split(".")[0] not in ALLOWED[name.split(".")[0]]
     )
     assert wrong == []
+
+
+def test_topic_attributes_do_not_import_the_pop_engine() -> None:
+    """Every topic command imported the POP engine, for one response code: attributes took
+    INVALID_PARAMETER from it rather than from the remoting codes, its home."""
+    graph = import_graph()
+    reached: set[str] = set()
+    todo = ["daemon.broker.attributes"]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo.extend(graph[module])
+    assert "daemon.broker.pop" not in reached, sorted(reached)

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from daemon.broker.pop import INVALID_PARAMETER
-from daemon.remoting.codes import ResponseCode
+from daemon.remoting.codes import INVALID_PARAMETER, ResponseCode
 
 __all__ = ["MESSAGE_TYPE", "MESSAGE_TYPES", "AttributeRefused", "alter_attributes"]
 

@@ -64,7 +64,7 @@ from daemon.broker.long_poll import ANY_QUEUE
 from daemon.broker.retry import retry_copy
 from daemon.lifecycle import supervise
 from daemon.remoting.bodies import PermName
-from daemon.remoting.codes import ResponseCode
+from daemon.remoting.codes import INVALID_PARAMETER, ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from store.config import SLAVE
 from store.errors import StoreError
@@ -108,8 +108,6 @@ PROPERTY_POP_CK: Final = "POP_CK"
 NO_MESSAGE: Final = 208
 #: How often a pop waiting for a DLedger member's leadership lease looks again (see PopHost.leased).
 LEASE_RETRY_S: Final = 0.05
-#: 5.x ``INVALID_PARAMETER`` (4.9.8 has no such code).
-INVALID_PARAMETER: Final = 29
 #: The journal is rewritten to its live records at start and when it grows past this.
 COMPACT_BYTES: Final = 32 << 20
 #: The longest lending a pop or a change of invisibility may ask for (the 5.x Proxy's

@@ -159,6 +159,11 @@ class ResponseCode(IntEnum):
     FLOW_CONTROL = 215
 
 
+#: 5.x ``INVALID_PARAMETER`` (4.9.8 has no such code): a POP request's or a topic attribute's bad value.
+#: Not ``Final``: compiled modules import this module, and would inline a Final (build_native's INLINED).
+INVALID_PARAMETER = 29
+
+
 class LanguageCode(IntEnum):
     """Sender language: a name in JSON headers, a byte in ROCKETMQ binary headers."""
 

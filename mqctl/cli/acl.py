@@ -70,14 +70,27 @@ def ls(
 @cluster_options()
 def show(
     access_key: Annotated[
-        str | None, typer.Argument(help="Account to show (default: each broker's ACL summary).")
+        str | None,
+        typer.Argument(
+            help="Account to show, as -a (default: each broker's ACL summary).", show_default=False
+        ),
+    ] = None,
+    key_option: Annotated[
+        str | None,
+        typer.Option("--access-key", "-a", help="Account to show, as create/update/delete take it."),
     ] = None,
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     show_secret: ShowSecretOpt = False,
 ) -> None:
-    """Show one account, or each broker's ACL version and global whitelist."""
+    """Show one account, or each broker's ACL version (the time of its last change, and its counter) and
+    global whitelist."""
+    from mqctl.errors import UsageError
     from mqctl.services.acl import show as show_
+
+    if key_option is not None and access_key is not None and key_option != access_key:
+        raise UsageError(f"two accounts named: {access_key!r} and -a {key_option!r}; give one")
+    access_key = access_key if access_key is not None else key_option
 
     online(
         lambda admin: show_(admin, access_key, cluster=cluster, broker=broker, show_secret=show_secret),

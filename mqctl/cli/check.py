@@ -6,6 +6,7 @@ Unlike every other command, ``check`` exits with the monitoring plugin conventio
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -85,6 +86,22 @@ def _run(name: str, work: Callable[[Admin], Awaitable[Verdict]], *, check_args: 
     raise typer.Exit(int(verdict.state))
 
 
+def _used_ratio(text: str | None, flag: str) -> float | None:
+    """``90``, ``90%`` (percent, as the perfdata and diskMaxUsedSpaceRatio) or, as before, a ratio below 1
+    (``0.9``) -> the used ratio; ValueError naming ``flag`` for anything else."""
+    if text is None:
+        return None
+    value = text.strip()
+    percent = value.endswith("%")
+    try:
+        number = float(value.removesuffix("%").strip())
+    except ValueError:
+        number = math.nan
+    if not 0 <= number <= 100:  # NaN too
+        raise ValueError(f"bad {flag} {text!r}: give a percent from 0 to 100 (90 or 90%)")
+    return number if not percent and 0 < number < 1 else number / 100
+
+
 def _order(warn: float, crit: float) -> str | None:
     return None if warn <= crit else f"--warn {warn:g} is above --crit {crit:g}"
 
@@ -105,7 +122,8 @@ def lag(
     Such queues holding messages are a WARNING, counted in the perfdata entry uncounted_holding; but not
     for a BROADCASTING group (as its online consumers say): they keep its offsets, so every queue reads as
     never committed on. Queues of a broker whose offsets could not be read are named unknown, not never
-    committed on."""
+    committed on. A group the brokers hold that never committed (created, never consumed) is OK: lag 0,
+    no offsets yet."""
     from mqctl.services.checks import lag as check_lag
 
     _run(
@@ -142,7 +160,8 @@ def cluster(
 ) -> None:
     """Every broker the NameServer lists answers, and every broker group has a master: CRITICAL when one is
     down, UNKNOWN when one refuses to say (ACL); WARNING for quarantined data, an ACL that differs within a
-    group, and a clock off by more than --clock-warn."""
+    group, a DLedger group with fewer members registered than its leader counts, and a clock off by more
+    than --clock-warn."""
     from mqctl.services.checks import CLOCK_SKEW_WARN, cluster as check_cluster
 
     warn = CLOCK_SKEW_WARN if clock_warn is None else clock_warn
@@ -155,32 +174,41 @@ def disk(
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     warn: Annotated[
-        float | None,
+        str | None,
         typer.Option(
             "--warn",
             "-w",
-            min=0.0,
-            max=1.0,
-            help="WARNING above this used ratio (default: the broker's diskMaxUsedSpaceRatio).",
+            metavar="PERCENT",
+            help="WARNING above this percent used, 0-100: 90 or 90% (default: the broker's "
+            "diskMaxUsedSpaceRatio). A ratio below 1 (0.9) is still read as a ratio.",
         ),
     ] = None,
     crit: Annotated[
-        float | None,
+        str | None,
         typer.Option(
             "--crit",
-            min=0.0,
-            max=1.0,
-            help="CRITICAL above this used ratio (default: the broker's diskSpaceCleanForciblyRatio).",
+            metavar="PERCENT",
+            help="CRITICAL above this percent used, as --warn (default: the broker's "
+            "diskSpaceCleanForciblyRatio).",
         ),
     ] = None,
 ) -> None:
-    """Each broker's CommitLog disk usage against its retention watermarks."""
+    """Each broker's CommitLog disk usage against its retention watermarks, in percent as its perfdata and
+    the broker's own watermarks (diskMaxUsedSpaceRatio=75 is 75 %)."""
     from mqctl.services.checks import disk as check_disk
 
-    bad = _order(warn, crit) if warn is not None and crit is not None else None
+    marks: dict[str, float | None] = {}
+    bad: str | None = None
+    try:
+        marks = {flag: _used_ratio(value, flag) for flag, value in (("--warn", warn), ("--crit", crit))}
+    except ValueError as exc:
+        bad = str(exc)
+    w, c = marks.get("--warn"), marks.get("--crit")
+    if bad is None and w is not None and c is not None and w > c:
+        bad = f"--warn {warn} ({w * 100:g}%) is above --crit {crit} ({c * 100:g}%)"
     _run(
         "disk",
-        lambda admin: check_disk(admin, cluster_name=cluster, broker=broker, warn=warn, crit=crit),
+        lambda admin: check_disk(admin, cluster_name=cluster, broker=broker, warn=w, crit=c),
         check_args=bad,
     )
 

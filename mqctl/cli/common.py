@@ -557,6 +557,7 @@ def render_every(produce: Callable[[], Any], output: str, watch: float | None = 
     console = stdout_console()
     stream = None if output == "table" else RowStream(output)
     said: dict[str, str] = {}
+    said_every = False
     try:
         while True:
             taken_at_ms = int(time.time() * 1000)  # when this refresh's reads began
@@ -564,9 +565,11 @@ def render_every(produce: Callable[[], Any], output: str, watch: float | None = 
             redrawn = stream is None and console.is_terminal
             if redrawn:
                 console.clear()
-            stderr_console().print(
-                f"{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop", style="dim"
-            )
+            if redrawn or not said_every:  # under each redrawn screen; in a stream or a log, once
+                stderr_console().print(
+                    f"{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop", style="dim"
+                )
+                said_every = True
             if redrawn or warned.keys() != said.keys():
                 for key in said:
                     if key not in warned and not redrawn:

@@ -48,7 +48,12 @@ ContextTimeoutOpt = Annotated[
 def add(
     name: Annotated[str, typer.Argument(help="Context name.")],
     namesrv: Annotated[str, _NAMESRV],
-    use: Annotated[bool, typer.Option("--use", help="Make it the current context.")] = False,
+    use: Annotated[
+        bool,
+        typer.Option(
+            "--use", help="Make it the current context (the first context added becomes current without it)."
+        ),
+    ] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing context of that name.")] = False,
     access_key: Annotated[
         str | None, typer.Option("--access-key", help="ACL access key to sign with.")

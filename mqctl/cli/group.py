@@ -188,7 +188,8 @@ def delete(
     yes: YesOpt = False,
 ) -> None:
     """Delete a subscription group from every master that has it (asks first, once it is found: a group
-    no master holds exits 3 without asking)."""
+    no master holds exits 3 without asking). Its consumers online do not stop it, as with mqadmin: the
+    question and the result (online_consumers) say how many there are."""
     from mqctl.services.groups import delete as delete_group
 
     def ask(question: str) -> None:
@@ -285,7 +286,7 @@ def progress(
     A queue the group never committed on shows no consumer offset ('-'; null in JSON and YAML), where the
     broker's ConsumeStats (and mqadmin consumerProgress) say 0; its lag counts from 0 only where the broker
     starts a consumer there (a young queue), else it is '-' (consumeFromWhere decides) and --lag-over
-    leaves it out.
+    leaves it out. A group the brokers hold that never committed (created, never consumed) has no rows.
 
     A broker that cannot be read (ACL denied, timed out, down) is named on stderr; where only its offset
     table or start offsets could not be read, its queues' offsets and lags it would tell are '-'."""

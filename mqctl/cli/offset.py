@@ -181,6 +181,8 @@ def reset(
     elif shift_by is not None:
         target = ResetTarget("shift", shift_by)
     elif from_group is not None:
+        if from_group == group:  # its own offsets: a plan that changes nothing, a typo of the source
+            raise UsageError(f"--from-group {from_group!r} is the group being reset: name another group")
         target = ResetTarget("group", source=from_group)
     else:
         target = ResetTarget("file", plan_file=from_file)

@@ -70,6 +70,9 @@ def trace(
     if tree and flags().output != "table" and output_given():  # ($MQCTL_OUTPUT alone: --tree wins)
         raise UsageError(f"--tree draws a table-format view; it does not combine with -o {flags().output}")
     if message_id is not None:
+        from mqctl.services.messages import check_message_id
+
+        check_message_id(message_id)
         ident = message_id
 
         def work(admin: Any) -> Any:

@@ -146,6 +146,8 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     worst_queue = max(rows, key=lambda r: r.lag or 0, default=None)
     where = f" topic {topic}" if topic else ""
     summary = f"group {group}{where} lag {total}"
+    if not rows:  # a group the brokers hold, created and never consumed
+        summary += " (no offsets yet)"
     if worst_queue is not None and worst_queue.lag:
         summary += f" (most on {worst_queue.topic} {worst_queue.broker_name}:{worst_queue.queue_id}: {worst_queue.lag})"
     uncounted = [r for r in rows if r.lag is None]
@@ -384,7 +386,12 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
     NameServer whose clock is off ours, or a group's members' off each other's, by more than ``clock_warn``
     seconds (0: clocks are not checked; see :func:`_clock_problems` and :func:`_namesrv_clocks`).
 
+    A broker group with fewer DLedger members registered than its leader is configured with is a WARNING
+    (a dead member expires from the route; the group serves on, one loss nearer to stopping).
+
     A broker that refuses (ACL) is UNKNOWN, not down: it answered, we may not look."""
+    from mqctl.services.ha import dledger_members
+
     rows = await brokers(admin, cluster_name, known=False)
     if not rows:
         where = f"cluster {cluster_name}" if cluster_name else "the NameServer"
@@ -448,6 +455,13 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
     for name in headless:
         states.append(State.CRITICAL)
         problems.append(f"{name} has no master registered")
+    for row, answer in zip(rows, answers, strict=True):
+        configured = None if isinstance(answer, BaseException) else dledger_members(answer)
+        registered = sum(r.broker_name == row.broker_name for r in rows)
+        if configured is not None and registered < configured:
+            # a dead member is no longer registered: counted by the leader's view, as check ha does
+            states.append(State.WARNING)
+            problems.append(f"{row.broker_name}: {registered} of its {configured} DLedger members registered")
     answering = sum(1 for a in answers if not isinstance(a, BaseException))
     summary = (
         f"{answering} of {plural(len(rows), 'broker')} answering in {plural(len(names), 'broker group')}"

@@ -102,6 +102,7 @@ class GroupDeleted(TypedDict):
     action: str
     offsets_removed: bool
     brokers: list[str]
+    online_consumers: int  # deleted with its members online, as mqadmin does: said, not refused
 
 
 class GroupRow(TypedDict):
@@ -290,15 +291,30 @@ async def delete(
     anyone said the group is not there."""
     holders = [addr for addr, table in (await _configs(admin, cluster)).items() if group in table]
     if not holders and if_exists:
-        return {"group": group, "action": "missing", "offsets_removed": False, "brokers": []}
+        return {
+            "group": group,
+            "action": "missing",
+            "offsets_removed": False,
+            "brokers": [],
+            "online_consumers": 0,
+        }
     if not holders:
         raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
+    answers = await each_broker(admin, holders, lambda addr: admin.consumer_connections(addr, group))
+    online = len({c.client_id for found in answers.values() if found for c in found.connection_set})
     if confirm is not None:
         offsets = " and its offsets" if remove_offsets else ""
-        confirm(f"Delete group {group!r}{offsets} from {', '.join(holders)}?")
+        members = f", with {plural(online, 'consumer')} of it online" if online else ""
+        confirm(f"Delete group {group!r}{offsets} from {', '.join(holders)}{members}?")
     for addr in holders:
         await admin.delete_group(addr, group, remove_offsets=remove_offsets)
-    return {"group": group, "action": "deleted", "offsets_removed": remove_offsets, "brokers": holders}
+    return {
+        "group": group,
+        "action": "deleted",
+        "offsets_removed": remove_offsets,
+        "brokers": holders,
+        "online_consumers": online,
+    }
 
 
 class GroupProgressRow(GroupRow):
@@ -485,10 +501,13 @@ async def progress(
     if not offsets and not clients:
         if topic is not None:
             await route_or_not_found(admin, topic)  # a typo of the topic is that, not the group's lack
-        if not await _may_exist(admin, group, addrs):
+        known = await _known(admin, group, addrs)
+        if known is False:
             raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
-        of = f" of topic {topic!r}" if topic is not None else ""
-        raise NotFoundError(f"group {group!r} has no offsets{of} and no online consumer")
+        if known is None:  # no master that answered holds it, and one did not answer: cannot tell
+            of = f" of topic {topic!r}" if topic is not None else ""
+            raise NotFoundError(f"group {group!r} has no offsets{of} and no online consumer")
+        return Rows.of(QueueProgress, ())  # created, never consumed: nothing committed yet, no lag
     starts = await _uncommitted_starts(admin, group, where, offsets)
     owners: dict[MessageQueue, str] = {}
     for name in {mq.topic for mq in offsets}:
@@ -626,12 +645,15 @@ async def queue_lags(
     return lags
 
 
-async def _may_exist(admin: Admin, group: str, addrs: list[str]) -> bool:
-    """Whether a broker of ``addrs`` holds ``group``'s subscription config, or one did not answer: a
-    group with neither offsets nor clients was said to have "no offsets" even when the name was a typo
-    (mqadmin consumerProgress says such a group is not there)."""
+async def _known(admin: Admin, group: str, addrs: list[str]) -> bool | None:
+    """Whether a broker of ``addrs`` holds ``group``'s subscription config; None if none that answered
+    does and one did not answer. A group with neither offsets nor clients was said to have "no offsets"
+    even when the name was a typo (mqadmin consumerProgress says such a group is not there), and "not
+    found" when it was created and never consumed."""
     tables = await each_broker(admin, addrs, admin.group_configs)
-    return len(tables) < len(addrs) or any(group in table for table in tables.values())
+    if any(group in table for table in tables.values()):
+        return True
+    return None if len(tables) < len(addrs) else False
 
 
 async def show(admin: Admin, group: str, *, cluster: str | None = None) -> GroupShow:

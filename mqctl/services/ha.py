@@ -110,6 +110,18 @@ def _peer(fields: list[str]) -> str:
     return f"{name} match {match} lag {lag}"
 
 
+def _leader_peers(table: dict[str, str]) -> list[list[str]]:
+    """The other members a DLedger leader reports in its runtime info (``dledgerPeers``); none elsewhere."""
+    return [p.split("/") for p in table.get("dledgerPeers", "").split(";") if p]
+
+
+def dledger_members(table: dict[str, str]) -> int | None:
+    """How many members a DLedger group is configured with, from its leader's runtime info; None from any
+    other broker (a follower, a master/slave one): a dead member is no longer registered to be counted."""
+    peers = _leader_peers(table)
+    return 1 + len(peers) if peers else None
+
+
 async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
     out = HAStatus(row.cluster, row.broker_name, row.broker_id, row.addr)
     try:
@@ -132,11 +144,11 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         out.commit_index = server_int(table.get("dledgerCommittedIndex"), least=-1)
         out.channel = table.get("dledgerChannel")
         out.abstains = table.get("dledgerAbstains") or None
-        peers = [p.split("/") for p in table.get("dledgerPeers", "").split(";") if p]
+        peers = _leader_peers(table)
         if peers:
             out.peers = ", ".join(_peer(p) for p in peers if len(p) >= 3)
             out.lag_bytes = None
-            out.members = 1 + len(peers)
+            out.members = dledger_members(table)
         else:
             leader = table.get("dledgerLeaderId")
             out.peers = f"leader {leader}" if leader else None

@@ -756,6 +756,20 @@ async def query_by_id(
     return await _query_one_id(admin, msg_id, topic=topic, body=body)
 
 
+def check_message_id(msg_id: str) -> None:
+    """UsageError (exit 2) for what is neither id's form, before any request: ``msg trace ZZ`` said the
+    trace topic was missing (exit 3) where ``msg query --id`` said the id was bad."""
+    msg_id = msg_id.strip()
+    if plausible_offset_id(msg_id) is not None:
+        return
+    if len(msg_id) not in CLIENT_ID_LENGTHS or not all(c in string.hexdigits for c in msg_id):
+        # (it named the offset id's lengths alone, where either id is taken)
+        raise UsageError(
+            f"not a message id: {msg_id!r}; an offset id (msg_id) is 32 hex digits (56 from an IPv6 broker), "
+            "a client id (unique_key) 32 (34 from a 5.x client)"
+        )
+
+
 async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: bool) -> MessageDetail:
     """The message ``msg_id`` names, whichever id it is, with ``found_by`` saying which.
 
@@ -773,12 +787,8 @@ async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: b
             return {"found_by": "msg_id", **detail(await _view(admin, msg_id, *located), body=body)}
         except (NotFoundError, RemotingConnectError) as exc:
             failure = exc
-    elif len(msg_id) not in CLIENT_ID_LENGTHS or not all(c in string.hexdigits for c in msg_id):
-        # (it named the offset id's lengths alone, where either id is taken)
-        raise UsageError(
-            f"not a message id: {msg_id!r}; an offset id (msg_id) is 32 hex digits (56 from an IPv6 broker), "
-            "a client id (unique_key) 32 (34 from a 5.x client)"
-        )
+    else:
+        check_message_id(msg_id)
     damaged: list[tuple[str, int]] = []
     copies = await _find_unique_key(admin, msg_id.upper(), topic, damaged)
     if not copies:
@@ -930,6 +940,7 @@ async def tail(
         while True:
             offset = positions[mq]
             addr = pulling[mq] = readers[name]
+            failed: RemotingConnectError | RemotingTimeoutError | None = None
             try:
                 result = await wire.pull(
                     admin,
@@ -953,11 +964,13 @@ async def tail(
             except (RemotingConnectError, RemotingTimeoutError) as exc:
                 if exit_at_end:  # a read to the end: the queue's end is not known, so fail
                     raise
-                if readers[name] == addr:  # not already moved by the route watch or another queue
-                    readers[name] = await _reader_again(admin, topic, name, addr, exc, lost)
-                continue
+                failed = exc
             finally:
-                pulling.pop(mq, None)
+                pulling.pop(mq, None)  # before any wait: the route watch cancels only a pull under way
+            if failed is not None:
+                if readers[name] == addr:  # not already moved by the route watch or another queue
+                    readers[name] = await _reader_again(admin, topic, name, addr, failed, lost)
+                continue
             if name in lost:
                 lost.discard(name)
                 log.warning("%s: reading again, from %s", name, addr)

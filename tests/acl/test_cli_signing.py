@@ -261,6 +261,23 @@ def test_acl_commands_round_trip_through_codes_50_to_54(
     assert "newuser1" not in text and "10.9.9.*" in text and "dataVersion" in text
 
 
+def test_acl_show_takes_a_as_the_other_acl_commands_and_shows_its_version_as_a_time(mq: RunCli) -> None:
+    """``acl show`` took its account only as an argument where create/update/delete take ``-a``, and its
+    table showed the ACL version's time as raw epoch ms (``timestamp=1796188493680``)."""
+    by_flag = mq("acl", "show", "-a", ADMIN_AK, "-o", "json", env=ADMIN_ENV)
+    assert by_flag.code == 0, by_flag.stderr
+    assert by_flag.json() == mq("acl", "show", ADMIN_AK, "-o", "json", env=ADMIN_ENV).json()
+    both = mq("acl", "show", ADMIN_AK, "-a", USER_AK, env=ADMIN_ENV)
+    assert both.code == UsageError.exit_code and both.stderr.count("\n") == 1, both
+    assert mq("acl", "create", "-a", "showuser1", "-s", "showsecret1", env=ADMIN_ENV).code == 0  # a version
+    assert mq("acl", "delete", "-a", "showuser1", "--yes", env=ADMIN_ENV).code == 0
+    raw = mq("acl", "show", "-o", "json", env=ADMIN_ENV).json()[0]["version"]["timestamp"]
+    table = mq("--utc", "acl", "show", env=ADMIN_ENV)
+    assert table.code == 0, table.stderr
+    assert isinstance(raw, int) and raw > 0
+    assert str(raw) not in table.stdout and "Z" in table.stdout, table.stdout
+
+
 def test_deleting_a_missing_account_is_not_found_unless_if_exists(mq: RunCli) -> None:
     """As every other delete: a missing account exits 3, and --if-exists makes that a success."""
     missing = mq("acl", "delete", "-a", "nobody9", "--yes", env=ADMIN_ENV)

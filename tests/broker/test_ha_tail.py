@@ -59,3 +59,42 @@ async def _tail_through_a_restart_of_the_master(
             reading.cancel()
             await asyncio.gather(reading, return_exceptions=True)
     return rows
+
+
+@pytest.mark.slow
+async def test_a_tail_reading_the_master_when_it_dies_reads_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tail whose master died ended quietly (exit 0, nothing more): the route watch cancelled the queue's
+    reader while it waited out the outage, a cancel no reroute caught, read as stdout's reader gone. It
+    now reads on from the slave, then from the master once back (the watch asked often, so it fires
+    inside that wait as it did in the operator's run)."""
+    import mqctl.services.messages as messages
+
+    monkeypatch.setattr(messages, "ROUTE_REFRESH_S", 0.2)
+    async with master_and_slave(tmp_path) as g:
+        ha = g.master.ha_master
+        assert ha is not None
+        await wait_until(lambda: bool(ha.slaves))
+        assert (await g.on(g.master).send("Lost", b"m0", queue_id=0)).code == ResponseCode.SUCCESS
+        await wait_until(lambda: caught_up(g))
+        await g.slave.sync_from_master()  # the slave knows the topic
+        port = int(g.master.addr.rsplit(":", 1)[1])
+        rows: list[MessageRow] = []
+        async with Admin([g.ns_addr], timeout=5) as admin:
+            reading = asyncio.create_task(tail(admin, "Lost", rows.append, start="earliest"))
+            try:
+                await wait_until(lambda: len(rows) == 1, 30)  # m0, from the master
+                await g.master.stop()
+                await wait_until(lambda: "reading on once the route names" in caplog.text, 30)
+                await asyncio.sleep(1.5)  # the outage's wait, and the route watch inside it
+                assert not reading.done(), reading
+                g.master = await start_broker(
+                    tmp_path / "master", namesrv_addr=g.ns_addr, listen_port=port, **SMALL
+                )
+                assert (await g.on(g.master).send("Lost", b"m1", queue_id=0)).code == ResponseCode.SUCCESS
+                await wait_until(lambda: len(rows) == 2, 30)
+            finally:
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
+    assert [(r["queue_offset"], r["body"]) for r in rows] == [(0, "m0"), (1, "m1")]

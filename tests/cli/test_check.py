@@ -94,13 +94,22 @@ def test_lag_in_every_state(mq: RunCli) -> None:
     plugin(mq("check", "lag", "-g", GROUP, "-w", "1", "--crit", "5"), "CRITICAL")
     missing = plugin(mq("check", "lag", "-g", "CG_Nobody"), "UNKNOWN")
     assert "group 'CG_Nobody' not found" in missing  # not "has no offsets": no broker knows it
-    assert mq("group", "create", "-g", "CG_Idle").code == 0
-    idle = plugin(mq("check", "lag", "-g", "CG_Idle"), "UNKNOWN")  # it exists, and has not consumed yet
-    assert "group 'CG_Idle' has no offsets and no online consumer" in idle
     other = plugin(
         mq("check", "lag", "-g", GROUP, "-t", "NotItsTopic"), "UNKNOWN"
     )  # it has offsets elsewhere, and no topic has that name
     assert "topic 'NotItsTopic' not found" in other
+
+
+def test_a_group_created_and_never_consumed_has_no_lag_not_no_group(mq: RunCli) -> None:
+    """A group the brokers hold that no consumer ever used read as not found: group progress exited 3 and
+    check lag was UNKNOWN, the codes of a group no master holds."""
+    assert mq("group", "create", "-g", "CG_Fresh").code == 0
+    shown = mq("group", "progress", "-g", "CG_Fresh", "-o", "json")
+    assert (shown.code, shown.json()) == (0, []), shown
+    ok = plugin(mq("check", "lag", "-g", "CG_Fresh"), "OK")
+    assert "group CG_Fresh lag 0 (no offsets yet)" in ok and "lag=0;" in ok, ok
+    assert mq("group", "progress", "-g", "CG_Fresh_typo").code == 3
+    assert "not found" in plugin(mq("check", "lag", "-g", "CG_Fresh_typo"), "UNKNOWN")
 
 
 def test_lag_json_for_scripts(mq: RunCli) -> None:
@@ -147,6 +156,24 @@ def test_disk_against_the_watermarks(mq: RunCli, daemons: LocalCluster) -> None:
     finally:
         assert mq("broker", "config", "set", "diskMaxUsedSpaceRatio=75").code == 0
     assert "no broker" in plugin(mq("check", "disk", "-b", "127.0.0.1:1"), "UNKNOWN")
+
+
+def test_disk_thresholds_are_percent_as_its_perfdata(mq: RunCli, daemons: LocalCluster) -> None:
+    """``--warn 90`` was refused (UNKNOWN: not in 0<=x<=1) while the output, the perfdata and the broker's
+    watermarks are percent; a ratio below 1 is still read as one."""
+    used = daemons.broker.store.disk_ratio()
+    assert 0.10 < used < 0.75, f"this test needs a disk between 10 % and 75 % used, not {used:.0%}"
+    ok = plugin(mq("check", "disk", "--warn", "80", "--crit", "90%"), "OK")
+    assert re.search(r"broker-a/0=[\d.]+%;80;90;0;100", ok), ok
+    assert "> 5%" in plugin(mq("check", "disk", "--warn", "5%", "--crit", "99"), "WARNING")
+    assert "> 1%" in plugin(mq("check", "disk", "--warn", "0.5%", "--crit", "1"), "CRITICAL")
+    assert "--warn 0.5 (50%) is above --crit 1 (1%)" in plugin(
+        mq("check", "disk", "-w", "0.5", "--crit", "1"), "UNKNOWN"
+    )
+    assert "--warn 90 (90%) is above --crit 80 (80%)" in plugin(
+        mq("check", "disk", "--warn", "90", "--crit", "80"), "UNKNOWN"
+    )
+    assert "bad --crit '101'" in plugin(mq("check", "disk", "--crit", "101"), "UNKNOWN")
 
 
 def test_a_store_that_refuses_writes_is_critical_whatever_the_thresholds(
@@ -466,3 +493,34 @@ async def test_ha_warns_of_a_dledger_member_that_abstains(monkeypatch: pytest.Mo
     )
     states[2].abstains = None
     assert (await checks.ha(Admin([]), cluster_name=None, min_slaves=0, **limits)).state is State.OK
+
+
+async def test_cluster_warns_of_a_dledger_member_gone_from_the_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """'OK - 2 of 2 brokers' while a member of a 3-member DLedger group was dead (check ha warned): a dead
+    member expires from the route, so the registered brokers alone never missed it; the leader's view of
+    its group counts it."""
+    from mqctl.services import checks
+    from mqctl.services.cluster import BrokerRow
+
+    rows = [BrokerRow("c", "g", 0, "10.0.0.1:10911"), BrokerRow("c", "g", 1, "10.0.0.2:10911")]
+    leader = {"dledgerRole": "LEADER", "dledgerPeers": "n1/812/0;n2/790/22/down"}
+    tables = {"10.0.0.1:10911": leader, "10.0.0.2:10911": {"dledgerRole": "FOLLOWER"}}
+
+    async def brokers(admin: Admin, cluster: str | None, *, known: bool) -> list[BrokerRow]:
+        return list(rows)
+
+    async def runtime(admin: Admin, row: BrokerRow) -> tuple[dict[str, str], float, float]:
+        return tables[row.addr], 0.0, 0.0
+
+    async def acl_view(admin: Admin, addr: str) -> None:
+        return None
+
+    monkeypatch.setattr(checks, "brokers", brokers)
+    monkeypatch.setattr(checks, "_runtime", runtime)
+    monkeypatch.setattr(checks, "_acl_view", acl_view)
+    verdict = await checks.cluster(Admin([]), cluster_name=None, clock_warn=0)
+    assert verdict.state is State.WARNING, verdict
+    assert "g: 2 of its 3 DLedger members registered" in verdict.summary, verdict.summary
+    rows.append(BrokerRow("c", "g", 2, "10.0.0.3:10911"))
+    tables["10.0.0.3:10911"] = {"dledgerRole": "FOLLOWER"}
+    assert (await checks.cluster(Admin([]), cluster_name=None, clock_warn=0)).state is State.OK

@@ -293,3 +293,22 @@ def _keyed_context(cli: RunCli, tmp_path: Path, namesrv: str) -> None:
         "context", "add", "acl", "-n", namesrv, "--access-key", "ctx-ak", "--secret-key-file", str(secret)
     )
     assert added.code == 0, added.stderr
+
+
+def test_print_config_says_no_deadline_as_none(cli: RunCli) -> None:
+    """``--deadline 0`` (no deadline) showed an empty deadline in --print-config's table; JSON keeps null."""
+    table = cli("--deadline", "0", "--print-config", "-n", "127.0.0.1:1")
+    assert table.code == 0, table.stderr
+    [row] = [line for line in table.stdout.splitlines() if line.startswith("deadline ")]
+    assert row.split("│")[1].strip() == "none", table.stdout
+    shown = cli("--deadline", "0", "--print-config", "-n", "127.0.0.1:1", "-o", "json").json()
+    assert (shown["deadline"], shown["deadline_source"]) == (None, "--deadline")
+
+
+def test_context_add_help_says_the_first_context_becomes_current(cli: RunCli) -> None:
+    """The first context added becomes current without --use, which the help said "Make it the current
+    context" alone."""
+    shown = cli("context", "add", "--help", env={"COLUMNS": "200"})
+    assert "the first context added becomes current without it" in " ".join(shown.stdout.split()), shown
+    assert cli("context", "add", "first", "-n", "127.0.0.1:1").code == 0
+    assert cli("context", "current", "-o", "json").json()["source"] == "context first"

@@ -173,6 +173,10 @@ def test_offset_reset_from_group_copies_its_offsets(mq: RunCli) -> None:
     assert [r["consumer_offset"] for r in shown] == [4, 10]
     typo = mq(*args, "--from-group", f"{GROUP}_typo")
     assert typo.code == NotFoundError.exit_code and "--from-group" in typo.stderr, typo.stderr
+    # its own offsets: a plan of nothing (it planned and executed a no-op)
+    itself = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--from-group", GROUP, "--execute", "--yes")
+    assert itself.code == 2 and itself.stderr.count("\n") == 1, itself
+    assert f"--from-group '{GROUP}' is the group being reset" in itself.stderr, itself.stderr
 
 
 def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
@@ -190,15 +194,14 @@ def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
 def test_progress_of_a_group_no_broker_knows_says_it_is_not_found(mq: RunCli) -> None:
     """A typo'd group was said to have "no offsets and no online consumer", as if it existed and had not
     consumed yet (mqadmin consumerProgress says such a group is not there); one that exists and has not
-    committed yet keeps that answer."""
+    committed yet has no rows, and no error."""
     typo = mq("group", "progress", "-g", "CG_Progres")
     assert typo.code == NotFoundError.exit_code
     assert typo.stderr.count("\n") == 1 and "group 'CG_Progres' not found" in typo.stderr, typo.stderr
     assert "no offsets" not in typo.stderr
     assert mq("group", "create", "-g", "CG_NotYet").code == 0
-    fresh = mq("group", "progress", "-g", "CG_NotYet")
-    assert fresh.code == NotFoundError.exit_code
-    assert "group 'CG_NotYet' has no offsets and no online consumer" in fresh.stderr, fresh.stderr
+    fresh = mq("group", "progress", "-g", "CG_NotYet", "-o", "json")
+    assert (fresh.code, fresh.json()) == (0, []), fresh
 
 
 def test_deleting_a_group_that_does_not_exist_says_so_before_asking(mq: RunCli, loaded: LocalCluster) -> None:
@@ -211,6 +214,25 @@ def test_deleting_a_group_that_does_not_exist_says_so_before_asking(mq: RunCli, 
     asked = mq("group", "delete", "-g", "CG_Kept")
     assert asked.code == UsageError.exit_code and "--yes" in asked.stderr, asked.stderr
     assert loaded.broker.groups.table.get("CG_Kept") is not None
+
+
+def test_deleting_a_group_with_members_online_says_how_many(mq: RunCli, loaded: LocalCluster) -> None:
+    """The question named the brokers alone: a group was deleted with a member online, unsaid. It is still
+    deleted (mqadmin deletes regardless); the question and the result say how many were online."""
+    assert mq("group", "create", "-g", "CG_Busy").code == 0
+    wire = handle(loaded)
+    reply = loaded.loop.run(wire.heartbeat("busy-client@1", "CG_Busy", [TOPIC]))
+    try:
+        assert reply.code == ResponseCode.SUCCESS
+        asked = mq("group", "delete", "-g", "CG_Busy")
+        assert asked.code == UsageError.exit_code, asked.stderr
+        assert ", with 1 consumer of it online?" in asked.stderr, asked.stderr
+        deleted = mq("group", "delete", "-g", "CG_Busy", "--yes", "-o", "json")
+        assert deleted.code == 0, deleted.stderr
+        assert (deleted.json()["action"], deleted.json()["online_consumers"]) == ("deleted", 1)
+    finally:
+        loaded.loop.run(wire.client.close())
+    assert loaded.broker.groups.table.get("CG_Busy") is None
 
 
 def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_path: Path) -> None:

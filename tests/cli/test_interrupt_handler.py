@@ -189,3 +189,21 @@ def test_one_press_waits_for_the_write_and_two_end_the_process(presses: int) -> 
     else:
         assert (child.returncode, err) == (0, "")
         assert out == "written whole\n" + ("interrupted after\n" if presses else "")
+
+
+async def test_a_work_cancelled_from_within_is_not_a_reader_gone() -> None:
+    """A tail whose own task was cancelled (a queue's reader cancelled by a route watch, a cancel nothing
+    caught) read as stdout's reader gone: BrokenPipeError, a quiet exit 0, with nothing said."""
+    import asyncio
+
+    from mqctl.interrupts import unless_reader_leaves
+
+    async def cancelled_within() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(0)
+        return 1
+
+    with pytest.raises(asyncio.CancelledError):
+        await unless_reader_leaves(cancelled_within())

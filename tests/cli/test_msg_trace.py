@@ -106,7 +106,7 @@ async def _fill(cluster: LocalCluster, trap_port: int) -> tuple[Sent, ...]:
             body = (FIXTURES / name).read_bytes()
             await send_trace_body(admin, body, trace_keys(decode_trace(body)), JAVA_TRACES)
         forged = _pub_at(
-            trap_port, "FORGED0000000000000000000000000A", group="PG_\x1b[31mRed", tags="\x1b]0;owned\x07"
+            trap_port, "F0E6ED0000000000000000000000000A", group="PG_\x1b[31mRed", tags="\x1b]0;owned\x07"
         )
         await send_trace_body(admin, encode_trace([forged]), trace_keys([forged]), JAVA_TRACES)
     return paid, shipped, untraced, solo, moved
@@ -209,6 +209,18 @@ def test_a_message_without_trace_is_not_found_with_a_reason(
     untraced = mq("msg", "trace", world.untraced.unique_key, "--trace-topic", "NoTracesHere")
     assert untraced.code == 3 and "'NoTracesHere' does not exist" in untraced.stderr, untraced
     assert "'mqctl msg query --id ID'" in untraced.stderr, untraced.stderr
+
+
+def test_a_malformed_id_is_a_usage_error_as_msg_query_says(
+    mq: Callable[..., CliResult], world: World
+) -> None:
+    """``msg trace ZZ`` looked the id up and exited 3 (no trace, or the trace topic missing) where ``msg
+    query --id ZZ`` refused it with exit 2: an id of neither form is refused first, the same way."""
+    for args in (("msg", "trace", "ZZ"), ("msg", "trace", "ZZ", "--trace-topic", "NoTracesHere")):
+        result = mq(*args)
+        assert result.code == 2 and result.stderr.count("\n") == 1, result
+        assert "not a message id: 'ZZ'" in result.stderr, result.stderr
+    assert mq("msg", "query", "--id", "ZZ").code == 2
 
 
 def test_the_table_and_the_tree_show_the_timeline(
@@ -345,7 +357,7 @@ def test_a_recorded_transaction_shows_its_commit(mq: Callable[..., CliResult], w
 def test_trace_data_never_sends_us_to_an_address_or_a_terminal_sequence(
     mq: Callable[..., CliResult], world: World
 ) -> None:
-    forged = "FORGED0000000000000000000000000A"
+    forged = "F0E6ED0000000000000000000000000A"
     t = ok(mq("msg", "trace", forged, "--trace-topic", JAVA_TRACES, "-o", "json"))
     assert t["queue_id"] is None  # the store host it names is not a broker of this cluster
     with pytest.raises(BlockingIOError):

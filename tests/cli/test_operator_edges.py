@@ -16,6 +16,7 @@ from tests.support.cli import CliResult, RunCli
 from tests.support.waiting import wait_for
 
 TOPIC = "EdgeOrders"
+HUGE_MS = "9" * 20
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +134,11 @@ def test_a_delay_beyond_the_brokers_max_is_refused_before_sending(mq: RunCli, fl
         ("msg", "query", "-t", TOPIC, "-k", "k", "--until", "yesterday"),
         ("offset", "reset", "-g", "G", "-t", TOPIC, "--by-duration", "5min"),
         ("offset", "reset", "-g", "G", "-t", TOPIC, "--to-time", "noon"),
+        # epoch ms past the year 9999: an OSError from the date's formatting, exit 1, where a bad time is 2
+        ("msg", "tail", "-t", TOPIC, "--exit", "--since", HUGE_MS),
+        ("msg", "query", "-t", TOPIC, "-k", "k", "--since", HUGE_MS),
+        ("msg", "query", "-t", TOPIC, "-k", "k", "--since", "-1h", "--until", HUGE_MS),
+        ("offset", "reset", "-g", "G", "-t", TOPIC, "--to-time", HUGE_MS),
     ],
     ids=lambda args: args[-2],
 )

@@ -296,6 +296,27 @@ def test_watch_json_lines_carry_the_time_of_their_refresh(capsys: pytest.Capture
     assert lines[0]["taken_at"] == units.iso(first)
 
 
+@pytest.mark.parametrize("output", ["json", "table"])
+def test_watch_says_its_period_once_off_a_redrawn_screen(
+    capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    """'HH:MM:SS every 1s, Ctrl-C to stop' was repeated on stderr at every refresh, into a pipe or a log
+    too, where no screen is redrawn under it."""
+    from mqctl.cli.common import render_every
+
+    calls = iter([{"group": "G", "lag": n} for n in range(3)])
+
+    def produce() -> object:
+        try:
+            return next(calls)
+        except StopIteration:
+            raise KeyboardInterrupt from None
+
+    render_every(produce, output, watch=0.01)
+    err = capsys.readouterr().err
+    assert err.count("every 0.01s, Ctrl-C to stop") == 1, err
+
+
 def test_a_lists_footer_shows_under_a_table_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """``topic list`` and ``group list`` say under a table how many rows they hid; a pipe, a file or a
     document gets the rows alone (a script counts lines, a parser reads JSON)."""

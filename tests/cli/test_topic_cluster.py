@@ -388,13 +388,16 @@ def test_cluster_list_watch_says_a_warning_once_and_when_it_no_longer_holds(
     proc = spawn(
         cli_env, "cluster", "list", "--watch", "0.2", "-o", "json", env={"NAMESRV_ADDR": daemons.namesrv_addr}
     )
+    rest = ""
     try:
         assert proc.stderr is not None
         lines: list[str] = []
+        stamps: set[int] = set()  # one per refresh: its JSON lines' taken_at_ms (its period is said once)
 
         def refreshes(n: int) -> None:
-            while sum("every 0.2s" in line for line in lines) < n:
-                lines.append(read_line(proc, proc.stderr, timeout=30))
+            wanted = len(stamps) + n
+            while len(stamps) < wanted:
+                stamps.add(json.loads(read_line(proc, timeout=30))["taken_at_ms"])
 
         refreshes(4)
         assert (
@@ -402,10 +405,12 @@ def test_cluster_list_watch_says_a_warning_once_and_when_it_no_longer_holds(
         )
         while not any(line.startswith("mqctl: resolved: broker-z: no master registered") for line in lines):
             lines.append(read_line(proc, proc.stderr, timeout=30))
-        refreshes(sum("every 0.2s" in line for line in lines) + 2)
+        refreshes(2)
     finally:
         proc.send_signal(2)
-        finish(proc, 10)
+        _, rest = finish(proc, 10)
         daemons.loop.run(client.close())
+    lines += rest.splitlines()
+    assert sum("every 0.2s" in line for line in lines) == 1, lines
     warned = [line for line in lines if "broker-z: no master registered" in line]
     assert len(warned) == 2 and warned[1].startswith("mqctl: resolved: "), lines

@@ -173,3 +173,16 @@ def test_inner_credentials_are_checked_at_start_and_masked() -> None:
     shown = to_properties(config, mask_secrets=True)
     assert "innerClientAuthenticationCredentials=" in shown and "s3cret" not in shown
     assert "s3cret" not in repr(config)
+
+
+def test_a_misspelt_broker_key_names_each_key_meant_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key both ours and among RocketMQ's known keys was offered twice: '(did you mean brokerName or
+    brokerName?)'."""
+    from daemon.broker.config import BrokerConfig
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerNam=broker-a\n")
+    load_config(BrokerConfig, conf, environ={})
+    assert "(did you mean brokerName?)" in caplog.text, caplog.text

@@ -24,7 +24,6 @@ from daemon.broker.headers import (
 )
 from daemon.broker.polls import POLLING_FULL
 from daemon.broker.pop import (
-    INVALID_PARAMETER,
     MAX_POP_BATCH,
     NORMAL_TOPIC,
     ORDER_REVIVE_QUEUE,
@@ -34,7 +33,7 @@ from daemon.broker.pop import (
     ReceiptHandle,
 )
 from daemon.broker.retry import copy_of
-from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.codes import INVALID_PARAMETER, RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store import fastjson
