@@ -94,12 +94,6 @@ TAKE_LEADERSHIP_WAIT_S = 10.0
 #: entries paid whole. Only reads from a follower wait for it (``slaveReadEnable``; 4.9.8's reput thread
 #: runs every millisecond), and a follower that becomes the master dispatches everything first.
 FOLLOWER_DISPATCH_ENTRIES = 64
-#: A leader whose followers' answer commits entries while later ones still wait for their quorum dispatches
-#: them with those, within this long of its last dispatch (4.9.8's reput thread runs every millisecond): one
-#: dispatch then takes several commits' records and pays its set-up once for them, and no timer wakes the
-#: loop. A commit that leaves nothing waiting, or comes later than that, is dispatched at once, as before:
-#: a lone message's parked pull is woken as promptly.
-LEADER_DISPATCH_SECONDS = 0.001
 
 
 def parse_peers(peers: str) -> dict[str, str]:
@@ -227,8 +221,6 @@ class DLedgerServer:
         #: (leader) the log's last index when the push queued last looked whether to wait for another poll
         self._push_seen = -1
         self._dispatching = False
-        #: (leader) when the last dispatch ran (`time.monotonic`), for `LEADER_DISPATCH_SECONDS`
-        self._dispatched_at = 0.0
         #: the last dispatch raised (a full disk): retried every heartbeat until one succeeds
         self._dispatch_failing = False
         self._stopped = False
@@ -564,13 +556,6 @@ class DLedgerServer:
                 and committed - self._committed < FOLLOWER_DISPATCH_ENTRIES
             ):
                 return  # (a follower answering a push: at the tick, or with what the next pushes commit)
-            if (
-                not after_replies
-                and committed < self.log.last_index
-                and node.is_leader
-                and time.monotonic() - self._dispatched_at < LEADER_DISPATCH_SECONDS
-            ):
-                return  # (a leader: with what the answers still awaited commit, or at the next pass)
             self._committed = committed
             # after the sends just answered have written their replies (their tasks were woken first),
             # still before this loop reads another request: a consumer's next pull finds them dispatched
@@ -587,7 +572,6 @@ class DLedgerServer:
 
     def _dispatch(self) -> None:
         self._dispatching = False
-        self._dispatched_at = time.monotonic()
         if self._stopped:
             return
         try:

@@ -1,13 +1,10 @@
-"""A member's dispatch of what commits. A follower's: once enough entries wait, else at its next tick, not
-once per push (each dispatch pays its set-up whatever it carries). A leader's: at once when nothing else
-waits for its quorum, else with what the next answers commit, within a millisecond. In this process: a
-member's DLedger server over a real log (a follower's binary pushes handed to its listener's connection as
-frames), its dispatch counted."""
+"""A follower's dispatch of what its pushes commit: once enough entries wait, else at its next tick, not
+once per push (each dispatch pays its set-up whatever it carries). In this process: a follower's DLedger
+server over a real log, binary pushes handed to its listener's connection as frames, its dispatch counted."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from daemon.dledger.machines import Timings
@@ -17,13 +14,7 @@ from daemon.dledger.protocol import (
     binary_push_fields,
     decode_push_answer,
 )
-from daemon.dledger.server import (
-    FOLLOWER_DISPATCH_ENTRIES,
-    LEADER_DISPATCH_SECONDS,
-    DLedgerServer,
-    DLedgerSettings,
-    now_ms,
-)
+from daemon.dledger.server import FOLLOWER_DISPATCH_ENTRIES, DLedgerServer, DLedgerSettings, now_ms
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.frame import decode_frame, encode_command
@@ -96,47 +87,3 @@ async def test_a_follower_dispatches_at_its_tick_or_once_enough_entries_wait(tmp
         await server.client.close()
         leader.close()
         follower_log.close()
-
-
-async def test_a_leaders_commits_while_later_entries_wait_go_in_one_dispatch(tmp_path: Path) -> None:
-    """A leader's commit is dispatched in the next loop turn when nothing else waits for its quorum or its
-    last dispatch is `LEADER_DISPATCH_SECONDS` old (a lone message's parked pull woken as before); else it
-    goes with what the answers still awaited commit, or with the next pass after that long, in one call."""
-    dlog = DLedgerLog(str(tmp_path / "n0"))
-    _fill(dlog, 6)
-    dispatched: list[int] = []
-    server = DLedgerServer(
-        DLedgerSettings("g", "n0", dict(PEERS), str(tmp_path / "n0"), Timings()),
-        dlog,
-        on_commit=lambda: dispatched.append(dlog.committed_index),
-    )
-    server.node.m.term = 1
-    server.node.to_leader(1)
-
-    async def commit(index: int) -> None:
-        dlog.set_committed(index)
-        server._effects()  # (what the answer's read runs)
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-
-    try:
-        await commit(0)
-        assert dispatched == [0]
-        # as if a dispatch had just run, however slow the host is between here and the check
-        server._dispatched_at = time.monotonic() + 60.0
-        await commit(1)
-        await commit(2)
-        assert dispatched == [0]  # (entries 3-5 still wait for their quorum)
-        server._dispatched_at = time.monotonic() - LEADER_DISPATCH_SECONDS  # (that long ago)
-        server._effects()  # (the next pass: a push's, an answer's, the tick's)
-        await asyncio.sleep(0)
-        assert dispatched == [0, 2]  # (both commits in one call)
-        server._dispatched_at = time.monotonic() + 60.0
-        await commit(3)
-        assert dispatched == [0, 2]
-        await commit(5)  # nothing left waiting: at once, whatever the window
-        assert dispatched == [0, 2, 5]
-    finally:
-        await server.server.stop(grace=0)
-        await server.client.close()
-        dlog.close()
