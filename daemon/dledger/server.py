@@ -94,12 +94,6 @@ TAKE_LEADERSHIP_WAIT_S = 10.0
 #: entries paid whole. Only reads from a follower wait for it (``slaveReadEnable``; 4.9.8's reput thread
 #: runs every millisecond), and a follower that becomes the master dispatches everything first.
 FOLLOWER_DISPATCH_ENTRIES = 64
-#: A leader dispatches what its followers' answers commit at most once in this long while commits come
-#: faster (4.9.8's reput thread runs every millisecond): a commit within it of the last dispatch waits for the
-#: rest of it, and the commits meanwhile go in the same call, its set-up paid once for them. A commit after a
-#: quieter spell is dispatched in the next loop turn, as before: a lone message's parked pull is woken as
-#: promptly.
-LEADER_DISPATCH_SECONDS = 0.001
 
 
 def parse_peers(peers: str) -> dict[str, str]:
@@ -227,8 +221,6 @@ class DLedgerServer:
         #: (leader) the log's last index when the push queued last looked whether to wait for another poll
         self._push_seen = -1
         self._dispatching = False
-        #: when the last dispatch ran (`time.monotonic`), for `LEADER_DISPATCH_SECONDS`
-        self._dispatched_at = 0.0
         #: the last dispatch raised (a full disk): retried every heartbeat until one succeeds
         self._dispatch_failing = False
         self._stopped = False
@@ -575,15 +567,11 @@ class DLedgerServer:
             loop = asyncio.get_running_loop()
             if after_replies:  # the replies of this round of reads go out at its end (ReplyBatch): after them
                 loop.call_later(0, self._dispatch)
-            elif time.monotonic() - self._dispatched_at < LEADER_DISPATCH_SECONDS:
-                # (a leader's commits coming faster: this one and those of the next millisecond in one call)
-                loop.call_later(LEADER_DISPATCH_SECONDS, self._dispatch)
             else:
                 loop.call_soon(self._dispatch)
 
     def _dispatch(self) -> None:
         self._dispatching = False
-        self._dispatched_at = time.monotonic()
         if self._stopped:
             return
         try:

@@ -1,12 +1,10 @@
-"""A member's dispatch of what commits. A follower's: once enough entries wait, else at its next tick, not
-once per push (each dispatch pays its set-up whatever it carries). A leader's: at once after a quiet spell,
-else with the commits of the next millisecond, in one call. In this process: a member's DLedger server over
-a real log (a follower's binary pushes handed to its listener's connection as frames), its dispatch counted."""
+"""A follower's dispatch of what its pushes commit: once enough entries wait, else at its next tick, not
+once per push (each dispatch pays its set-up whatever it carries). In this process: a follower's DLedger
+server over a real log, binary pushes handed to its listener's connection as frames, its dispatch counted."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from daemon.dledger.machines import Timings
@@ -16,20 +14,13 @@ from daemon.dledger.protocol import (
     binary_push_fields,
     decode_push_answer,
 )
-from daemon.dledger.server import (
-    FOLLOWER_DISPATCH_ENTRIES,
-    LEADER_DISPATCH_SECONDS,
-    DLedgerServer,
-    DLedgerSettings,
-    now_ms,
-)
+from daemon.dledger.server import FOLLOWER_DISPATCH_ENTRIES, DLedgerServer, DLedgerSettings, now_ms
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.frame import decode_frame, encode_command
 from store.dledger_log import DLedgerLog
 from tests.store.test_dledger_log import _fill
 from tests.support.transport import RecordingTransport
-from tests.support.waiting import wait_until
 
 PEERS = {"n0": "127.0.0.1:1", "n1": "127.0.0.1:2", "n2": "127.0.0.1:3"}
 
@@ -96,43 +87,3 @@ async def test_a_follower_dispatches_at_its_tick_or_once_enough_entries_wait(tmp
         await server.client.close()
         leader.close()
         follower_log.close()
-
-
-async def test_a_leaders_commits_close_behind_a_dispatch_go_in_the_next_one(tmp_path: Path) -> None:
-    """A leader's commit after a quiet spell is dispatched in the next loop turn (a lone message's parked pull
-    woken as before); commits within `LEADER_DISPATCH_SECONDS` of a dispatch wait that long and go in one
-    call."""
-    dlog = DLedgerLog(str(tmp_path / "n0"))
-    _fill(dlog, 4)
-    dispatched: list[int] = []
-    server = DLedgerServer(
-        DLedgerSettings("g", "n0", dict(PEERS), str(tmp_path / "n0"), Timings()),
-        dlog,
-        on_commit=lambda: dispatched.append(dlog.committed_index),
-    )
-    server.node.m.term = 1
-    server.node.to_leader(1)
-
-    async def commit(index: int) -> None:
-        dlog.set_committed(index)
-        server._effects()  # (what the answer's read runs)
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-
-    try:
-        await commit(0)
-        assert dispatched == [0]
-        # as if a dispatch had just run, however slow the host is between here and the check
-        server._dispatched_at = time.monotonic() + 60.0
-        await commit(1)
-        await commit(2)
-        assert dispatched == [0]
-        await wait_until(lambda: len(dispatched) > 1, 10)
-        assert dispatched == [0, 2]  # (both commits in one call)
-        await asyncio.sleep(LEADER_DISPATCH_SECONDS * 5)  # (a quiet spell)
-        await commit(3)
-        assert dispatched == [0, 2, 3]
-    finally:
-        await server.server.stop(grace=0)
-        await server.client.close()
-        dlog.close()
