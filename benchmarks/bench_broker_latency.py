@@ -20,13 +20,18 @@ sleeps 5 ms at a time), the share of time some task waited for a CPU (Linux PSI,
 /proc/pressure/cpu) and the share of CPU time the hypervisor stole (/proc/stat). On a shared 2-core
 machine a busy neighbour shows up there, not as broker work.
 
-    python benchmarks/bench_broker_latency.py [DURATION_S] [RATE] [--tree DIR]
+    python benchmarks/bench_broker_latency.py [DURATION_S] [RATE] [--tree DIR | --dledger]
 
 ``--tree DIR`` runs the NameServer and broker of another source tree (a `git worktree` of an older
 commit), against this tree's load generator, so two brokers compare under the same client: alternate
 runs of the two, since the hypervisor's steal moves the tail from one minute to the next. A new worktree
 has no build/native (`make native` there, where the commit has it): without it its daemons run pure
 Python, and the last line says which.
+
+``--dledger`` runs the same load against a 3-member DLedger group's leader instead (started as
+``bench_dledger`` starts it, by ``mqctl up`` of the tree the ``tests`` package is imported from: run with
+another tree's ``PYTHONPATH`` to measure its group): a message is received once the quorum holds it and the
+leader has dispatched it.
 """
 
 from __future__ import annotations
@@ -211,6 +216,24 @@ def percentile(sorted_ms: list[float], p: float) -> float:
     return sorted_ms[min(len(sorted_ms) - 1, int(len(sorted_ms) * p / 100))]
 
 
+async def group_bench(duration: float, rate: float) -> tuple[Run, Path]:
+    """:func:`bench` against a fresh 3-member group's leader; with the tree whose daemons ran."""
+    from bench_dledger import UP_ARGS, group_env
+
+    from daemon.remoting.client import RemotingClient
+    from tests.dledger.test_group import elected_master
+    from tests.support.paths import ROOT as UP_ROOT
+    from tests.support.up import mqctl_up
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ns_port = free_port()
+        data = Path(tmp) / "group"
+        async with mqctl_up(data, group_env(Path(tmp) / "cfg"), ns_port, *UP_ARGS):
+            async with RemotingClient() as client:
+                leader = await elected_master(client, f"127.0.0.1:{ns_port}")
+            return await bench(f"127.0.0.1:{ns_port}", leader, duration, rate), UP_ROOT
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("duration", nargs="?", type=float, default=10.0, help="seconds after the warm-up")
@@ -218,10 +241,14 @@ def main() -> None:
     parser.add_argument(
         "--tree", type=Path, default=ROOT, help="source tree of the daemons (default: this one)"
     )
+    parser.add_argument("--dledger", action="store_true", help="against a 3-member DLedger group's leader")
     args = parser.parse_args()
     duration, rate, tree = args.duration, args.rate, args.tree.resolve()
-    with namesrv_process(tree) as namesrv, broker_process("--namesrv", namesrv, cwd=tree) as (broker, _):
-        r = run(bench(namesrv, broker, duration, rate))
+    if args.dledger:
+        r, tree = run(group_bench(duration, rate))
+    else:
+        with namesrv_process(tree) as namesrv, broker_process("--namesrv", namesrv, cwd=tree) as (broker, _):
+            r = run(bench(namesrv, broker, duration, rate))
     ms, lags = sorted(r.latencies_ms), sorted(r.loop_lags_ms)
     print(
         f"send-to-receipt latency, {len(ms):,} msgs ({r.sent:,} sent at {rate:,.0f} msgs/s over {QUEUES} queues, "
@@ -235,11 +262,13 @@ def main() -> None:
     print(
         f"meanwhile: load generator loop lag p99 {percentile(lags, 99):.1f} ms, max {lags[-1]:.1f} ms; "
         f"some task waiting for a CPU {share} of the time; the hypervisor's steal {steal} of the CPU time; "
-        f"load average {os.getloadavg()[0]:.2f}; daemons of {tree} "
+        f"load average {os.getloadavg()[0]:.2f}; {'a DLedger group' if args.dledger else 'daemons'} of {tree} "
         f"({'with' if (tree / 'build' / 'native').is_dir() else 'without'} build/native)"
     )
     summary(
-        __file__, f"p99 {percentile(ms, 99):.2f} ms", f"p50 {percentile(ms, 50):.2f} ms, {rate:,.0f} msgs/s"
+        __file__,
+        f"p99 {percentile(ms, 99):.2f} ms",
+        f"p50 {percentile(ms, 50):.2f} ms, {rate:,.0f} msgs/s{', a DLedger group' if args.dledger else ''}",
     )
 
 

@@ -50,6 +50,12 @@ def test_perf_stats_csv_is_read_by_system_call() -> None:
     assert _module().stat_counts(text) == {"epoll_pwait": 2541, "read": 13302, "sendmsg": 0}
 
 
+def test_an_event_beside_the_system_calls_is_read_by_its_own_name() -> None:
+    """``--event``: a uprobe on a compiled function, counted with the system calls or alone."""
+    text = "2784,,probe_compiled__mypyc:disp,5012345678,100.00,,\n41,,syscalls:sys_enter_read,5012345678,100.00,,\n"
+    assert _module().stat_counts(text) == {"probe_compiled__mypyc:disp": 2784, "read": 41}
+
+
 def test_schedstat_counts_a_thread_on_its_core_and_not_asleep() -> None:
     """``--machine``'s split of a loop thread's window: on a core (CPU the thread burned), not its sleeps."""
     threads_cpu = _module().threads_cpu

@@ -2,7 +2,7 @@
 
     python benchmarks/tools/dledger_members.py [--seconds 5] [--producers 16] [--rounds 1] [--single]
                                                [--perf leader|follower] [--strace leader|follower] [--sched]
-                                               [--syscalls] [--machine]
+                                               [--syscalls] [--event EVENT] [--machine]
 
 A fresh 3-member group is started as ``bench_dledger`` starts it; after a 1 s warm-up (outside the window),
 ``bench_broker_produce``'s senders run against the leader for ``--seconds``, and each member's user + system
@@ -12,7 +12,10 @@ writes its answers. So are each member's and the load generator's context switch
 voluntary and involuntary, of its event loop's thread and of all its threads: the loop's voluntary ones are
 its sleeps in the poll, each a wake-up by another process's write or a timer; involuntary ones, a core taken
 from it. ``--syscalls`` counts each member's loop thread's polls, socket reads and writes with ``perf stat``
-(tracepoints: cheap beside ``--strace``). The load average is printed with each round: the group shares the machine's cores.
+(tracepoints: cheap beside ``--strace``); ``--event EVENT`` (repeatable) counts any other perf event there
+too, such as a compiled function's calls through a uprobe (``perf probe -x build/native/store/compiled__mypyc*.so
+NAME=CPyDef_engine___DefaultMessageStore___dispatch_committed`` makes ``probe_compiled__mypyc:NAME``; a
+rebuild replaces the library, so make it again after one). The load average is printed with each round: the group shares the machine's cores.
 ``--machine`` says whether the round was bound by the cores or by its round trips: the CPU of every process
 of the run (the members, the NameServer, ``mqctl up``, the load generator) in cores over the window's wall
 time, beside the machine's busy and idle cores from ``/proc/stat`` (busy beyond the run's processes: other
@@ -115,11 +118,17 @@ SYSCALLS = (
 )
 
 
+def counted_names(args: argparse.Namespace) -> tuple[str, ...]:
+    """What ``--syscalls`` and ``--event`` count: the system calls by name, then the events as given."""
+    return (*(SYSCALLS if args.syscalls else ()), *args.event)
+
+
 def counter(args: argparse.Namespace, pids: list[int]) -> list[subprocess.Popen[str]]:
-    """``--syscalls``: one ``perf stat`` a member counting :data:`SYSCALLS` on its main thread."""
-    if not args.syscalls:
+    """``--syscalls``/``--event``: one ``perf stat`` a member counting :func:`counted_names` on its main thread."""
+    names = counted_names(args)
+    if not names:
         return []
-    events = ",".join(f"syscalls:sys_enter_{name}" for name in SYSCALLS)
+    events = ",".join(name if ":" in name else f"syscalls:sys_enter_{name}" for name in names)
     return [
         subprocess.Popen(
             ["perf", "stat", "-x", ",", "-e", events, "-t", str(pid)],
@@ -132,11 +141,12 @@ def counter(args: argparse.Namespace, pids: list[int]) -> list[subprocess.Popen[
 
 
 def stat_counts(text: str) -> dict[str, int]:
-    """``perf stat -x ,``'s output: the count of each ``syscalls:sys_enter_NAME`` counted, by NAME."""
+    """``perf stat -x ,``'s output: the count of each ``syscalls:sys_enter_NAME`` counted, by NAME (any other
+    event by its own name)."""
     counts = {}
     for line in text.splitlines():
         parts = line.split(",")
-        if len(parts) > 2 and parts[2].startswith("syscalls:sys_enter_") and parts[0].isdigit():
+        if len(parts) > 2 and parts[0].isdigit():
             counts[parts[2].removeprefix("syscalls:sys_enter_")] = int(parts[0])
     return counts
 
@@ -334,9 +344,9 @@ async def measured(
         tuple(b - a for a, b in zip(s0, switches(p), strict=True))
         for p, s0 in zip(everyone, sw0, strict=True)
     ]
-    for pid, counts in zip(pids, counted(counters), strict=False):  # (none without --syscalls)
+    for pid, counts in zip(pids, counted(counters), strict=False):  # (none without --syscalls or --event)
         print(f"  {pid}: {', '.join(f'{k} {v:,}' for k, v in counts.items() if v)}", flush=True)
-        calls.append(tuple(counts.get(name, 0) for name in SYSCALLS))
+        calls.append(tuple(counts.get(name, 0) for name in counted_names(args)))
     if proc is not None:
         proc.send_signal(2)
         proc.wait()
@@ -390,8 +400,10 @@ def round_(args: argparse.Namespace) -> None:
     )
     print(f"  user/system µs per send (minor/major faults per send), members: {split}", flush=True)
     for pid, counts in zip(pids, calls[2 * members_ + 2 :], strict=False):
-        per = ", ".join(f"{name} {n / sends:.3f}" for name, n in zip(SYSCALLS, counts, strict=True) if n)
-        print(f"  {pid} loop thread's system calls per send: {per}", flush=True)
+        per = ", ".join(
+            f"{name} {n / sends:.3f}" for name, n in zip(counted_names(args), counts, strict=True) if n
+        )
+        print(f"  {pid} loop thread's system calls (and events) per send: {per}", flush=True)
     if args.sched:
         names = {pids[0]: "leader", os.getpid(): "load generator"}
         names.update((pid, "follower") for pid in pids[1:])
@@ -416,6 +428,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--machine", action="store_true", help="the run's cores and the machine's idle: CPU- or latency-bound"
+    )
+    parser.add_argument(
+        "--event", action="append", default=[], help="also count this perf event on each member's loop thread"
     )
     parser.add_argument("--dwarf", action="store_true", help="--perf with DWARF stacks (user frames unwound)")
     parser.add_argument("--out", default=".")
