@@ -282,6 +282,9 @@ class _BeatRound:
     sent: int = 0
     #: it named a transferee, whose vote its followers then let through: it starts no lease
     handover: bool = False
+    #: its heartbeats' `Out.epoch`: an answer counts for the round it answers, not for the one open when
+    #: it comes (a late answer to an earlier round would start the lease from a round nobody acknowledged)
+    seq: int = 0
 
 
 class PushState(enum.Enum):
@@ -367,6 +370,7 @@ class Node:
         self._stood_aside: tuple[int, str, int] | None = None
         self.vote_round: _VoteRound | None = None
         self._vote_seq = 0
+        self._beat_seq = 0
         self.beat_round: _BeatRound | None = None
         self.pushes: dict[str, PeerPush] = {}
         #: (leader) the followers chosen to make the quorum, pushed every pass (`spare_followers`)
@@ -614,13 +618,15 @@ class Node:
         self.last_send_beat = now
         transferee = self.m.transferee
         deadline = now + self.t.heart_beat_time_interval_ms
-        self.beat_round = _BeatRound(self.m.term, deadline, sent=now, handover=transferee is not None)
+        self._beat_seq += 1
+        handover = transferee is not None
+        self.beat_round = _BeatRound(self.m.term, deadline, sent=now, handover=handover, seq=self._beat_seq)
         out = []
         for peer in self.others():
             req = self._base(HeartBeatRequest(), peer)
             req.leader_id, req.term = self.m.self_id, self.m.term
             req.mqctl_lease, req.mqctl_transferee = True, transferee
-            out.append(Out(peer, DLedgerRequestCode.HEART_BEAT, req))
+            out.append(Out(peer, DLedgerRequestCode.HEART_BEAT, req, epoch=self._beat_seq))
         if not out:  # a group of one
             self._parse_beats(now)
         return out
@@ -793,7 +799,20 @@ class Node:
             if refused is not None:
                 return answer(refused)
             left = self._left
-            if req.term == m.term and m.role is Role.CANDIDATE and left is not None and left[0] == m.term:
+            aside = self._stood_aside
+            if (left is not None and req.leader_id == left[1]) or (
+                aside is not None and req.leader_id == aside[1]
+            ):
+                # the left leader's own candidacy: it stepped down, its lease with it; standing aside from
+                # it would refuse the heartbeats of its next leadership, won with this member's vote
+                self._stood_aside = None
+            elif (
+                req.term == m.term
+                and m.role is Role.CANDIDATE
+                and left is not None
+                and left[0] == m.term
+                and self._leader_leases  # (a 4.9.8 leader's follower votes as DLedger's does)
+            ):
                 # answered for its leader's silence: a late heartbeat of that leader renews no lease now
                 self._stood_aside = (m.term, left[1], self._now + self.follower_timeout())
         if req.term == m.term:
@@ -1274,11 +1293,9 @@ class Node:
             return Code.FALL_BEHIND_TOO_MUCH, None
         m.transferee = transferee
         # its followers let the transferee's vote through once a heartbeat names it: one goes out at the next
-        # tick, and no lease is taken from the rounds before (the open one included), should the transfer be
-        # abandoned: only from a round that named nobody
-        self.lease_start, self.last_send_beat = NO_LEASE, -1
-        if self.beat_round is not None:
-            self.beat_round.handover = True
+        # tick (the open round dropped, its answers counted for none, rather than waited out), and no lease
+        # is taken from the rounds before, should the transfer be abandoned: only from a round naming nobody
+        self.lease_start, self.last_send_beat, self.beat_round = NO_LEASE, -1, None
         req = self._base(LeadershipTransferRequest(), transferee)
         req.leader_id, req.term = m.self_id, m.term
         req.take_leadership_ledger_index = self.log.last_index
@@ -2152,7 +2169,7 @@ class Node:
                     self._saw(out.peer, self.vote_round.term, -1)
                 self._count_vote(resp)
         elif out.code is DLedgerRequestCode.HEART_BEAT:
-            self._count_beat(out.peer, resp)
+            self._count_beat(out.peer, resp, out.epoch)
         elif out.code is DLedgerRequestCode.PUSH:
             assert isinstance(out.request, PushEntryRequest)
             assert resp is None or isinstance(resp, PushEntryResponse)
@@ -2163,8 +2180,10 @@ class Node:
             assert resp is None or isinstance(resp, LeadershipTransferResponse)
             self.transfer_answered(out.request.term, resp)
 
-    def _count_beat(self, peer: str, resp: RequestOrResponse | None) -> None:
+    def _count_beat(self, peer: str, resp: RequestOrResponse | None, epoch: int) -> None:
         r = self.beat_round
+        if r is not None and epoch != r.seq:
+            r = None
         if r is None:
             if (
                 resp is not None
