@@ -32,6 +32,7 @@ async def test_the_members_left_serve_a_topic_made_since_the_last_metadata_sync(
         await commit_known(brokers, old)
         rest = [b for b in brokers if b is not None and b is not old]
         for b in rest:  # (derived once dispatched: a dispatch batch's end)
+            await wait_until(lambda b=b: b.store.get_max_offset(TOPIC, 5) == len(sent), 10)
             await wait_until(lambda b=b: b.topics.get(TOPIC) is not None, 10)
             assert b.topics.get(DLEDGER_TERM_TOPIC) is None  # (a store's own records: never routed)
             # before the takeover already: a tail falls back to a follower while the master is down
@@ -39,6 +40,8 @@ async def test_the_members_left_serve_a_topic_made_since_the_last_metadata_sync(
         await old.stop()  # (no metadata sync ever reached the others)
         brokers[brokers.index(old)] = None
         new = await elected(brokers)
+        assert new.dledger is not None  # its dispatches as the leader note nothing (a send calls no more)
+        assert new.dledger.on_commit == new.store.dispatch_committed
         config = new.topics.get(TOPIC)
         assert config is not None and config.read_queue_nums == config.write_queue_nums == 6  # (queue 5 + 1)
         on_new = BrokerClient(new.addr, client)
