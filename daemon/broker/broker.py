@@ -1116,6 +1116,12 @@ class Broker:
                 queues = min(queue_id + 1, MAX_QUEUE_NUMS)  # (a foreign master's queue id: unbounded)
                 self._unconfigured[topic] = max(self._unconfigured.get(topic, 0), queues)
 
+    def holds_unconfigured_queue(self, topic: str, queue_id: int) -> bool:
+        """Whether a queue past a derived config's count is one this broker answers as empty: the config
+        counts the queues that held data, a reader routed by the master's (more queues) pulls them all,
+        and a queue with nothing here is empty, not illegal (asked on the refusal's path only)."""
+        return topic in self._derived_topics and queue_id < MAX_QUEUE_NUMS
+
     def _derive_replicated_topics(self) -> None:
         """A slave serves what it holds: a replicated topic without a config (the master was down at each
         metadata sync since it was created) gets one derived from its queues, as recovery gives one to a
