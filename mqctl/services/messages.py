@@ -903,7 +903,7 @@ async def tail(
     are committed, as any member does; its own positions never are).
     """
     route = await route_or_not_found(admin, topic)
-    said: dict[str, str] = {}  # the slaves read from while a master is down: said once per broker
+    said: dict[str, str] = {}  # the slaves read from while their master is down: said once per broker
     refs = queues(route, write=False, said=said)
     if not refs:
         raise NotFoundError(f"topic {topic!r} has no readable queue on a master broker")
@@ -941,7 +941,7 @@ async def tail(
         while True:
             offset = positions[mq]
             addr = pulling[mq] = readers[name]
-            failed: RemotingConnectError | RemotingTimeoutError | None = None
+            failed: RemotingError | None = None
             try:
                 result = await wire.pull(
                     admin,
@@ -966,6 +966,13 @@ async def tail(
                 if exit_at_end:  # a read to the end: the queue's end is not known, so fail
                     raise
                 failed = exc
+            except RemotingCommandError as exc:
+                # a slave read while its master is down knows a topic younger than its last metadata sync
+                # only once it dispatched the topic's entries (a DLedger follower: once they commit, which
+                # a leader killed right after the send leaves to the next one's election): waited out
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST or said.get(name) != addr or exit_at_end:
+                    raise
+                failed = RemotingError(f"the slave at {addr} does not know the topic yet (code {exc.code})")
             finally:
                 pulling.pop(mq, None)  # before any wait: the route watch cancels only a pull under way
             if failed is not None:
@@ -995,7 +1002,7 @@ async def tail(
         while True:
             await asyncio.sleep(ROUTE_REFRESH_S)
             try:
-                now = await readers_of_topic(admin, topic, quiet=True)
+                now = await readers_of_topic(admin, topic, quiet=True, said=said)
             except (RemotingError, NotFoundError):
                 continue  # the NameServer is away: the pulls' own errors move them if need be
             for name, addr in now.items():

@@ -280,8 +280,9 @@ def route_readers(
 ) -> dict[str, str]:
     """broker name -> where reads go: the master, else (its master down) the group's first slave, which
     holds a byte-identical CommitLog; the fallback is said on stderr (a WARNING line) unless ``quiet``.
-    ``said`` (broker name -> the slave a fallback was said for), shared by a caller that asks again per
-    queue: each fallback is said once per broker and again only when it changes."""
+    ``said`` (broker name -> the slave read from), shared by a caller that asks again per queue: each
+    fallback is said once per broker and again only when it changes (a ``quiet`` ask, whose caller says
+    the move its own way, records it too)."""
     queue_brokers = {q.broker_name for q in data.queue_datas}
     out: dict[str, str] = {}
     for b in data.broker_datas:
@@ -295,9 +296,9 @@ def route_readers(
                 log.warning(
                     "%s: the master is down; reading from slave %d at %s", b.broker_name, slave_id, addr
                 )
-                if said is not None:
-                    said[b.broker_name] = addr
-        elif said is not None and not quiet:
+            if said is not None:
+                said[b.broker_name] = addr
+        elif said is not None:
             said.pop(b.broker_name, None)  # (a master again: its next loss is said again)
         out[b.broker_name] = addr
     return out
