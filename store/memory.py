@@ -172,7 +172,7 @@ class InMemoryMessageStore:
         self._listeners.append(listener)
 
     def remove_arrival_listener(self, listener: ArrivalListener) -> None:
-        self._listeners = [each for each in self._listeners if each is not listener]
+        self._listeners = [each for each in self._listeners if each != listener]
 
     # ------------------------------------------------------------------ replication (store.ha.ReplicaStore)
 

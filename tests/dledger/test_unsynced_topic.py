@@ -42,6 +42,8 @@ async def test_the_members_left_serve_a_topic_made_since_the_last_metadata_sync(
         new = await elected(brokers)
         assert new.dledger is not None  # its dispatches as the leader note nothing (a send calls no more)
         assert new.dledger.on_commit == new.store.dispatch_committed
+        assert new._note_replicated not in new.store._listeners  # type: ignore[attr-defined]
+        assert all(b._note_replicated in b.store._listeners for b in rest if b is not new)  # type: ignore[attr-defined]
         config = new.topics.get(TOPIC)
         assert config is not None and config.read_queue_nums == config.write_queue_nums == 6  # (queue 5 + 1)
         on_new = BrokerClient(new.addr, client)
