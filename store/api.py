@@ -154,6 +154,9 @@ class MessageStore(ReplicaStore, Protocol):
         """Call ``listener`` after each put's records are dispatched, on the putting thread (an asyncio
         broker hops to its loop itself)."""
 
+    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Stop calling ``listener`` (one :meth:`add_arrival_listener` registered)."""
+
     # retention (docs/store-format.md §expired-files): a store without files answers with the same shapes and nothing to delete
     def delete_expired_files_manually(self, up_to: int | None = None) -> None:
         """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next cleanup runs (those

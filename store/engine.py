@@ -1040,6 +1040,12 @@ class DefaultMessageStore:
         """
         self._listeners.append(listener)
 
+    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Unregister ``listener`` (a DLedger member's follower-only one, as it is elected): a new list, so a
+        dispatch iterating the old one on another thread misses none of the others; compared by equality,
+        as each access to a bound method makes a new one."""
+        self._listeners = [each for each in self._listeners if each != listener]
+
     # ================================================================== puts
 
     def queue_handle(self, topic: str, queue_id: int) -> QueueHandle:

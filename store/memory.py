@@ -171,6 +171,9 @@ class InMemoryMessageStore:
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         self._listeners.append(listener)
 
+    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
+        self._listeners = [each for each in self._listeners if each != listener]
+
     # ------------------------------------------------------------------ replication (store.ha.ReplicaStore)
 
     @property

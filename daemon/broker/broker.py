@@ -116,7 +116,14 @@ from store.message import (
     StoredMessage,
 )
 from store.models import DataVersion, TopicConfig
-from store.names import DLEDGER_TERM_TOPIC, MAX_QUEUE_NUMS, SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
+from store.names import (
+    DLEDGER_TERM_TOPIC,
+    MAX_QUEUE_NUMS,
+    REVIVE_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    TRANS_HALF_TOPIC,
+)
 from store.quarantine import list_quarantines
 from store.results import PutResult
 from store.words import plural
@@ -272,11 +279,13 @@ class Broker:
         #: Offsets clients committed to this slave (group, topic, queue id): the master gets them at the
         #: next metadata sync (4.9.8 overwrites them with the master's older ones, see sync_metadata).
         self.slave_commits: dict[tuple[str, str, int], int] = {}
-        #: A slave's replicated topics with no config yet (topic -> queues seen), and those it derived (the
-        #: config it put in the table, until the master's replaces it).
+        #: A slave's (or DLedger follower's) replicated topics with no config yet (topic -> queues seen), and
+        #: those it derived (the config it put in the table, until the master's replaces it).
         self._unconfigured: dict[str, int] = {}
         self._unconfigured_lock = threading.Lock()
         self._derived_topics: dict[str, TopicConfig] = {}
+        #: (DLedger mode) whether the follower's note of unconfigured topics is on (see _note_as_follower)
+        self._noting = False
         self._tasks: list[asyncio.Task[None]] = []
         #: Registration with every NameServer, shared by the topic changes that ask for it meanwhile.
         self.registration = Coalesced(self.register_all, "namesrv-register-now")
@@ -720,7 +729,7 @@ class Broker:
             settings,
             commit_log.dlog,
             on_role=self._dledger_role,
-            on_commit=store.dispatch_committed,
+            on_commit=store.dispatch_committed,  # (a follower's: see _note_as_follower)
             on_peer_back=self._dledger_peer_back,
             tls=ServerTls(mutual, require_client=True, why="haTls") if mutual is not None else None,
             client_ssl=mutual.client_context(verify=True) if mutual is not None else None,
@@ -734,7 +743,33 @@ class Broker:
         member = self.dledger.node.m
         store.put_refusal = lambda: None if member.transferee is None else PutMessageStatus.OS_PAGECACHE_BUSY
         self._set_role(master=False)
+        self._note_as_follower(True)
         await self.dledger.start()
+
+    def _note_as_follower(self, following: bool) -> None:
+        """A DLedger follower serves what it holds, as a slave does: a topic made on the leader since the last
+        metadata sync (10 s) has committed entries here and no config, and the member elected after the
+        leader's loss would refuse its pulls and sends. While following, its dispatches note such topics and
+        each dispatch batch derives their configs (:meth:`_derive_replicated_topics`); a leader's dispatch
+        runs neither (its send path calls nothing more)."""
+        group = self.dledger
+        assert group is not None
+        if following == self._noting:
+            return
+        self._noting = following
+        store = self._dledger_store
+        if following:
+            store.add_arrival_listener(self._note_replicated)
+            group.on_commit = self._dispatch_as_follower
+        else:
+            store.remove_arrival_listener(self._note_replicated)
+            group.on_commit = store.dispatch_committed
+
+    def _dispatch_as_follower(self) -> int:
+        """A follower's dispatch of committed entries, then the configs of the topics it noted."""
+        n = self._dledger_store.dispatch_committed()
+        self._derive_replicated_topics()
+        return n
 
     def _set_role(self, master: bool) -> None:
         """4.9.8's ``changeToMaster(SYNC_MASTER)`` / ``changeToSlave(id)``: the id registered and whether
@@ -759,6 +794,7 @@ class Broker:
             return
         if role is Role.FOLLOWER or was_master:
             self._set_role(master=False)
+            self._note_as_follower(True)
             if was_master:
                 log.warning(
                     "broker %s is no longer the master (term %d, %s)",
@@ -860,7 +896,11 @@ class Broker:
             if recorded and dlog.committed_index == dlog.last_index:
                 break
             await asyncio.sleep(0.1)
-        store.dispatch_committed()
+        store.dispatch_committed()  # (noted as a follower's yet)
+        # before it serves as master: a topic its dispatches noted gets its derived config now (the old
+        # leader's last sync, where it has one, wins); its own dispatches note nothing more
+        self._note_as_follower(False)
+        self._derive_replicated_topics()
         store.recover_topic_queue_table()
         # topics are no part of the log: one made since this member's last metadata sync has messages here
         # and no config; without one it is registered nowhere, and the members syncing from this one drop
@@ -1070,9 +1110,17 @@ class Broker:
         for, or more queues than one it derived: noted for :meth:`_derive_replicated_topics`."""
         config = self.topics.get(topic)
         if config is None or (topic in self._derived_topics and queue_id >= config.read_queue_nums):
+            if topic == DLEDGER_TERM_TOPIC or topic.startswith(REVIVE_TOPIC_PREFIX):
+                return  # (a store's own records, never routed: as recreate_lost_topics skips them)
             with self._unconfigured_lock:
                 queues = min(queue_id + 1, MAX_QUEUE_NUMS)  # (a foreign master's queue id: unbounded)
                 self._unconfigured[topic] = max(self._unconfigured.get(topic, 0), queues)
+
+    def holds_unconfigured_queue(self, topic: str, queue_id: int) -> bool:
+        """Whether a queue past a derived config's count is one this broker answers as empty: the config
+        counts the queues that held data, a reader routed by the master's (more queues) pulls them all,
+        and a queue with nothing here is empty, not illegal (asked on the refusal's path only)."""
+        return topic in self._derived_topics and queue_id < MAX_QUEUE_NUMS
 
     def _derive_replicated_topics(self) -> None:
         """A slave serves what it holds: a replicated topic without a config (the master was down at each

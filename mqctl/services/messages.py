@@ -324,10 +324,10 @@ class QueueRef:
     queue_id: int
 
 
-def queues(route: TopicRouteData, *, write: bool) -> list[QueueRef]:
+def queues(route: TopicRouteData, *, write: bool, said: dict[str, str] | None = None) -> list[QueueRef]:
     """The readable (or writable) queues of a topic by broker name and id: writes go to masters, reads to
-    the master or, while it is down, a slave (:func:`route_readers`)."""
-    masters = route_masters(route) if write else route_readers(route)
+    the master or, while it is down, a slave (:func:`route_readers`, with ``said``)."""
+    masters = route_masters(route) if write else route_readers(route, said=said)
     perm = PermName.WRITE if write else PermName.READ
     out: list[QueueRef] = []
     for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
@@ -903,7 +903,8 @@ async def tail(
     are committed, as any member does; its own positions never are).
     """
     route = await route_or_not_found(admin, topic)
-    refs = queues(route, write=False)
+    said: dict[str, str] = {}  # the slaves read from while their master is down: said once per broker
+    refs = queues(route, write=False, said=said)
     if not refs:
         raise NotFoundError(f"topic {topic!r} has no readable queue on a master broker")
     read_group = group or TOOLS_CONSUMER_GROUP
@@ -940,7 +941,7 @@ async def tail(
         while True:
             offset = positions[mq]
             addr = pulling[mq] = readers[name]
-            failed: RemotingConnectError | RemotingTimeoutError | None = None
+            failed: RemotingError | None = None
             try:
                 result = await wire.pull(
                     admin,
@@ -965,11 +966,18 @@ async def tail(
                 if exit_at_end:  # a read to the end: the queue's end is not known, so fail
                     raise
                 failed = exc
+            except RemotingCommandError as exc:
+                # a slave read while its master is down knows a topic younger than its last metadata sync
+                # only once it dispatched the topic's entries (a DLedger follower: once they commit, which
+                # a leader killed right after the send leaves to the next one's election): waited out
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST or said.get(name) != addr or exit_at_end:
+                    raise
+                failed = RemotingError(f"the slave at {addr} does not know the topic yet (code {exc.code})")
             finally:
                 pulling.pop(mq, None)  # before any wait: the route watch cancels only a pull under way
             if failed is not None:
                 if readers[name] == addr:  # not already moved by the route watch or another queue
-                    readers[name] = await _reader_again(admin, topic, name, addr, failed, lost)
+                    readers[name] = await _reader_again(admin, topic, name, addr, failed, lost, said)
                 continue
             if name in lost:
                 lost.discard(name)
@@ -994,7 +1002,7 @@ async def tail(
         while True:
             await asyncio.sleep(ROUTE_REFRESH_S)
             try:
-                now = await readers_of_topic(admin, topic, quiet=True)
+                now = await readers_of_topic(admin, topic, quiet=True, said=said)
             except (RemotingError, NotFoundError):
                 continue  # the NameServer is away: the pulls' own errors move them if need be
             for name, addr in now.items():
@@ -1021,7 +1029,13 @@ async def tail(
 
 
 async def _reader_again(
-    admin: Admin, topic: str, broker_name: str, gone: str, why: Exception, lost: set[str]
+    admin: Admin,
+    topic: str,
+    broker_name: str,
+    gone: str,
+    why: Exception,
+    lost: set[str],
+    said: dict[str, str],
 ) -> str:
     """Where to read ``broker_name``'s queues now that ``gone`` stopped answering (killed, a failover): the
     route's master, else a slave, asked again each second; a tail waits out the outage, as kcat does."""
@@ -1030,7 +1044,7 @@ async def _reader_again(
         log.warning("%s: %s; reading on once the route names a broker to read from", broker_name, why)
     await asyncio.sleep(1.0)
     with contextlib.suppress(RemotingError, NotFoundError):
-        return (await readers_of_topic(admin, topic)).get(broker_name, gone)
+        return (await readers_of_topic(admin, topic, said=said)).get(broker_name, gone)
     return gone
 
 

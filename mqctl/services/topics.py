@@ -275,9 +275,14 @@ def route_masters(data: TopicRouteData) -> dict[str, str]:
     }
 
 
-def route_readers(data: TopicRouteData, *, quiet: bool = False) -> dict[str, str]:
+def route_readers(
+    data: TopicRouteData, *, quiet: bool = False, said: dict[str, str] | None = None
+) -> dict[str, str]:
     """broker name -> where reads go: the master, else (its master down) the group's first slave, which
-    holds a byte-identical CommitLog; the fallback is said on stderr (a WARNING line) unless ``quiet``."""
+    holds a byte-identical CommitLog; the fallback is said on stderr (a WARNING line) unless ``quiet``.
+    ``said`` (broker name -> the slave read from), shared by a caller that asks again per queue: each
+    fallback is said once per broker and again only when it changes (a ``quiet`` ask, whose caller says
+    the move its own way, records it too)."""
     queue_brokers = {q.broker_name for q in data.queue_datas}
     out: dict[str, str] = {}
     for b in data.broker_datas:
@@ -287,17 +292,23 @@ def route_readers(data: TopicRouteData, *, quiet: bool = False) -> dict[str, str
         if addr is None:
             slave_id = min(b.broker_addrs)
             addr = b.broker_addrs[slave_id]
-            if not quiet:
+            if not quiet and (said is None or said.get(b.broker_name) != addr):
                 log.warning(
                     "%s: the master is down; reading from slave %d at %s", b.broker_name, slave_id, addr
                 )
+            if said is not None:
+                said[b.broker_name] = addr
+        elif said is not None:
+            said.pop(b.broker_name, None)  # (a master again: its next loss is said again)
         out[b.broker_name] = addr
     return out
 
 
-async def readers_of_topic(admin: Admin, topic: str, *, quiet: bool = False) -> dict[str, str]:
+async def readers_of_topic(
+    admin: Admin, topic: str, *, quiet: bool = False, said: dict[str, str] | None = None
+) -> dict[str, str]:
     """:func:`route_readers` of ``topic``'s route."""
-    return route_readers(await route_or_not_found(admin, topic), quiet=quiet)
+    return route_readers(await route_or_not_found(admin, topic), quiet=quiet, said=said)
 
 
 async def masters_of_topic(admin: Admin, topic: str) -> dict[str, str]:

@@ -178,7 +178,9 @@ class PullProcessor:
             raise fail(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please! {FAQ}")
         if not config.perm & PermName.READ:
             raise fail(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
-        if h.queue_id < 0 or h.queue_id >= config.read_queue_nums:
+        if h.queue_id < 0 or (
+            h.queue_id >= config.read_queue_nums and not broker.holds_unconfigured_queue(h.topic, h.queue_id)
+        ):
             raise system_error(
                 f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
                 f"[{config.read_queue_nums}] consumer:[{h.consumer_group}]"
