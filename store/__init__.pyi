@@ -120,6 +120,7 @@ from .names import (
     dlq_topic as dlq_topic,
     legal_name as legal_name,
     new_group_problem as new_group_problem,
+    queue_nums_problem as queue_nums_problem,
     reserved_group_prefix as reserved_group_prefix,
     system_topic as system_topic,
 )

@@ -24,11 +24,14 @@ _NAME_CHARS: Final = re.compile(NAME_CHARS[1:-1])
 MAX_QUEUE_NUMS: Final = 16384
 
 
-def queue_nums_problem(read_queue_nums: int, write_queue_nums: int) -> str | None:
-    """Why a topic's queue counts are refused (a count below 1 or above :data:`MAX_QUEUE_NUMS`), or None."""
-    for what, n in (("readQueueNums", read_queue_nums), ("writeQueueNums", write_queue_nums)):
-        if not 1 <= n <= MAX_QUEUE_NUMS:
-            return f"{what} {n} is out of range: a topic has 1 to {MAX_QUEUE_NUMS} queues"
+def queue_nums_problem(
+    read_queue_nums: int, write_queue_nums: int, names: tuple[str, str] = ("readQueueNums", "writeQueueNums")
+) -> str | None:
+    """Why a topic's queue counts (called ``names``) are refused, or None: below 0 or above
+    :data:`MAX_QUEUE_NUMS`. A 0 is taken, as 4.9.8 takes ``-w 0`` to stop a topic's writes."""
+    for what, n in zip(names, (read_queue_nums, write_queue_nums), strict=True):
+        if not 0 <= n <= MAX_QUEUE_NUMS:
+            return f"{what} {n} is out of range: a topic has 0 to {MAX_QUEUE_NUMS} queues"
     return None
 
 

@@ -3,13 +3,17 @@ already holds one out of range (a store written before the check, a master that 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from daemon.broker.ha import _apply
 from daemon.broker.headers import CreateTopicRequestHeader
 from daemon.broker.managers.topics import clamp_queue_counts
+from daemon.remoting.bodies import PermName
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
+from mqctl.admin.client import Admin
+from mqctl.services.topics import TopicSpec
 from store import fastjson
 from store.clock import SystemClock
 from store.config_files import TopicConfigFile
@@ -22,15 +26,27 @@ def _create(name: str, read: int, write: int) -> dict[str, str]:
     return CreateTopicRequestHeader(name, "TBW102", read, write, 6, "SINGLE_TAG").to_ext_fields()
 
 
-async def test_creation_refuses_counts_below_one_or_above_the_max(broker: BrokerHandle) -> None:
-    for read, write in ((99999999999, 8), (8, 2147483648), (-3, 8), (8, 0), (MAX_QUEUE_NUMS + 1, 1)):
+async def test_creation_refuses_counts_below_zero_or_above_the_max(broker: BrokerHandle) -> None:
+    for read, write in ((99999999999, 8), (8, 2147483648), (-3, 8), (8, -1), (MAX_QUEUE_NUMS + 1, 1)):
         answer = await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create("Big", read, write))
         assert answer.code == ResponseCode.SYSTEM_ERROR, (read, write)
-        assert "out of range: a topic has 1 to" in (answer.remark or "")
+        assert f"out of range: a topic has 0 to {MAX_QUEUE_NUMS} queues" in (answer.remark or "")
         assert broker.broker.topics.get("Big") is None
     fine = await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create("Big", MAX_QUEUE_NUMS, 1))
     assert fine.code == ResponseCode.SUCCESS
     assert broker.broker.topics.get("Big").read_queue_nums == MAX_QUEUE_NUMS  # type: ignore[union-attr]
+
+
+async def test_a_count_of_zero_is_taken_and_sent_back_by_a_later_update(broker: BrokerHandle) -> None:
+    """4.9.8 takes ``updateTopic -w 0`` to stop a topic's writes; a later change of its perm alone (``topic
+    update -p r``) sends the stored 0 back, which must be taken too."""
+    stopped = await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create("Stopped", 8, 0))
+    assert stopped.code == ResponseCode.SUCCESS, stopped.remark
+    stored = broker.broker.topics.get("Stopped")
+    assert stored is not None and (stored.read_queue_nums, stored.write_queue_nums) == (8, 0)
+    async with Admin([]) as admin:  # what `mqctl topic update -t Stopped -p r` sends
+        await admin.create_topic(broker.addr, TopicSpec("Stopped", perm="r").apply_to(stored))
+    assert broker.broker.topics.get("Stopped") == dataclasses.replace(stored, perm=PermName.READ)
 
 
 def test_clamping_replaces_only_the_entries_out_of_range() -> None:

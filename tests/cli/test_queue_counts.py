@@ -10,11 +10,12 @@ from typing import cast
 import pytest
 
 from daemon.broker.bodies import MessageQueue, TopicOffset, TopicStatsTable
-from daemon.remoting.bodies import BrokerData, QueueData, TopicRouteData
+from daemon.remoting.bodies import BrokerData, QueueData, TopicConfig, TopicRouteData
 from mqctl.admin.client import Admin
 from mqctl.errors import UsageError
+from mqctl.services import metadata
 from mqctl.services.messages import queues
-from mqctl.services.topics import topic_offsets
+from mqctl.services.topics import TopicSpec, topic_offsets
 from store import MAX_QUEUE_NUMS
 from tests.support.cli import RunCli
 
@@ -71,3 +72,20 @@ def test_a_route_reporting_billions_of_queues_lists_at_most_the_max() -> None:
         broker_datas=[BrokerData("c", "b", {0: "b:1"})],
     )
     assert len(queues(route, write=True)) == len(queues(route, write=False)) == MAX_QUEUE_NUMS
+
+
+def test_a_count_of_zero_is_taken_as_4_9_8_takes_it(tmp_path: Path) -> None:
+    """A topic whose writes were stopped with ``-w 0``: exported, its file is applied again, and a change of
+    its perm alone sends the stored 0 back."""
+    assert TopicSpec("Stopped", perm="r").apply_to(TopicConfig("Stopped", 8, 0)).write_queue_nums == 0
+    assert TopicSpec("Stopped", read_queues=0, write_queues=0).write_queues == 0
+    exported = tmp_path / "m.yaml"
+    exported.write_text(
+        "kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: Stopped, read_queues: 8, write_queues: 0}\n"
+    )
+    [(spec, _)] = metadata.load(exported, lambda kind, name: None).topics
+    assert (spec.read_queues, spec.write_queues) == (8, 0)
+    with pytest.raises(UsageError, match="write_queues -1 is out of range: a topic has 0 to"):
+        TopicSpec("T", write_queues=-1)
+    with pytest.raises(UsageError, match="read_queues '8' is not a whole number"):
+        TopicSpec("T", read_queues="8")  # type: ignore[arg-type]  (a topic apply file's string)
