@@ -22,6 +22,11 @@ _NAME_CHARS: Final = re.compile(NAME_CHARS[1:-1])
 #: topic a RocketMQ operator runs (the broker's own largest, BenchmarkTest, has 1,024), low enough that a
 #: loop or table over a topic's queues stays small. 4.9.8 and 5.x check no bound at all.
 MAX_QUEUE_NUMS: Final = 16384
+#: The most queues a topic keeps when its table is loaded from disk or taken from a master, unless the
+#: store holds a queue past it (docs/operations.md §queue-counts): 4.9.8 creates any count and fills those
+#: queues, so a table above :data:`MAX_QUEUE_NUMS` may describe data this broker holds and must serve;
+#: a topic's per-queue answers (consume stats) still fit a frame at this count.
+MAX_HELD_QUEUE_NUMS: Final = 1 << 16
 
 
 def queue_nums_problem(

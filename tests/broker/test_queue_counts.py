@@ -18,7 +18,7 @@ from store import fastjson
 from store.clock import SystemClock
 from store.config_files import TopicConfigFile
 from store.models import TopicConfig
-from store.names import MAX_QUEUE_NUMS
+from store.names import MAX_HELD_QUEUE_NUMS, MAX_QUEUE_NUMS
 from tests.support.broker import BrokerHandle, start_broker
 
 
@@ -51,14 +51,23 @@ async def test_a_count_of_zero_is_taken_and_sent_back_by_a_later_update(broker: 
 
 def test_clamping_replaces_only_the_entries_out_of_range() -> None:
     kept = TopicConfig("Kept", 8, 0)  # writes stopped with -w 0, which 4.9.8 took: kept
-    table = {"Kept": kept, "Huge": TopicConfig("Huge", 99999999999, 8), "Neg": TopicConfig("Neg", -3, 4)}
-    changes = clamp_queue_counts(table)
+    wide = TopicConfig("Wide", 20000, 20000)  # 4.9.8 creates it and fills its queues: kept
+    table = {
+        "Kept": kept,
+        "Wide": wide,
+        "Huge": TopicConfig("Huge", 99999999999, 8),
+        "Neg": TopicConfig("Neg", -3, 4),
+        "Deep": TopicConfig("Deep", 2147483648, 2147483648),
+    }
+    changes = clamp_queue_counts(table, lambda: [("Deep", MAX_HELD_QUEUE_NUMS + 4), ("Deep", 1), ("Wide", 3)])
     assert changes == [
-        f"Huge (readQueueNums 99999999999 -> {MAX_QUEUE_NUMS})",
+        f"Huge (readQueueNums 99999999999 -> {MAX_HELD_QUEUE_NUMS})",
         "Neg (readQueueNums -3 -> 0)",
+        f"Deep (readQueueNums 2147483648 -> {MAX_HELD_QUEUE_NUMS + 5}, writeQueueNums 2147483648 -> "
+        f"{MAX_HELD_QUEUE_NUMS + 5})",  # never below the queues the store holds
     ]
-    assert table["Kept"] is kept
-    assert (table["Huge"].read_queue_nums, table["Huge"].write_queue_nums) == (MAX_QUEUE_NUMS, 8)
+    assert table["Kept"] is kept and table["Wide"] is wide
+    assert (table["Huge"].read_queue_nums, table["Huge"].write_queue_nums) == (MAX_HELD_QUEUE_NUMS, 8)
     assert table["Neg"].read_queue_nums == 0
 
 
@@ -66,12 +75,19 @@ def test_a_slave_takes_its_masters_table_with_counts_clamped() -> None:
     mine = TopicConfigFile(None, SystemClock())
     data = {
         "dataVersion": {"counter": 3, "timestamp": 1},
-        "topicConfigTable": {"T": TopicConfig("T", 2147483648, 4).to_json(), "U": TopicConfig("U").to_json()},
+        "topicConfigTable": {
+            "T": TopicConfig("T", 2147483648, 4).to_json(),
+            "U": TopicConfig("U").to_json(),
+            "Wide": TopicConfig("Wide", 20000, 20000).to_json(),  # a 4.9.8 master's: its queues are here
+        },
     }
-    assert _apply(mine, data)
-    assert mine.table["T"].read_queue_nums == MAX_QUEUE_NUMS and mine.table["T"].write_queue_nums == 4
+    assert _apply(mine, data, lambda: [("T", MAX_HELD_QUEUE_NUMS)])
+    assert (
+        mine.table["T"].read_queue_nums == MAX_HELD_QUEUE_NUMS + 1 and mine.table["T"].write_queue_nums == 4
+    )
     assert mine.table["U"] == TopicConfig("U")
-    assert not _apply(mine, data)  # the same table again: no change (no ERROR every sync)
+    assert mine.table["Wide"] == TopicConfig("Wide", 20000, 20000)
+    assert not _apply(mine, data, lambda: [("T", MAX_HELD_QUEUE_NUMS)])  # the same again: no change, no ERROR
 
 
 async def test_a_stored_count_out_of_range_is_clamped_at_start(tmp_path: Path) -> None:
@@ -81,16 +97,20 @@ async def test_a_stored_count_out_of_range_is_clamped_at_start(tmp_path: Path) -
     path = root / "config" / "topics.json"
     data = fastjson.loads(path.read_text())
     data["topicConfigTable"]["Old"] = TopicConfig("Old", 99999999999, 2147483648).to_file_json()
+    data["topicConfigTable"]["Wide"] = TopicConfig("Wide", 20000, 20000).to_file_json()  # a 4.9.8 store's
     path.write_bytes(fastjson.dumps(data))
     b = await start_broker(root)
     client = RemotingClient()
     try:
         old = b.topics.get("Old")
-        assert old is not None and (old.read_queue_nums, old.write_queue_nums) == (MAX_QUEUE_NUMS,) * 2
+        assert old is not None and (old.read_queue_nums, old.write_queue_nums) == (MAX_HELD_QUEUE_NUMS,) * 2
         handle = BrokerHandle(b.addr, client, b)
-        stats = await handle.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "G1", "topic": "Old"})
-        assert stats.code == ResponseCode.SUCCESS
+        # queues past creation's bound stay served
+        sent = await handle.send("Wide", b"past the creation bound", queue_id=19999)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        pulled = await handle.pull("G1", "Wide", 19999, 0)
+        assert pulled.code == ResponseCode.SUCCESS, pulled.remark
     finally:
         await client.close()
         await b.stop()
-    assert f'"readQueueNums":{MAX_QUEUE_NUMS}' in path.read_text().replace(" ", "")
+    assert f'"readQueueNums":{MAX_HELD_QUEUE_NUMS}' in path.read_text().replace(" ", "")
