@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from daemon.broker.config import BrokerConfig
 from daemon.broker.ha import _apply
 from daemon.broker.headers import CreateTopicRequestHeader
-from daemon.broker.managers.topics import clamp_queue_counts
+from daemon.broker.managers.topics import TopicConfigManager, clamp_queue_counts
 from daemon.remoting.bodies import PermName
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -114,3 +115,13 @@ async def test_a_stored_count_out_of_range_is_clamped_at_start(tmp_path: Path) -
         await client.close()
         await b.stop()
     assert f'"readQueueNums":{MAX_HELD_QUEUE_NUMS}' in path.read_text().replace(" ", "")
+
+
+def test_a_lost_topic_is_recreated_with_its_queues_up_to_the_bound() -> None:
+    """A topic with messages and no config gets its highest queue id + 1 queues; a foreign master's queue id
+    past the bound does not give it more (this runs after the start's clamp)."""
+    topics = TopicConfigManager(BrokerConfig(), TopicConfigFile(None, SystemClock()))
+    held = {("Lost", 3): 1, ("Lost", 19999): 2, ("Far", 0): 1, ("Far", 2147483646): 1, ("Empty", 7): 0}
+    assert topics.recreate_lost_topics(held) == ["Far", "Lost"]
+    assert topics.table["Lost"] == TopicConfig("Lost", 20000, 20000)
+    assert topics.table["Far"] == TopicConfig("Far", MAX_HELD_QUEUE_NUMS, MAX_HELD_QUEUE_NUMS)

@@ -191,8 +191,10 @@ class TopicConfigManager:
 
     def recreate_lost_topics(self, queue_table: Mapping[tuple[str, int], int]) -> list[str]:
         """Give a config back to every topic the store holds messages of but the table lacks (topics.json
-        lost, or fallen back to an older .bak): as many queues as its highest queue id + 1, default perms,
-        logged at ERROR. No topic with data vanishes from routing. Returns the topics re-created."""
+        lost, or fallen back to an older .bak): as many queues as its highest queue id + 1, at most
+        MAX_HELD_QUEUE_NUMS (a foreign master's queue id is unbounded, and this runs after the start's clamp),
+        default perms, logged at ERROR. No topic with data vanishes from routing. Returns the topics
+        re-created."""
         with_data = {topic for (topic, _), next_offset in queue_table.items() if next_offset > 0}
         with_data = {  # (a store's own records, never routed)
             t for t in with_data if t != DLEDGER_TERM_TOPIC and not t.startswith(REVIVE_TOPIC_PREFIX)
@@ -200,7 +202,7 @@ class TopicConfigManager:
         queues: dict[str, int] = {}
         for topic, queue_id in queue_table:
             if topic in with_data and topic not in self.table:
-                queues[topic] = max(queues.get(topic, 0), queue_id + 1)
+                queues[topic] = max(queues.get(topic, 0), min(queue_id + 1, MAX_HELD_QUEUE_NUMS))
         if not queues:
             return []
         for topic, n in sorted(queues.items()):
