@@ -104,6 +104,7 @@ from .names import (
     DLQ_GROUP_TOPIC_PREFIX as DLQ_GROUP_TOPIC_PREFIX,
     INTERNAL_TOPIC_PREFIX as INTERNAL_TOPIC_PREFIX,
     MAX_GROUP_LENGTH as MAX_GROUP_LENGTH,
+    MAX_HELD_QUEUE_NUMS as MAX_HELD_QUEUE_NUMS,
     MAX_QUEUE_NUMS as MAX_QUEUE_NUMS,
     MAX_TOPIC_LENGTH as MAX_TOPIC_LENGTH,
     NOT_ALLOWED_SEND_TOPICS as NOT_ALLOWED_SEND_TOPICS,
@@ -120,6 +121,7 @@ from .names import (
     dlq_topic as dlq_topic,
     legal_name as legal_name,
     new_group_problem as new_group_problem,
+    queue_nums_problem as queue_nums_problem,
     reserved_group_prefix as reserved_group_prefix,
     system_topic as system_topic,
 )

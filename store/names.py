@@ -22,13 +22,21 @@ _NAME_CHARS: Final = re.compile(NAME_CHARS[1:-1])
 #: topic a RocketMQ operator runs (the broker's own largest, BenchmarkTest, has 1,024), low enough that a
 #: loop or table over a topic's queues stays small. 4.9.8 and 5.x check no bound at all.
 MAX_QUEUE_NUMS: Final = 16384
+#: The most queues a topic keeps when its table is loaded from disk or taken from a master, unless the
+#: store holds a queue past it (docs/operations.md §queue-counts): 4.9.8 creates any count and fills those
+#: queues, so a table above :data:`MAX_QUEUE_NUMS` may describe data this broker holds and must serve;
+#: a topic's per-queue answers (consume stats) still fit a frame at this count.
+MAX_HELD_QUEUE_NUMS: Final = 1 << 16
 
 
-def queue_nums_problem(read_queue_nums: int, write_queue_nums: int) -> str | None:
-    """Why a topic's queue counts are refused (a count below 1 or above :data:`MAX_QUEUE_NUMS`), or None."""
-    for what, n in (("readQueueNums", read_queue_nums), ("writeQueueNums", write_queue_nums)):
-        if not 1 <= n <= MAX_QUEUE_NUMS:
-            return f"{what} {n} is out of range: a topic has 1 to {MAX_QUEUE_NUMS} queues"
+def queue_nums_problem(
+    read_queue_nums: int, write_queue_nums: int, names: tuple[str, str] = ("readQueueNums", "writeQueueNums")
+) -> str | None:
+    """Why a topic's queue counts (called ``names``) are refused, or None: below 0 or above
+    :data:`MAX_QUEUE_NUMS`. A 0 is taken, as 4.9.8 takes ``-w 0`` to stop a topic's writes."""
+    for what, n in zip(names, (read_queue_nums, write_queue_nums), strict=True):
+        if not 0 <= n <= MAX_QUEUE_NUMS:
+            return f"{what} {n} is out of range: a topic has 0 to {MAX_QUEUE_NUMS} queues"
     return None
 
 

@@ -1084,6 +1084,7 @@ class Broker:
             self.slave_commits,
             asking=asking,
             may_apply=self._not_leading,
+            held=self.store.queue_keys,
         )
         if changed:
             log.info("synced %s from master %s", ", ".join(changed), self.master_addr)
@@ -1208,7 +1209,6 @@ class Broker:
             self.groups.refuse = self.creation_refusal
             self.groups.persist_created = self.persist_groups.request
             self.offsets = configs.consumer_offsets
-            self.topics.clamp_queue_counts()  # (a table written before creations checked them)
             self.topics.create_system_topics()
             self.groups.create_builtin_groups()
             self.topics.on_change = self.schedule_register
@@ -1221,7 +1221,10 @@ class Broker:
             self.schedule = ScheduleMessageService(self)
             self.transactions = TransactionService(self)
             self.store.start()
-            self.topics.recreate_lost_topics(self.store.topic_queue_table())  # queues complete once started
+            # once started the store's queues are complete: a table written before creations checked its
+            # counts is clamped above them, and a topic holding messages without a config gets one
+            self.topics.clamp_queue_counts(self.store.queue_keys)
+            self.topics.recreate_lost_topics(self.store.topic_queue_table())
             self.transactions.load()
             self.pop = PopService(self)
             self.pop.load()

@@ -25,7 +25,7 @@ import math
 import socket
 import ssl as _ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -1815,6 +1815,7 @@ async def sync_metadata(
     *,
     asking: Callable[[int], None] | None = None,
     may_apply: Callable[[], bool] | None = None,
+    held: Callable[[], Iterable[tuple[str, int]]] | None = None,
 ) -> list[str]:
     """4.9.8 ``SlaveSynchronize.syncAll``: topic configs (21), consumer offsets (43), delay offsets (45)
     and subscription groups (201) from the master, each persisted when it changed. Returns what changed.
@@ -1837,6 +1838,8 @@ async def sync_metadata(
     synced from, which may be a deposed leader still answering: its offset table can carry a POP ack that
     the quorum never held, and the new leader, which lends again from its own table, would skip the
     message that ack failed for.
+
+    ``held()`` gives the store's queues (``(topic, queue id)``): no topic's count is clamped below them.
     """
     changed: list[str] = []
     steps: list[tuple[int, JsonConfigFile]] = [
@@ -1867,7 +1870,7 @@ async def sync_metadata(
                     "slave metadata sync from %s stopped: this member may no longer take it", master_addr
                 )
                 return changed
-            if not _apply(manager, data):
+            if not _apply(manager, data, held or tuple):
                 continue
         except (ValueError, TypeError, AttributeError) as exc:
             log.warning("slave metadata sync (%d) from %s: bad body: %s", code, master_addr, exc)
@@ -1909,8 +1912,11 @@ async def _hand_on_commits(
             del slave_commits[(group, topic, queue_id)]
 
 
-def _apply(manager: JsonConfigFile, data: dict[str, object]) -> bool:
-    """Take the master's table into ``manager``; whether anything changed."""
+def _apply(
+    manager: JsonConfigFile, data: dict[str, object], held: Callable[[], Iterable[tuple[str, int]]] = tuple
+) -> bool:
+    """Take the master's table into ``manager``, a topic table's counts clamped above the queues ``held``;
+    whether anything changed."""
     if isinstance(manager, ConsumerOffsetManager):
         incoming = ConsumerOffsetManager(None)
         incoming.decode(data)
@@ -1922,7 +1928,7 @@ def _apply(manager: JsonConfigFile, data: dict[str, object]) -> bool:
     with manager.lock:
         before_encoded = manager.encode()
         manager.decode(data)
-        clamped = clamp_queue_counts(manager.table) if isinstance(manager, TopicConfigFile) else []
+        clamped = clamp_queue_counts(manager.table, held) if isinstance(manager, TopicConfigFile) else []
         changed = manager.encode() != before_encoded
     if clamped and changed:
         log.error("the master's topics hold queue counts out of range; clamped here: %s", "; ".join(clamped))

@@ -75,6 +75,9 @@ class Metadata:
     acl: list[dict[str, Any]] = field(default_factory=list)
     #: mqadmin's cluster export adds up queue counts over the masters it read.
     summed: bool = False
+    #: Such a file's topics' (read, write) sums: their specs keep None until :func:`apply` divides them by
+    #: the target's masters, and the queue-count rule is asked of what it divided.
+    queue_sums: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class TopicEntry(TypedDict):
@@ -381,7 +384,11 @@ def _from_mqadmin(raw: dict[str, Any]) -> Metadata:
     meta = Metadata(summed="exportTime" in raw and "dataVersion" not in raw)
     for name, obj in sorted((raw.get("topicConfigTable") or {}).items()):
         topic = topic_entry(TopicConfig.from_json({"topicName": name, **obj}))
-        meta.topics.append((_topic_spec(name, topic), None))
+        values: dict[str, Any] = dict(topic)
+        if meta.summed:
+            meta.queue_sums[name] = (topic["read_queues"], topic["write_queues"])
+            values.update(read_queues=None, write_queues=None)
+        meta.topics.append((_topic_spec(name, values), None))
     for name, obj in sorted((raw.get("subscriptionGroupTable") or {}).items()):
         group: dict[str, Any] = dict(
             group_entry(SubscriptionGroupConfig.from_json({"groupName": name, **obj}))
@@ -539,6 +546,11 @@ async def apply(
     _, masters = await masters_by_name(admin, cluster)
     names_of = {addr: name for name, addr in masters.items()}
     addrs = sorted(masters.values())
+    # each topic's counts per master, checked before anything is read or written
+    specs = [
+        (_divided(s, meta.queue_sums[s.name], len(addrs)) if s.name in meta.queue_sums else s, n)
+        for s, n in meta.topics
+    ]
     topic_tables = dict(
         zip(addrs, await asyncio.gather(*(admin.topic_configs(a) for a in addrs)), strict=True)
     )
@@ -561,9 +573,7 @@ async def apply(
             f"groups with live consumers would overwrite applied offsets: {listed}",
             hint="stop them first, or apply without --offsets",
         )
-    for spec, names in meta.topics:
-        if meta.summed:
-            spec = _divided(spec, len(addrs))
+    for spec, names in specs:
         chosen = {a: topic_tables[a] for a in _resolve(names, masters, renames)}
         for addr in [a for a in chosen if spec.name in system_topics[a]]:
             # the broker keeps its system topics itself and refuses their creation: the plan says so
@@ -604,13 +614,11 @@ def _row(kind: str, name: str, broker: str, change: topics.BrokerChange | topics
     }
 
 
-def _divided(spec: topics.TopicSpec, masters: int) -> topics.TopicSpec:
-    """A topic of mqadmin's cluster export, whose queue counts are sums over its masters, per master."""
-
-    def each(total: int | None) -> int | None:
-        return None if total is None else max(1, -(-total // masters))
-
-    return dataclasses.replace(spec, read_queues=each(spec.read_queues), write_queues=each(spec.write_queues))
+def _divided(spec: topics.TopicSpec, sums: tuple[int, int], masters: int) -> topics.TopicSpec:
+    """A topic of mqadmin's cluster export, whose queue counts ``sums`` are over its masters, per master
+    (rounded up; a 0, a topic stopped, stays 0)."""
+    read, write = (-(-total // masters) for total in sums)
+    return dataclasses.replace(spec, read_queues=read, write_queues=write)
 
 
 async def _live_groups(

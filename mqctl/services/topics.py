@@ -21,7 +21,13 @@ from mqctl.output import Rows
 from mqctl.services.cluster import brokers
 from mqctl.services.fanout import each_broker, gather_limited
 from mqctl.units import plural, when
-from store import DLQ_GROUP_TOPIC_PREFIX, MAX_QUEUE_NUMS, RETRY_GROUP_TOPIC_PREFIX, system_topic
+from store import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    MAX_QUEUE_NUMS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    queue_nums_problem,
+    system_topic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +87,13 @@ class TopicSpec:
     def __post_init__(self) -> None:
         """The broker's queue-count rule, said before anything is sent (docs/operations.md §queue-counts)."""
         for what, n in (("read_queues", self.read_queues), ("write_queues", self.write_queues)):
-            if n is not None and not (isinstance(n, int) and 1 <= n <= MAX_QUEUE_NUMS):
-                raise UsageError(
-                    f"topic {self.name!r}: {what} {n!r} is out of range: a topic has 1 to {MAX_QUEUE_NUMS} queues"
-                )
+            if n is not None and (not isinstance(n, int) or isinstance(n, bool)):
+                raise UsageError(f"topic {self.name!r}: {what} {n!r} is not a whole number")
+        problem = queue_nums_problem(
+            self.read_queues or 0, self.write_queues or 0, names=("read_queues", "write_queues")
+        )
+        if problem is not None:
+            raise UsageError(f"topic {self.name!r}: {problem}")
 
     def apply_to(self, current: TopicConfig | None) -> TopicConfig:
         base = current or TopicConfig(self.name, read_queue_nums=8, write_queue_nums=8)

@@ -21,6 +21,7 @@ from store.names import (
     AUTO_CREATE_TOPIC,
     BENCHMARK_TOPIC,
     DLEDGER_TERM_TOPIC,
+    MAX_HELD_QUEUE_NUMS,
     MAX_QUEUE_NUMS,
     MAX_TOPIC_LENGTH,
     NAME_CHARS,
@@ -69,17 +70,39 @@ def topic_problem(topic: str) -> str | None:
     return problem
 
 
-def clamp_queue_counts(table: MutableMapping[str, TopicConfig]) -> list[str]:
-    """Bring every queue count of ``table`` into 0..MAX_QUEUE_NUMS, replacing the entries changed; the
-    changes, as "topic (readQueueNums 99999999999 -> 16384)". A table written before creation checked the
-    counts, or a master that does not, may hold one in the billions, which each loop over the topic's
-    queues would take: clamped, not refused, as one topic's count must not keep the others from being
-    served. A 0 (a topic whose writes were stopped with ``-w 0``, which 4.9.8 took) serves no queue and is
-    kept (docs/operations.md §queue-counts)."""
+def held_queue_counts(keys: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Each topic's highest queue id + 1 among the store's queues ``keys`` (``(topic, queue id)``)."""
+    held: dict[str, int] = {}
+    for topic, queue_id in keys:
+        if queue_id >= held.get(topic, 0):
+            held[topic] = queue_id + 1
+    return held
+
+
+def clamp_queue_counts(
+    table: MutableMapping[str, TopicConfig], held: Callable[[], Iterable[tuple[str, int]]] = tuple
+) -> list[str]:
+    """Bring every queue count of ``table`` into 0..MAX_HELD_QUEUE_NUMS, or up to the highest queue id + 1
+    the store holds of the topic (``held()``: its queues' ``(topic, queue id)``, asked only then),
+    replacing the entries changed; the changes, as "topic (readQueueNums 99999999999 -> 65536)". A
+    table written before creation checked the counts, or a master that does not, may hold one in the
+    billions, which each loop over the topic's queues would take: clamped, not refused, as one topic's
+    count must not keep the others from being served. The bound is far above creation's
+    :data:`MAX_QUEUE_NUMS`: 4.9.8 fills the queues of any count it created, and a slave of it must serve
+    them (docs/operations.md §queue-counts)."""
+    most: dict[str, int] | None = None
     changes = []
     for name, config in list(table.items()):
-        read = min(max(config.read_queue_nums, 0), MAX_QUEUE_NUMS)
-        write = min(max(config.write_queue_nums, 0), MAX_QUEUE_NUMS)
+        if (
+            0 <= config.read_queue_nums <= MAX_HELD_QUEUE_NUMS
+            and 0 <= config.write_queue_nums <= MAX_HELD_QUEUE_NUMS
+        ):
+            continue
+        if most is None:
+            most = held_queue_counts(held())
+        bound = max(MAX_HELD_QUEUE_NUMS, most.get(name, 0))
+        read = min(max(config.read_queue_nums, 0), bound)
+        write = min(max(config.write_queue_nums, 0), bound)
         if (read, write) == (config.read_queue_nums, config.write_queue_nums):
             continue
         table[name] = dataclasses.replace(config, read_queue_nums=read, write_queue_nums=write)
@@ -148,27 +171,30 @@ class TopicConfigManager:
             self.file.generation += 1
         self.file.persist()
 
-    def clamp_queue_counts(self) -> list[str]:
-        """:func:`clamp_queue_counts` over the table loaded at start, persisted and logged at ERROR."""
+    def clamp_queue_counts(self, held: Callable[[], Iterable[tuple[str, int]]] = tuple) -> list[str]:
+        """:func:`clamp_queue_counts` over the table loaded at start (the store's queues ``held()``),
+        persisted and logged at ERROR."""
         with self.file.lock:
-            changes = clamp_queue_counts(self.table)
+            changes = clamp_queue_counts(self.table, held)
             if changes:
                 self.file.data_version.next_version(self.file.clock.now_ms())
                 self.file.generation += 1
         if changes:
             self.file.persist()
             log.error(
-                "%s holds queue counts out of range (0 to %d); clamped: %s",
+                "%s holds queue counts out of range (0 to %d, or the queues held); clamped: %s",
                 self.file.path,
-                MAX_QUEUE_NUMS,
+                MAX_HELD_QUEUE_NUMS,
                 "; ".join(changes),
             )
         return changes
 
     def recreate_lost_topics(self, queue_table: Mapping[tuple[str, int], int]) -> list[str]:
         """Give a config back to every topic the store holds messages of but the table lacks (topics.json
-        lost, or fallen back to an older .bak): as many queues as its highest queue id + 1, default perms,
-        logged at ERROR. No topic with data vanishes from routing. Returns the topics re-created."""
+        lost, or fallen back to an older .bak): as many queues as its highest queue id + 1, at most
+        MAX_HELD_QUEUE_NUMS (a foreign master's queue id is unbounded, and this runs after the start's clamp),
+        default perms, logged at ERROR. No topic with data vanishes from routing. Returns the topics
+        re-created."""
         with_data = {topic for (topic, _), next_offset in queue_table.items() if next_offset > 0}
         with_data = {  # (a store's own records, never routed)
             t for t in with_data if t != DLEDGER_TERM_TOPIC and not t.startswith(REVIVE_TOPIC_PREFIX)
@@ -176,7 +202,7 @@ class TopicConfigManager:
         queues: dict[str, int] = {}
         for topic, queue_id in queue_table:
             if topic in with_data and topic not in self.table:
-                queues[topic] = max(queues.get(topic, 0), queue_id + 1)
+                queues[topic] = max(queues.get(topic, 0), min(queue_id + 1, MAX_HELD_QUEUE_NUMS))
         if not queues:
             return []
         for topic, n in sorted(queues.items()):
