@@ -118,7 +118,7 @@ from store.message import (
 from store.models import DataVersion, TopicConfig
 from store.names import (
     DLEDGER_TERM_TOPIC,
-    MAX_QUEUE_NUMS,
+    MAX_HELD_QUEUE_NUMS,
     REVIVE_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -1114,14 +1114,14 @@ class Broker:
             if topic == DLEDGER_TERM_TOPIC or topic.startswith(REVIVE_TOPIC_PREFIX):
                 return  # (a store's own records, never routed: as recreate_lost_topics skips them)
             with self._unconfigured_lock:
-                queues = min(queue_id + 1, MAX_QUEUE_NUMS)  # (a foreign master's queue id: unbounded)
+                queues = min(queue_id + 1, MAX_HELD_QUEUE_NUMS)  # (a foreign master's queue id: unbounded)
                 self._unconfigured[topic] = max(self._unconfigured.get(topic, 0), queues)
 
     def holds_unconfigured_queue(self, topic: str, queue_id: int) -> bool:
         """Whether a queue past a derived config's count is one this broker answers as empty: the config
         counts the queues that held data, a reader routed by the master's (more queues) pulls them all,
         and a queue with nothing here is empty, not illegal (asked on the refusal's path only)."""
-        return topic in self._derived_topics and queue_id < MAX_QUEUE_NUMS
+        return topic in self._derived_topics and queue_id < MAX_HELD_QUEUE_NUMS
 
     def _derive_replicated_topics(self) -> None:
         """A slave serves what it holds: a replicated topic without a config (the master was down at each

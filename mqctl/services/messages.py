@@ -59,7 +59,7 @@ from store import (
     AUTO_CREATE_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
     INTERNAL_TOPIC_PREFIX,
-    MAX_QUEUE_NUMS,
+    MAX_HELD_QUEUE_NUMS,
     NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_CONSUME_START_TIMESTAMP,
@@ -334,8 +334,8 @@ def queues(route: TopicRouteData, *, write: bool, said: dict[str, str] | None = 
         addr = masters.get(q.broker_name)
         if addr is None or not q.perm & perm:
             continue
-        # (a route from a broker that does not check counts may say billions: none has more than the max)
-        count = min(q.write_queue_nums if write else q.read_queue_nums, MAX_QUEUE_NUMS)
+        # (a route from a broker that does not check counts may say billions: none holds more than this)
+        count = min(q.write_queue_nums if write else q.read_queue_nums, MAX_HELD_QUEUE_NUMS)
         out.extend(QueueRef(q.broker_name, addr, i) for i in range(count))
     return out
 

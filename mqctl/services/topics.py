@@ -23,7 +23,7 @@ from mqctl.services.fanout import each_broker, gather_limited
 from mqctl.units import plural, when
 from store import (
     DLQ_GROUP_TOPIC_PREFIX,
-    MAX_QUEUE_NUMS,
+    MAX_HELD_QUEUE_NUMS,
     RETRY_GROUP_TOPIC_PREFIX,
     queue_nums_problem,
     system_topic,
@@ -621,15 +621,15 @@ async def topic_offsets(admin: Admin, addr: str, topic: str, read_queues: int) -
     have = {mq.queue_id for mq in stats.offset_table}
     if len(have) >= read_queues:
         return stats
-    if read_queues > MAX_QUEUE_NUMS:  # (a broker that does not check counts; each queue is three requests)
+    if read_queues > MAX_HELD_QUEUE_NUMS:  # (a broker that does not check counts; three requests a queue)
         log.warning(
-            "%s reports %d read queues of topic %s, more than any topic may have: queues from %d on are not read",
+            "%s reports %d read queues of topic %s, more than a broker holds: queues from %d on are not read",
             addr,
             read_queues,
             topic,
-            MAX_QUEUE_NUMS,
+            MAX_HELD_QUEUE_NUMS,
         )
-        read_queues = MAX_QUEUE_NUMS
+        read_queues = MAX_HELD_QUEUE_NUMS
     from mqctl.admin.messaging import pull
 
     name = next((mq.broker_name for mq in stats.offset_table), "")

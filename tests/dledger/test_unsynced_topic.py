@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from daemon.remoting.codes import ResponseCode
-from store.names import DLEDGER_TERM_TOPIC, MAX_QUEUE_NUMS
+from store.names import DLEDGER_TERM_TOPIC, MAX_HELD_QUEUE_NUMS
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_rejoin import commit_known, elected, members, running
 from tests.support.broker import BrokerClient
@@ -51,7 +51,7 @@ async def test_the_members_left_serve_a_topic_made_since_the_last_metadata_sync(
         # a reader routed by the old leader's 8 queues: those past the derived count are empty, not illegal
         past = await on_new.pull("G", TOPIC, 7, 0)
         assert past.code == ResponseCode.PULL_NOT_FOUND, past.remark
-        beyond = await on_new.pull("G", TOPIC, MAX_QUEUE_NUMS, 0)
+        beyond = await on_new.pull("G", TOPIC, MAX_HELD_QUEUE_NUMS, 0)
         assert beyond.code == ResponseCode.SYSTEM_ERROR, beyond.remark
         r = await on_new.send(TOPIC, b"after", queue_id=5)
         assert r.code == ResponseCode.SUCCESS, r.remark
