@@ -879,7 +879,8 @@ def _verify_queues(lay: Layout, phase: _LogPhase, problems: _Problems) -> tuple[
 
 def _configured_topics(lay: Layout) -> set[str] | None:
     """The topics ``config/topics.json`` (with its journal) holds, None when it cannot tell: no file (a
-    store copied without its config) or none readable. Only then is a topic without units deleted."""
+    store copied without its config) or none readable. Only when it can tell are the records of a topic
+    without units counted as a deleted topic's."""
     path = os.path.join(lay.config().config_dir, "topics.json")
     if not any(os.path.exists(p) for p in (path, path + ".bak", path + ".journal")):
         return None

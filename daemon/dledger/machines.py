@@ -860,9 +860,8 @@ class Node:
         acknowledging no heartbeat of that leader in its term for a follower timeout, so a late one renews
         no lease. (A whole interval before it, as a follower waiting two intervals is before each heartbeat
         comes, a candidate cut off the leader alone had a healthy follower stand aside.) Let through: the
-        leader's
-        own candidacy (it stepped down, its lease with it), and the transferee its heartbeats name (it
-        lends nothing while it hands over)."""
+        leader's own candidacy (it stepped down, its lease with it), and the transferee its heartbeats name
+        (it lends nothing while it hands over)."""
         m = self.m
         if m.role is _LEADER:
             if req.term > m.term and req.leader_id != m.transferee:

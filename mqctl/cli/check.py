@@ -87,8 +87,8 @@ def _run(name: str, work: Callable[[Admin], Awaitable[Verdict]], *, check_args: 
 
 
 def _used_ratio(text: str | None, flag: str) -> float | None:
-    """``90``, ``90%`` (percent, as the perfdata and diskMaxUsedSpaceRatio) or, as before, a ratio below 1
-    (``0.9``) -> the used ratio; ValueError naming ``flag`` for anything else."""
+    """``90``, ``90%`` (percent, as the perfdata and diskMaxUsedSpaceRatio) or, as before, a ratio up to 1
+    without ``%`` (``0.9``; ``1``: full, as it meant) -> the used ratio; ValueError naming ``flag`` else."""
     if text is None:
         return None
     value = text.strip()
@@ -99,7 +99,7 @@ def _used_ratio(text: str | None, flag: str) -> float | None:
         number = math.nan
     if not 0 <= number <= 100:  # NaN too
         raise ValueError(f"bad {flag} {text!r}: give a percent from 0 to 100 (90 or 90%)")
-    return number if not percent and 0 < number < 1 else number / 100
+    return number if not percent and 0 < number <= 1 else number / 100
 
 
 def _order(warn: float, crit: float) -> str | None:
@@ -180,7 +180,7 @@ def disk(
             "-w",
             metavar="PERCENT",
             help="WARNING above this percent used, 0-100: 90 or 90% (default: the broker's "
-            "diskMaxUsedSpaceRatio). A ratio below 1 (0.9) is still read as a ratio.",
+            "diskMaxUsedSpaceRatio). Up to 1 without % (0.9, 1) is still read as a ratio; 1% is one percent.",
         ),
     ] = None,
     crit: Annotated[

@@ -300,7 +300,10 @@ async def delete(
         }
     if not holders:
         raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
-    answers = await each_broker(admin, holders, lambda addr: admin.consumer_connections(addr, group))
+    # (said, not refused: a broker that cannot tell its consumers does not stop the delete)
+    answers = await each_broker(
+        admin, holders, lambda addr: admin.consumer_connections(addr, group), required=False
+    )
     online = len({c.client_id for found in answers.values() if found for c in found.connection_set})
     if confirm is not None:
         offsets = " and its offsets" if remove_offsets else ""

@@ -160,15 +160,16 @@ def test_disk_against_the_watermarks(mq: RunCli, daemons: LocalCluster) -> None:
 
 def test_disk_thresholds_are_percent_as_its_perfdata(mq: RunCli, daemons: LocalCluster) -> None:
     """``--warn 90`` was refused (UNKNOWN: not in 0<=x<=1) while the output, the perfdata and the broker's
-    watermarks are percent; a ratio below 1 is still read as one."""
+    watermarks are percent; a ratio up to 1 is still read as one (``--crit 1``: full, as it meant)."""
     used = daemons.broker.store.disk_ratio()
     assert 0.10 < used < 0.75, f"this test needs a disk between 10 % and 75 % used, not {used:.0%}"
     ok = plugin(mq("check", "disk", "--warn", "80", "--crit", "90%"), "OK")
     assert re.search(r"broker-a/0=[\d.]+%;80;90;0;100", ok), ok
     assert "> 5%" in plugin(mq("check", "disk", "--warn", "5%", "--crit", "99"), "WARNING")
-    assert "> 1%" in plugin(mq("check", "disk", "--warn", "0.5%", "--crit", "1"), "CRITICAL")
-    assert "--warn 0.5 (50%) is above --crit 1 (1%)" in plugin(
-        mq("check", "disk", "-w", "0.5", "--crit", "1"), "UNKNOWN"
+    assert "> 1%" in plugin(mq("check", "disk", "--warn", "0.5%", "--crit", "1%"), "CRITICAL")
+    assert "OK" in plugin(mq("check", "disk", "-w", "0.99", "--crit", "1"), "OK")
+    assert "--warn 0.5 (50%) is above --crit 1% (1%)" in plugin(
+        mq("check", "disk", "-w", "0.5", "--crit", "1%"), "UNKNOWN"
     )
     assert "--warn 90 (90%) is above --crit 80 (80%)" in plugin(
         mq("check", "disk", "--warn", "90", "--crit", "80"), "UNKNOWN"

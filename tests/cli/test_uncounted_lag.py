@@ -330,3 +330,20 @@ async def test_check_lag_of_a_broadcasting_group_is_no_warning(
     assert verdict.state is State.OK, verdict.line()
     assert "uncounted_queues=1;;;0 uncounted_holding=0;0;;0" in verdict.line(), verdict.line()
     assert "BROADCASTING" in verdict.summary, verdict.summary
+
+
+async def test_group_delete_deletes_though_no_broker_says_its_consumers(
+    admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The online count is said, not a reason to refuse: a broker that cannot list the group's consumers
+    (a timeout) failed the whole delete before it deleted anything."""
+    fail(monkeypatch, admin, "consumer_connections", RequestCode.GET_CONSUMER_CONNECTION_LIST)
+    deleted: list[str] = []
+
+    async def delete_group(addr: str, group: str, *, remove_offsets: bool) -> None:
+        deleted.append(addr)
+
+    monkeypatch.setattr(admin, "delete_group", delete_group)
+    with collecting():
+        result = await groups.delete(admin, GROUP, cluster=None, remove_offsets=False)
+    assert (result["action"], result["online_consumers"], deleted) == ("deleted", 0, [ADDR])

@@ -199,10 +199,8 @@ class TopicConfigManager:
         with_data = {  # (a store's own records, never routed)
             t for t in with_data if t != DLEDGER_TERM_TOPIC and not t.startswith(REVIVE_TOPIC_PREFIX)
         }
-        queues: dict[str, int] = {}
-        for topic, queue_id in queue_table:
-            if topic in with_data and topic not in self.table:
-                queues[topic] = max(queues.get(topic, 0), min(queue_id + 1, MAX_HELD_QUEUE_NUMS))
+        lost = held_queue_counts(k for k in queue_table if k[0] in with_data and k[0] not in self.table)
+        queues = {topic: min(n, MAX_HELD_QUEUE_NUMS) for topic, n in lost.items()}
         if not queues:
             return []
         for topic, n in sorted(queues.items()):
