@@ -199,7 +199,7 @@ class TopicConfigManager:
         with_data = {  # (a store's own records, never routed)
             t for t in with_data if t != DLEDGER_TERM_TOPIC and not t.startswith(REVIVE_TOPIC_PREFIX)
         }
-        lost = held_queue_counts(k for k in queue_table if k[0] in with_data and k[0] not in self.table)
+        lost = held_queue_counts([k for k in queue_table if k[0] in with_data and k[0] not in self.table])
         queues = {topic: min(n, MAX_HELD_QUEUE_NUMS) for topic, n in lost.items()}
         if not queues:
             return []
