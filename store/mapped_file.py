@@ -172,29 +172,19 @@ class FileMapping:
             raise
 
     @contextlib.contextmanager
-    def _descriptor(self) -> Iterator[int | None]:
-        """The file's descriptor for one operation (opened for it when none is kept); None once closed."""
+    def _descriptor(self, *, seek: bool = False) -> Iterator[int | None]:
+        """The file's descriptor for one operation (opened for it when none is kept); None once closed.
+        ``seek``: one to ``lseek`` through, opened read-only on a read-only mapping too (it keeps none:
+        without one, ``data_ranges`` read a 1 GiB pre-allocated file whole); None once the mapping is
+        closed or the file gone."""
         with self._fd_lock:
-            if self._fd is not None or not self._writable:
-                yield self._fd
-                return
-            fd = os.open(self.path, os.O_RDWR)
-            try:
-                yield fd
-            finally:
-                os.close(fd)
-
-    @contextlib.contextmanager
-    def _seek_descriptor(self) -> Iterator[int | None]:
-        """A descriptor to ``lseek`` through: the one kept, or one opened read-only for the call (a
-        read-only mapping keeps none: without one, ``data_ranges`` read a 1 GiB pre-allocated file whole);
-        None once the mapping is closed or the file gone."""
-        with self._fd_lock:
-            if self._fd is not None:
+            if self._fd is not None or not (self._writable or seek):
                 yield self._fd
                 return
             fd: int | None = None
-            if not self.mm.closed:
+            if not seek:
+                fd = os.open(self.path, os.O_RDWR)
+            elif not self.mm.closed:
                 try:
                     fd = os.open(self.path, os.O_RDONLY)
                 except OSError:
@@ -254,7 +244,7 @@ class FileMapping:
         zeros) are left out where the file system reports them (``SEEK_DATA``/``SEEK_HOLE``, which
         count dirty pages of the mapping as data); elsewhere the whole range."""
         ranges: list[tuple[int, int]] = []
-        with self._seek_descriptor() as fd:
+        with self._descriptor(seek=True) as fd:
             pos = start
             while pos < end:
                 if fd is None or not hasattr(os, "SEEK_DATA"):
