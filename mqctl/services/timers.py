@@ -19,7 +19,7 @@ from mqctl.services.cluster import brokers
 from mqctl.services.fanout import each_broker
 from mqctl.services.messages import Sent
 from mqctl.units import when
-from store import SCHEDULE_TOPIC, TIMER_TOPIC, StoreError, decode_msg_id
+from store import SCHEDULE_TOPIC, TIMER_TOPIC, StoreError
 
 
 @dataclass
@@ -34,18 +34,17 @@ class HeldSent(Sent):
 
 async def held(admin: Admin, sent: Sent) -> HeldSent:
     """``sent`` with ``held_by``: the topic of the record ``msg_id`` names when it is the timer's or the
-    delay levels' (one VIEW_MESSAGE_BY_ID; a send due already is stored in its topic at once). When the
-    record cannot be read, what the send asked for tells: a delay level, or a delivery time still ahead."""
+    delay levels' (one VIEW_MESSAGE_BY_ID at the broker the id names, or a slave of it, as ``msg query
+    --id`` reads it; a send due already is stored in its topic at once). When the record cannot be read,
+    what the send asked for tells: a delay level, or a delivery time still ahead."""
     holder: str | None = None
     if sent.delay_level or sent.deliver_time_ms:
-        from mqctl.admin.messaging import view
-        from mqctl.services.topics import route_masters
+        from mqctl.services.messages import _view, locate
 
         stored: str | None = None
         try:
-            addr = route_masters(await admin.topic_route(sent.topic)).get(sent.broker)
-            if addr is not None:
-                stored = (await view(admin, addr, decode_msg_id(sent.msg_id)[1])).topic
+            addr, offset = locate(sent.msg_id)
+            stored = (await _view(admin, sent.msg_id, addr, offset)).topic
         except (MqctlError, RemotingError, StoreError, OSError, ValueError):
             stored = None
         if stored is not None:
