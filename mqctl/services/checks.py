@@ -390,7 +390,7 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
     (a dead member expires from the route; the group serves on, one loss nearer to stopping).
 
     A broker that refuses (ACL) is UNKNOWN, not down: it answered, we may not look."""
-    from mqctl.services.ha import dledger_members
+    from mqctl.services.ha import dledger_members, members_missing
 
     rows = await brokers(admin, cluster_name, known=False)
     if not rows:
@@ -455,13 +455,17 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
     for name in headless:
         states.append(State.CRITICAL)
         problems.append(f"{name} has no master registered")
+    configured_of: dict[str, int] = {}
     for row, answer in zip(rows, answers, strict=True):
         configured = None if isinstance(answer, BaseException) else dledger_members(answer)
-        registered = sum(r.broker_name == row.broker_name for r in rows)
-        if configured is not None and registered < configured:
+        if configured is not None:  # the leader's count; a group is reported once, however many answer
+            configured_of[row.broker_name] = max(configured, configured_of.get(row.broker_name, 0))
+    for name, configured in sorted(configured_of.items()):
+        registered = sum(r.broker_name == name for r in rows)
+        if registered < configured:
             # a dead member is no longer registered: counted by the leader's view, as check ha does
             states.append(State.WARNING)
-            problems.append(f"{row.broker_name}: {registered} of its {configured} DLedger members registered")
+            problems.append(members_missing(name, registered, configured))
     answering = sum(1 for a in answers if not isinstance(a, BaseException))
     summary = (
         f"{answering} of {plural(len(rows), 'broker')} answering in {plural(len(names), 'broker group')}"
@@ -615,7 +619,7 @@ async def ha(
 ) -> Verdict:
     """Per broker group: the slaves the NameServer lists are connected to their master, and how far
     behind the slowest one is in bytes and in seconds (from ``broker ha status``'s figures)."""
-    from mqctl.services.ha import ha_status
+    from mqctl.services.ha import ha_status, members_missing
 
     states_of = await ha_status(admin, cluster_name)
     if not states_of:
@@ -639,7 +643,7 @@ async def ha(
         if master is not None and master.members is not None and len(members) < master.members:
             # a Raft group serves on with a member gone, but one loss nearer to stopping
             verdicts.append(State.WARNING)
-            problems.append(f"{name}: {len(members)} of its {master.members} DLedger members registered")
+            problems.append(members_missing(name, len(members), master.members))
         if len(slaves) < min_slaves:
             verdicts.append(State.CRITICAL)
             problems.append(f"{name} has {plural(len(slaves), 'slave')} registered, {min_slaves} wanted")

@@ -122,6 +122,11 @@ def dledger_members(table: dict[str, str]) -> int | None:
     return 1 + len(peers) if peers else None
 
 
+def members_missing(name: str, registered: int, configured: int) -> str:
+    """``check cluster``'s and ``check ha``'s words for a DLedger group with members unregistered."""
+    return f"{name}: {registered} of its {configured} DLedger members registered"
+
+
 async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
     out = HAStatus(row.cluster, row.broker_name, row.broker_id, row.addr)
     try:
