@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -194,17 +196,114 @@ STORE_KEYS: dict[str, str] = {
 }
 
 
-def local_ip() -> str:
-    """The first non-loopback IPv4 address of this host (Java's `RemotingUtil.getLocalAddress`)."""
-    try:
-        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
-    except OSError:
-        infos = []
-    for info in infos:
-        ip = str(info[4][0])
-        if not ip.startswith("127."):
+@dataclass(frozen=True)
+class Interface:
+    """One address of one network interface: what `pick_local_address` chooses among."""
+
+    name: str
+    address: str
+    #: A Linux bridge (``/sys/class/net/<name>/bridge`` exists): 4.9.8 skips its addresses.
+    bridge: bool = False
+
+
+def pick_local_address(interfaces: Iterable[Interface]) -> str | None:
+    """The address 4.9.8's ``RemotingUtil.getLocalAddress`` advertises, from the interfaces alone (no DNS).
+
+    Bridges and loopback addresses skipped; IPv4 first: the first address not in 127.0 or 192.168, else
+    the last IPv4 address; else the first IPv6 address, in brackets (link-local ones skipped: their scope
+    means nothing to another host). None when only loopback is left (4.9.8 then asks DNS for the host name).
+    """
+    ipv4: list[str] = []
+    ipv6: list[str] = []
+    for iface in interfaces:
+        if iface.bridge:
+            continue
+        try:
+            addr = ipaddress.ip_address(iface.address.split("%")[0])
+        except ValueError:
+            continue
+        if addr.is_loopback:
+            continue
+        if addr.version == 4:
+            ipv4.append(str(addr))
+        elif not addr.is_link_local:
+            ipv6.append(f"[{addr}]")
+    for ip in ipv4:
+        if not ip.startswith(("127.0", "192.168")):
             return ip
-    return "127.0.0.1"
+    if ipv4:
+        return ipv4[-1]
+    return ipv6[0] if ipv6 else None
+
+
+def host_interfaces() -> list[Interface]:
+    """This host's interface addresses (Linux: the kernel's IPv4 list and ``/proc/net/if_inet6``); elsewhere
+    the source address of an unconnected UDP socket's route, which sends nothing."""
+    if not os.path.isdir("/sys/class/net"):
+        return _routed_address()
+    out: list[Interface] = []
+    try:
+        out.extend(_ipv4_interfaces())
+    except OSError:
+        pass
+    try:
+        with open("/proc/net/if_inet6", encoding="ascii") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 6 and len(fields[0]) == 32:
+                    raw = bytes.fromhex(fields[0])
+                    out.append(Interface(fields[5], socket.inet_ntop(socket.AF_INET6, raw)))
+    except (OSError, ValueError):
+        pass
+    return [
+        dataclasses.replace(i, bridge=os.path.exists(f"/sys/class/net/{i.name}/bridge"))
+        for i in out
+        if "/" not in i.name
+    ]
+
+
+def _ipv4_interfaces() -> list[Interface]:
+    """Every IPv4 address with its interface's name (``SIOCGIFCONF``)."""
+    import array
+    import fcntl
+    import struct
+
+    siocgifconf = 0x8912
+    size = 40 if struct.calcsize("P") == 8 else 32  # struct ifreq
+    buf = array.array("B", bytes(size * 256))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        req = struct.pack("iL", len(buf), buf.buffer_info()[0])
+        used = struct.unpack("iL", fcntl.ioctl(sock.fileno(), siocgifconf, req))[0]
+    data = buf.tobytes()[:used]
+    return [
+        Interface(
+            data[i : i + 16].split(b"\0", 1)[0].decode("ascii", "replace"),
+            socket.inet_ntoa(data[i + 20 : i + 24]),
+        )
+        for i in range(0, used, size)
+    ]
+
+
+def _routed_address() -> list[Interface]:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("192.0.2.1", 9))  # TEST-NET: only picks the route's source address
+            return [Interface("route", str(sock.getsockname()[0]))]
+    except OSError:
+        return []
+
+
+def local_ip() -> str:
+    """The address a broker listening on every interface advertises (:func:`pick_local_address`); 127.0.0.1
+    with a WARNING when this host has only loopback, as other hosts then cannot reach it there."""
+    ip = pick_local_address(host_interfaces())
+    if ip is None:
+        logging.getLogger(__name__).warning(
+            "listening on every interface, but this host has no address beyond loopback: advertising "
+            "127.0.0.1, which other hosts cannot reach; set brokerIP1 to the address clients connect to"
+        )
+        return "127.0.0.1"
+    return ip
 
 
 def resolve_listen(listen_host: str, broker_ip1: str) -> tuple[str, str, str]:
