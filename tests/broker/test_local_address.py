@@ -24,7 +24,9 @@ def test_the_choice_follows_getlocaladdress_order() -> None:
     assert pick_local_address(_ifs("eth0=fd00::2", "eth1=10.9.9.9")) == "10.9.9.9"
     assert pick_local_address(_ifs("lo=::1", "eth0=fe80::1%eth0", "eth0=fd00::2")) == "[fd00::2]"
     # a bridge's addresses are skipped
-    assert pick_local_address(_ifs("docker0=172.17.0.1", "eth0=192.168.0.3", bridge="docker0")) == "192.168.0.3"
+    assert (
+        pick_local_address(_ifs("docker0=172.17.0.1", "eth0=192.168.0.3", bridge="docker0")) == "192.168.0.3"
+    )
     assert pick_local_address(_ifs("lo=127.0.0.1", "lo=::1")) is None
     assert pick_local_address([]) is None
 
