@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -69,6 +70,18 @@ def apply(
         confirm("Commit the file's consumer offsets on the target cluster?", yes=yes)
     if not execute:
         stderr_console().print("plan only: nothing changed; add --execute to apply it")
+
+    def applied(rows: Sequence[object]) -> None:
+        """Before the failure's message: what had been written (the file can be applied again)."""
+        from mqctl.cli.common import flags
+        from mqctl.output import render
+
+        if not rows:
+            stderr_console().print("nothing was applied before the failure")
+            return
+        stderr_console().print("applied before the failure (nothing after it was):")
+        render(list(rows), flags().output)
+
     online(
         lambda admin: apply_metadata(
             admin,
@@ -78,6 +91,7 @@ def apply(
             offsets=offsets,
             dry_run=not execute,
             note=lambda text: stderr_console().print(f"note: {text}"),
+            applied=applied,
         ),
         changes=True,
     )

@@ -29,7 +29,7 @@ from daemon.remoting.bodies import TopicConfig
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
-from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.errors import ConflictError, MqctlError, NotFoundError, UsageError
 from mqctl.output import Rows
 from mqctl.services import groups, topics
 from mqctl.services.acl import AccountPerms, PlainAccount, account_row, acl_off, config_of
@@ -540,9 +540,11 @@ async def apply(
     offsets: bool,
     dry_run: bool,
     note: Callable[[str], None] | None = None,
+    applied: Callable[[list[PlanRow]], None] | None = None,
 ) -> list[PlanRow]:
     """Plan (``dry_run``) or apply a file's topics, groups and (``offsets``) offsets; ACL accounts are
-    compared only: their secrets are not in the file."""
+    compared only: their secrets are not in the file. Every read that can fail comes before the first
+    write; a write failing part-way hands the rows already applied to ``applied``, then raises."""
     _, masters = await masters_by_name(admin, cluster)
     names_of = {addr: name for name, addr in masters.items()}
     addrs = sorted(masters.values())
@@ -573,24 +575,40 @@ async def apply(
             f"groups with live consumers would overwrite applied offsets: {listed}",
             hint="stop them first, or apply without --offsets",
         )
-    for spec, names in specs:
-        chosen = {a: topic_tables[a] for a in _resolve(names, masters, renames)}
-        for addr in [a for a in chosen if spec.name in system_topics[a]]:
-            # the broker keeps its system topics itself and refuses their creation: the plan says so
-            # rather than --execute failing half-way through the file
-            del chosen[addr]
-            rows.append(_skipped_system_topic(spec.name, names_of[addr]))
-        for done in await topics.apply_on(admin, [spec], chosen, dry_run=dry_run) if chosen else []:
-            rows.append(_row("topic", spec.name, names_of[done["broker"]], done))
-    for gspec, names in meta.groups:
-        if meta.summed and gspec.retry_queues:
-            gspec = dataclasses.replace(gspec, retry_queues=max(1, gspec.retry_queues // len(addrs)))
-        chosen_groups = {a: group_tables[a] for a in _resolve(names, masters, renames)}
-        for change in await groups.apply_on(admin, gspec, chosen_groups, dry_run=dry_run):
-            rows.append(_row("group", gspec.name, names_of[change["broker"]], change))
-    if offsets:
-        rows.extend(await _apply_offsets(admin, meta, masters, renames, blocked, dry_run=dry_run))
-    rows.extend(await _compare_acl(admin, meta, masters, renames))
+    # everything that can fail while only reading, before the first write: a refusal then changes nothing
+    acl_rows = await _compare_acl(admin, meta, masters, renames)
+    created = {
+        (addr, spec.name): spec.read_queues
+        if spec.read_queues is not None
+        else TopicConfig(spec.name).read_queue_nums
+        for spec, names in specs
+        for addr in _resolve(names, masters, renames)
+        if spec.name not in topic_tables[addr]
+    }
+    offset_plan = await _plan_offsets(admin, meta, masters, renames, blocked, created) if offsets else []
+    try:
+        for spec, names in specs:
+            chosen = {a: topic_tables[a] for a in _resolve(names, masters, renames)}
+            for addr in [a for a in chosen if spec.name in system_topics[a]]:
+                # the broker keeps its system topics itself and refuses their creation: the plan says so
+                # rather than --execute failing half-way through the file
+                del chosen[addr]
+                rows.append(_skipped_system_topic(spec.name, names_of[addr]))
+            for done in await topics.apply_on(admin, [spec], chosen, dry_run=dry_run) if chosen else []:
+                rows.append(_row("topic", spec.name, names_of[done["broker"]], done))
+        for gspec, names in meta.groups:
+            if meta.summed and gspec.retry_queues:
+                gspec = dataclasses.replace(gspec, retry_queues=max(1, gspec.retry_queues // len(addrs)))
+            chosen_groups = {a: group_tables[a] for a in _resolve(names, masters, renames)}
+            for change in await groups.apply_on(admin, gspec, chosen_groups, dry_run=dry_run):
+                rows.append(_row("group", gspec.name, names_of[change["broker"]], change))
+        for planned in offset_plan:
+            rows.append(await _commit_offsets(admin, planned, dry_run=dry_run))
+    except (MqctlError, RemotingCommandError):
+        if not dry_run and applied is not None:
+            applied(list(rows))
+        raise
+    rows.extend(acl_rows)
     return rows
 
 
@@ -634,20 +652,32 @@ async def _live_groups(
     return {g: sorted(c) for g, c in live.items()}
 
 
-async def _apply_offsets(
+@dataclass
+class _OffsetPlan:
+    """One offsets entry of the file on one master: what is committed there (already clamped)."""
+
+    addr: str
+    group: str
+    topic: str
+    commits: dict[int, int]
+    row: PlanRow
+
+
+async def _plan_offsets(
     admin: Admin,
     meta: Metadata,
     masters: dict[str, str],
     renames: dict[str, str],
     blocked: dict[str, list[str]],
-    *,
-    dry_run: bool,
-) -> list[PlanRow]:
-    """Commit the file's offsets (as ``offset reset`` does where no consumer is online), per group,
-    topic and broker; a group with live consumers is shown as blocked. An offset past its queue's end is
-    said so (and committed: the queue may fill up to it); one for a queue id the target topic lacks is
-    said so and skipped. A topic not on the target yet (a plan that creates it) is not checked."""
-    rows: list[PlanRow] = []
+    created: dict[tuple[str, str], int],
+) -> list[_OffsetPlan]:
+    """The file's offsets per group, topic and broker, as ``offset reset`` would commit them where no
+    consumer is online; a group with live consumers is shown as blocked. An offset past its queue's end is
+    clamped to that end, as 4.9.8's offset reset does, and said so: another cluster's offsets are not
+    positions in this one's queues, and a consumer would skip what arrives up to it. One for a queue id
+    the target topic lacks is said so and skipped. A topic this apply creates (``created``: its read
+    queue count by master and name) ends at 0 in every queue."""
+    out: list[_OffsetPlan] = []
     current: dict[str, dict[tuple[str, str, int], int]] = {}
     ends: dict[tuple[str, str], dict[int, int] | None] = {}
     for entry in meta.offsets:
@@ -656,42 +686,52 @@ async def _apply_offsets(
             current[addr] = await admin.all_consumer_offsets(addr)
         group, topic = entry["group"], entry["topic"]
         if (addr, topic) not in ends:
-            ends[addr, topic] = await _queue_ends(admin, addr, topic)
+            new_queues = created.get((addr, topic))
+            ends[addr, topic] = (
+                dict.fromkeys(range(new_queues), 0)
+                if new_queues is not None
+                else await _queue_ends(admin, addr, topic)
+            )
         end = ends[addr, topic]
         missing = [] if end is None else [q for q in sorted(entry["queues"]) if q not in end]
-        diff = {
-            str(q): [current[addr].get((group, topic, q)), offset]
+        wanted = {
+            q: offset if end is None else min(offset, end[q])
             for q, offset in sorted(entry["queues"].items())
-            if current[addr].get((group, topic, q)) != offset and q not in missing
+            if q not in missing
         }
+        commits = {q: o for q, o in wanted.items() if current[addr].get((group, topic, q)) != o}
         notes = [
-            f"queue {q} beyond the queue's end (max {end[int(q)]})"
-            for q, (_, offset) in diff.items()
-            if end is not None and offset > end[int(q)]
+            f"queue {q} beyond the queue's end (max {end[q]}): {end[q]}, not {entry['queues'][q]}"
+            for q in wanted
+            if end is not None and entry["queues"][q] > end[q]
         ] + [f"queue {q}: no such queue, skipped" for q in missing]
-        if not diff:
+        if not commits:
             action = "unchanged"
         elif group in blocked:
             action = f"blocked: live consumers {', '.join(blocked[group])}"
-        elif dry_run:
-            action = "would commit"
         else:
-            for q, (_, offset) in diff.items():
-                await admin.commit_offset(addr, group, topic, int(q), offset)
-                current[addr][(group, topic, int(q))] = offset
-            action = "committed"
-        action = "; ".join([action, *notes])
-        broker = renames.get(entry["broker"], entry["broker"])
-        rows.append(
-            {
-                "kind": "offsets",
-                "name": f"{group}@{topic}",
-                "broker": broker,
-                "action": action,
-                "changes": diff,
-            }
-        )
-    return rows
+            action = "would commit"
+        row: PlanRow = {
+            "kind": "offsets",
+            "name": f"{group}@{topic}",
+            "broker": renames.get(entry["broker"], entry["broker"]),
+            "action": "; ".join([action, *notes]),
+            "changes": {str(q): [current[addr].get((group, topic, q)), o] for q, o in commits.items()},
+        }
+        out.append(_OffsetPlan(addr, group, topic, commits if action == "would commit" else {}, row))
+        for q, o in out[-1].commits.items():
+            current[addr][(group, topic, q)] = o
+    return out
+
+
+async def _commit_offsets(admin: Admin, planned: _OffsetPlan, *, dry_run: bool) -> PlanRow:
+    """``planned``'s row, its offsets committed unless ``dry_run``."""
+    if dry_run or not planned.commits:
+        return planned.row
+    for q, offset in planned.commits.items():
+        await admin.commit_offset(planned.addr, planned.group, planned.topic, q, offset)
+    action = planned.row["action"]
+    return {**planned.row, "action": "committed" + action[len("would commit") :]}
 
 
 async def _queue_ends(admin: Admin, addr: str, topic: str) -> dict[int, int] | None:
@@ -717,15 +757,25 @@ async def _compare_acl(
     """ACL accounts are not written (the file holds no secret): each is said to be present and equal,
     different (update it with 'mqctl acl update'), or missing (create it with a secret)."""
     rows: list[PlanRow] = []
-    have: dict[str, dict[str, AclEntry]] = {}
+    have: dict[str, dict[str, AclEntry] | None] = {}
     for item in meta.acl:
         for addr in _resolve(item.get("brokers"), masters, renames):
             if addr not in have:
-                accounts = (await config_of(admin, addr)).get("plainAccessConfigs") or []
-                have[addr] = {str(a.get("accessKey")): _account_entry(a) for a in accounts}
+                try:
+                    accounts = (await config_of(admin, addr)).get("plainAccessConfigs") or []
+                except RemotingCommandError as exc:
+                    if not acl_off(exc):
+                        raise
+                    have[addr] = None
+                else:
+                    have[addr] = {str(a.get("accessKey")): _account_entry(a) for a in accounts}
             wanted = {k: item[k] for k in ACL_KEYS if k in item}
-            there = have[addr].get(str(item["name"]))
-            if there is None:
+            known = have[addr]
+            diff: dict[str, Any]
+            there = None if known is None else known.get(str(item["name"]))
+            if known is None:
+                action, diff = "ACL off on the target (aclEnable=false): not compared", {}
+            elif there is None:
                 action, diff = "missing: create it with 'mqctl acl create' and its secret", {}
             else:
                 diff = {k: [there.get(k), v] for k, v in wanted.items() if there.get(k) != v}
