@@ -159,26 +159,44 @@ def stop(
     config: ConfigOpt = None,
     store: StoreOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for a graceful exit.")] = 30.0,
+    whole_up: Annotated[
+        bool,
+        typer.Option(
+            "--whole-up",
+            help="The store is one of 'mqctl up''s: stop that up, its NameServer and every broker it runs "
+            "(without it, exit 4 naming them).",
+        ),
+    ] = False,
 ) -> None:
     """Stop the broker running on a store, whoever started it (found by pid file, store lock or port):
-    SIGTERM, then wait for a clean shutdown."""
+    SIGTERM, then wait for a clean shutdown. A store 'mqctl up' hosts is refused unless --whole-up."""
     from mqctl.output import stderr_console
 
     cfg = load(config, {"store_path_root_dir": str(store) if store else None})
-    running = stop_running(cfg, timeout)
+    hosted: list[str] = []
+    running = stop_running(cfg, timeout, whole_up=whole_up, hosted=hosted)
     if running is None:
         stderr_console().print(f"no broker is running on {cfg.store_path_root_dir}")
+        return
+    if hosted:
+        stderr_console().print(f"stopped mqctl up (pid {running.pid}): {', '.join(hosted)}")
         return
     stderr_console().print(f"stopped broker (pid {running.pid}, {running.process or 'unknown process'})")
 
 
-def stop_running(cfg: BrokerConfig, timeout: float) -> Running | None:
-    """Stop the broker running on ``cfg``'s store, whoever started it: what was stopped, None when none runs."""
-    from mqctl.cli.daemons import terminate
+def stop_running(
+    cfg: BrokerConfig, timeout: float, *, whole_up: bool = False, hosted: list[str] | None = None
+) -> Running | None:
+    """Stop the broker running on ``cfg``'s store, whoever started it: what was stopped, None when none runs.
+    A store of 'mqctl up' is refused unless ``whole_up`` (then ``hosted`` gets what that up ran)."""
+    from mqctl.cli.daemons import hosted_by_up, terminate
 
     running = _running(cfg)
     if running is None:
         return None
+    up = hosted_by_up(Path(cfg.store_path_root_dir), running, what="broker store", whole=whole_up)
+    if up is not None and hosted is not None:
+        hosted.extend(up)
     terminate(
         running, cfg.listen_port, main_class="BrokerStartup", name="broker", what="broker", timeout=timeout
     )

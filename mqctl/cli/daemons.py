@@ -101,6 +101,38 @@ def start_service(
             cleanup()
 
 
+#: In ``mqctl up``'s data dir while it runs: its pid, then one line per daemon it hosts (its stores and
+#: NameServer dir are beside it), so that stopping one of them does not stop the others unsaid.
+UP_FILE = "up.hosts"
+
+
+def note_up(root: Path, daemons: list[str]) -> Path:
+    """Record this process as the ``mqctl up`` hosting ``daemons`` under ``root``; the file's path."""
+    path = root / UP_FILE
+    path.write_text(f"{os.getpid()}\n" + "".join(f"{line}\n" for line in daemons))
+    return path
+
+
+def hosted_by_up(state_dir: Path, running: Running, *, what: str, whole: bool) -> list[str] | None:
+    """The daemons of the ``mqctl up`` that ``running`` is, when it hosts ``state_dir`` (None: it is not
+    one); refuses (ConflictError) to stop one of them, which stops them all, unless ``whole`` says so."""
+    from mqctl.errors import ConflictError
+
+    try:
+        pid, *daemons = (state_dir.parent / UP_FILE).read_text().splitlines()
+    except (OSError, ValueError):
+        return None
+    if not pid.strip().isdigit() or int(pid) != running.pid:
+        return None
+    if not whole:
+        raise ConflictError(
+            f"{state_dir} is a {what} of 'mqctl up' (pid {running.pid}), which would stop with all it "
+            f"runs: {', '.join(daemons)}; not stopping it",
+            hint=f"stop it all with --whole-up, kill -INT {running.pid}, or Ctrl-C where it runs",
+        )
+    return daemons
+
+
 def local_host(listen_host: str) -> str:
     """Where a local client reaches a listener bound to ``listen_host``."""
     return listen_host if listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"

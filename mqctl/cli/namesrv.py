@@ -109,9 +109,18 @@ def stop(
     config_file: ConfigOpt = None,
     data: DataOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for a graceful exit.")] = 15.0,
+    whole_up: Annotated[
+        bool,
+        typer.Option(
+            "--whole-up",
+            help="The NameServer is 'mqctl up''s: stop that up and every broker it runs "
+            "(without it, exit 4 naming them).",
+        ),
+    ] = False,
 ) -> None:
-    """Stop the NameServer of a data dir or its listen port, whoever started it (SIGTERM, then wait)."""
-    from mqctl.cli.daemons import terminate
+    """Stop the NameServer of a data dir or its listen port, whoever started it (SIGTERM, then wait). One
+    'mqctl up' runs is refused unless --whole-up."""
+    from mqctl.cli.daemons import hosted_by_up, terminate
     from mqctl.errors import NotFoundError
     from mqctl.output import stderr_console
 
@@ -119,6 +128,7 @@ def stop(
     running = _running(config)
     if running is None:
         raise NotFoundError(f"no NameServer is running from {config.home}")
+    hosted = hosted_by_up(config.home, running, what="NameServer", whole=whole_up)
     terminate(
         running,
         config.listen_port,
@@ -127,6 +137,9 @@ def stop(
         what="NameServer",
         timeout=timeout,
     )
+    if hosted is not None:
+        stderr_console().print(f"stopped mqctl up (pid {running.pid}): {', '.join(hosted)}")
+        return
     stderr_console().print(f"NameServer pid {running.pid} stopped")
 
 

@@ -387,6 +387,7 @@ def up(
     from daemon.namesrv.controller import NamesrvController
     from daemon.remoting.loop import run
     from mqctl.cli.broker import ADDR_FILE as BROKER_ADDR, note_address
+    from mqctl.cli.daemons import note_up
     from mqctl.cli.namesrv import ADDR_FILE
     from mqctl.config import data_dir
     from mqctl.output import stderr_console
@@ -465,6 +466,11 @@ def up(
             )
             # the DLedger channel admits members only: 'broker ha transfer' presents a member's pair
             _context_hint(root, f"{host}:{namesrv.port}", tls=tls, acl=acl, member=tls)
+            hosts = [f"NameServer {host}:{namesrv.port}"] + [
+                f"DLedger member n{i} {addr} (pid {p.pid})"
+                for i, (addr, p) in enumerate(zip(addrs, group.procs, strict=True))
+            ]
+            noted.append(note_up(root, hosts))
 
         from daemon.lifecycle import PidFile
         from mqctl.cli.daemons import busy_ports
@@ -502,6 +508,10 @@ def up(
             f"data in {root}{_signed(root, acl)}. Ctrl-C stops {'both' if len(brokers) == 1 else 'all'}."
         )
         _context_hint(root, f"{host}:{namesrv.port}", tls=tls, acl=acl)
+        hosts = [f"NameServer {host}:{namesrv.port}"] + [
+            f"{'slave' if b.config.broker_id else 'broker'} {b.config.broker_name} {b.addr}" for b in brokers
+        ]
+        noted.append(note_up(root, hosts))
 
     from daemon.lifecycle import PidFile
     from mqctl.cli.broker import PID_FILE as BROKER_PID

@@ -92,9 +92,18 @@ async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str,
         namesrv = await asyncio.to_thread(mqctl, "namesrv", "status", "-o", "json")
         assert namesrv.returncode == 0, namesrv.stderr
         assert json.loads(namesrv.stdout)["address"] == f"127.0.0.1:{ns_port}"
-        stopped = await asyncio.to_thread(mqctl, "broker", "stop")
+        # the pid is up's, which hosts the NameServer too: 'broker stop' stopped it all and said
+        # "stopped broker"; now it refuses, naming what would stop and how
+        for stop in (("broker", "stop"), ("namesrv", "stop")):
+            refused = await asyncio.to_thread(mqctl, *stop)
+            assert refused.returncode == 4, refused.stderr
+            assert f"NameServer 127.0.0.1:{ns_port}" in refused.stderr and "--whole-up" in refused.stderr
+            assert f"kill -INT {up.proc.pid}" in refused.stderr
+        assert up.proc.returncode is None
+        stopped = await asyncio.to_thread(mqctl, "broker", "stop", "--whole-up")
         assert stopped.returncode == 0, stopped.stderr
-    assert up.code == 0  # 'broker stop' ended the whole of 'mqctl up'
+        assert f"stopped mqctl up (pid {up.proc.pid}): NameServer" in stopped.stderr
+    assert up.code == 0  # 'broker stop --whole-up' ended the whole of 'mqctl up'
     assert (await asyncio.to_thread(mqctl, "broker", "status")).returncode == 3
 
 
