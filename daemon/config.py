@@ -35,6 +35,18 @@ class ConfigError(ValueError):
     """A configuration file, variable or flag holds a value that cannot be used."""
 
 
+#: The highest TCP port.
+MAX_PORT = 65535
+
+
+def check_port(key: str, value: int, *, unset: int | None = None, why: str = "") -> None:
+    """ConfigError unless ``value`` is a port (0..65535; ``unset`` too when the key has an unset mark):
+    a socket takes ``value`` modulo 65536, so 70000 would listen on 4464 unsaid."""
+    if value == unset or 0 <= value <= MAX_PORT:
+        return
+    raise ConfigError(f"{key} is a port, 0..{MAX_PORT}, not {value}{why}")
+
+
 def snake_case(key: str) -> str:
     """``mappedFileSizeCommitLog`` -> ``mapped_file_size_commit_log``; ``brokerIP1`` -> ``broker_ip1``."""
     return _CAMEL_BOUNDARY.sub("_", key).lower()

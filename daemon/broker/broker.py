@@ -58,7 +58,7 @@ from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.timer import TimerMessageService
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
-from daemon.config import ConfigError
+from daemon.config import MAX_PORT, ConfigError
 from daemon.dledger.machines import Role, Timings
 from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
 from daemon.lifecycle import cancel_tasks, every, serving_collector, supervise
@@ -1693,6 +1693,10 @@ def check_dledger(config: BrokerConfig) -> dict[str, str]:
         peers = parse_peers(config.dleger_peers)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    for node, addr in peers.items():
+        port = addr.rpartition(":")[2]
+        if not port.isascii() or not port.isdigit() or not 0 < int(port) <= MAX_PORT:
+            raise ConfigError(f"dLegerPeers: {node}-{addr}: the port is 1..{MAX_PORT}, not {port!r}")
     if config.dleger_self_id not in peers:
         raise ConfigError(
             f"dLegerSelfId={config.dleger_self_id!r} is not one of dLegerPeers={config.dleger_peers!r}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import ipaddress
 import logging
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from daemon.config import ConfigError, RocketMQKeys, load_config, property_key
+from daemon.config import ConfigError, RocketMQKeys, check_port, load_config, property_key
 from daemon.remoting.limits import RemotingLimits
 from daemon.remoting.tls import TlsConfig
 from daemon.rocketmq_keys import CPUS, NETTY_CLIENT_KEYS, NETTY_SERVER_KEYS
@@ -242,10 +243,8 @@ def host_interfaces() -> list[Interface]:
     if not os.path.isdir("/sys/class/net"):
         return _routed_address()
     out: list[Interface] = []
-    try:
+    with contextlib.suppress(OSError):
         out.extend(_ipv4_interfaces())
-    except OSError:
-        pass
     try:
         with open("/proc/net/if_inet6", encoding="ascii") as f:
             for line in f:
@@ -501,10 +500,20 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
                 "(grpcEnable=false turns the gRPC front off)"
             )
         check_choices(self.broker_role, self.flush_disk_type, self.delete_when)
+        self.check_ports()
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
         self.listen_why = self.listen_why or why
         self.inner_credentials()  # a malformed value fails the start, not the first signed request
         self.ha_white_matchers()
+
+    def check_ports(self) -> None:
+        """Every port key, and the HA port derived from ``listenPort``, within 0..65535."""
+        check_port("listenPort", self.listen_port)
+        check_port("haListenPort", self.ha_listen_port, unset=-1)
+        check_port("metricsPort", self.metrics_port)
+        check_port("grpcListenPort", self.grpc_listen_port)
+        if self.ha_listen_port < 0 and self.listen_port:
+            check_port("the HA port", self.ha_port, why=" (listenPort + 1): set haListenPort")
 
     def ha_white_matchers(self) -> list[Callable[[str], bool]]:
         """`haWhiteRemoteAddresses` as matchers of a peer's IP; ConfigError for a malformed pattern."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from daemon.config import RocketMQKeys
+from daemon.config import RocketMQKeys, check_port
 from daemon.remoting.limits import RemotingLimits
 from daemon.remoting.tls import TlsConfig
 from daemon.rocketmq_keys import NETTY_SERVER_KEYS
@@ -75,6 +75,7 @@ class NamesrvConfig(RemotingLimits, TlsConfig, RocketMQKeys):
     acl_admin_freshness: int = 0
 
     def __post_init__(self) -> None:
+        check_port("listenPort", self.listen_port)
         # report the files in use, as Java does (`${user.home}/namesrv/kvConfig.json`), not an empty key
         self.kv_config_path = self.kv_config_file
         self.config_store_path = self.config_store_file

@@ -14,6 +14,7 @@ from mqctl.cli.common import (
     ExecuteOpt,
     ExistingPath,
     YesOpt,
+    check_port_flags,
     cluster_options,
     cluster_target,
     confirm,
@@ -118,6 +119,7 @@ def start(
     from daemon.config import to_properties
     from mqctl.errors import UsageError
 
+    check_port_flags({"--port": port, "--metrics-port": metrics_port, "--grpc-port": grpc_port})
     if listen is not None and port is not None:
         raise UsageError("give --listen HOST:PORT or --port, not both")
     host, listen_port = parse_listen(listen) if listen is not None else (None, port)

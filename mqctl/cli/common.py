@@ -6,7 +6,7 @@ import functools
 import inspect
 import os
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -299,12 +299,24 @@ def key_window(since: str | None, until: str | None) -> Window:
     return window
 
 
+def check_port_flags(ports: Mapping[str, int | None]) -> None:
+    """UsageError (exit 2) for a ``--*-port`` flag's value outside 0..65535 (a socket would take it
+    modulo 65536: 70000 listening on 4464)."""
+    from daemon.config import MAX_PORT
+    from mqctl.errors import UsageError
+
+    for flag, port in ports.items():
+        if port is not None and not 0 <= port <= MAX_PORT:
+            raise UsageError(f"bad {flag} {port}: a port is 0..{MAX_PORT} (0 picks a free one)")
+
+
 def parse_listen(value: str) -> tuple[str, int]:
     """``--listen HOST:PORT`` (``[v6]:PORT``; an empty host means every interface) -> (host, port)."""
+    from daemon.config import MAX_PORT
     from mqctl.errors import UsageError
 
     host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+    if not sep or not port_text.isdigit() or int(port_text) > MAX_PORT:
         raise UsageError(f"bad --listen {value!r}: expected HOST:PORT (port 0 picks a free one)")
     return bindable(host.strip("[]") or "0.0.0.0"), int(port_text)
 

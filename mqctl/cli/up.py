@@ -387,11 +387,18 @@ def up(
     from daemon.namesrv.controller import NamesrvController
     from daemon.remoting.loop import run
     from mqctl.cli.broker import ADDR_FILE as BROKER_ADDR, note_address
+    from mqctl.cli.common import check_port_flags
     from mqctl.cli.daemons import note_up
     from mqctl.cli.namesrv import ADDR_FILE
     from mqctl.config import data_dir
     from mqctl.output import stderr_console
 
+    ports_given = {
+        "--namesrv-port": namesrv_port,
+        "--broker-port": broker_port,
+        "--metrics-port": metrics_port,
+    }
+    check_port_flags({**ports_given, "--grpc-port": grpc_port})
     listen, namesrv_port, namesrv_flag = _split_listen(listen, namesrv_port)
     root = data or data_dir()
     root_logger = logging.getLogger()
