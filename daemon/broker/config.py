@@ -501,6 +501,7 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
             )
         check_choices(self.broker_role, self.flush_disk_type, self.delete_when)
         self.check_ports()
+        self.check_store_roles()
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
         self.listen_why = self.listen_why or why
         self.inner_credentials()  # a malformed value fails the start, not the first signed request
@@ -514,6 +515,28 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
         check_port("grpcListenPort", self.grpc_listen_port)
         if self.ha_listen_port < 0 and self.listen_port:
             check_port("the HA port", self.ha_port, why=" (listenPort + 1): set haListenPort")
+
+    def check_store_roles(self) -> None:
+        """4.9.8's start-up rules (BrokerStartup, MessageStoreConfig): a slave's id is above 0, a master's
+        is 0 (4.9.8 sets it; said in a WARNING here), ``diskMaxUsedSpaceRatio`` within 10..95 (4.9.8's
+        getter clamps it; said too). A negative ``fileReservedTime``, which 4.9.8 takes as every file
+        expired, is refused. DLedger members take their roles from the group, not from these keys."""
+        log = logging.getLogger(__name__)
+        if not self.enable_dleger_commit_log:
+            if self.broker_role == SLAVE and self.broker_id <= 0:
+                raise ConfigError(
+                    f"Slave's brokerId must be > 0 (brokerRole=SLAVE, brokerId={self.broker_id}), as 4.9.8 "
+                    "refuses: 0 is the master's"
+                )
+            if self.broker_role != SLAVE and self.broker_id != 0:
+                log.warning(
+                    "brokerId=%d with brokerRole=%s: 0, as 4.9.8 sets every master's",
+                    self.broker_id,
+                    self.broker_role,
+                )
+                self.broker_id = 0
+        check_reserved_time(self.file_reserved_time)
+        self.disk_max_used_space_ratio = clamped_disk_ratio(self.disk_max_used_space_ratio)
 
     def ha_white_matchers(self) -> list[Callable[[str], bool]]:
         """`haWhiteRemoteAddresses` as matchers of a peer's IP; ConfigError for a malformed pattern."""
@@ -613,6 +636,23 @@ def check_choices(role: str, flush: str, delete_when: str) -> None:
         raise ConfigError(
             f"deleteWhen is hours of the day (0-23) separated by ';', like 04;16, not {delete_when!r}"
         )
+
+
+def check_reserved_time(hours: int) -> None:
+    """A negative ``fileReservedTime``, which 4.9.8 takes as every CommitLog file expired, is refused (at
+    a start, and by an update that the next start would read)."""
+    if hours < 0:
+        raise ConfigError(f"fileReservedTime is hours to keep CommitLog files, 0 or more, not {hours}")
+
+
+def clamped_disk_ratio(ratio: int) -> int:
+    """``diskMaxUsedSpaceRatio`` within 10..95, as 4.9.8's getter clamps it, a WARNING saying so."""
+    clamped = min(max(ratio, 10), 95)
+    if clamped != ratio:
+        logging.getLogger(__name__).warning(
+            "diskMaxUsedSpaceRatio=%d: %d, as 4.9.8 clamps it to 10..95", ratio, clamped
+        )
+    return clamped
 
 
 def check_sched_slice(micros: int) -> None:

@@ -250,6 +250,13 @@ async def test_a_config_update_the_next_start_would_refuse_is_refused_now(broker
     assert not saved.exists() and broker.broker.config.sched_slice_micros == 0
 
 
+async def test_a_disk_ratio_update_is_used_clamped_as_4_9_8_uses_it(broker: BrokerHandle) -> None:
+    update = await broker.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"diskMaxUsedSpaceRatio=150\n")
+    assert update.code == ResponseCode.SUCCESS
+    assert broker.broker.config.disk_max_used_space_ratio == 95
+    assert broker.broker.store.config.disk_max_used_space_ratio == 95
+
+
 async def test_config_updates_keep_the_operators_file_as_written(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("# our cluster\nbrokerClusterName = Prod\nfileReservedTime=72\n")

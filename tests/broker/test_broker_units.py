@@ -146,7 +146,7 @@ def test_a_misspelt_role_flush_type_or_delete_hour_refuses_the_start(
     with pytest.raises(ConfigError) as caught:
         load_config(BrokerConfig, conf, environ={})
     assert said in str(caught.value), caught.value
-    conf.write_text("brokerRole=SLAVE\nflushDiskType=SYNC_FLUSH\ndeleteWhen=00;4; 23;\n")
+    conf.write_text("brokerRole=SLAVE\nbrokerId=1\nflushDiskType=SYNC_FLUSH\ndeleteWhen=00;4; 23;\n")
     assert load_config(BrokerConfig, conf, environ={}).broker_role == "SLAVE"
 
 

@@ -29,7 +29,9 @@ def test_every_broker_port_key_is_a_port(key: str, field: str) -> None:
         BrokerConfig(**{field: 70000})
     with pytest.raises(ConfigError, match=key):
         BrokerConfig(**{field: -5})
-    BrokerConfig(**{field: 65535, "ha_listen_port": 1}) if field == "listen_port" else BrokerConfig(**{field: 0})
+    BrokerConfig(**{field: 65535, "ha_listen_port": 1}) if field == "listen_port" else BrokerConfig(
+        **{field: 0}
+    )
 
 
 def test_a_port_out_of_range_in_a_file_is_a_config_error(tmp_path: Path) -> None:
@@ -77,3 +79,33 @@ def test_port_flags_are_range_checked(cli: RunCli, args: tuple[str, ...], tmp_pa
     result = cli(*args, "--data" if args[0] == "up" else "--store", str(tmp_path / "d"))
     assert result.code == UsageError.exit_code, result.stderr
     assert f"bad {args[-2]} {args[-1]}: a port is 0..65535" in result.stderr
+
+
+def test_a_slave_with_id_0_is_refused_as_4_9_8_refuses(tmp_path: Path) -> None:
+    """It started and registered as id 0: listed as the MASTER, refusing topic creation as a slave."""
+    conf = tmp_path / "broker.conf"
+    for broker_id in ("0", "-3"):
+        conf.write_text(f"brokerRole=SLAVE\nbrokerId={broker_id}\n")
+        with pytest.raises(ConfigError, match="Slave's brokerId must be > 0"):
+            load_config(BrokerConfig, conf, environ={})
+    conf.write_text("brokerRole=SLAVE\nbrokerId=2\n")
+    assert load_config(BrokerConfig, conf, environ={}).broker_id == 2
+
+
+def test_a_masters_id_is_0_as_4_9_8_sets_it(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING"):
+        config = BrokerConfig(broker_role="SYNC_MASTER", broker_id=-3)
+    assert config.broker_id == 0
+    assert any("brokerId=-3 with brokerRole=SYNC_MASTER: 0" in r.getMessage() for r in caplog.records)
+
+
+def test_disk_ratio_is_clamped_and_a_negative_reserved_time_refused(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING"):
+        assert BrokerConfig(disk_max_used_space_ratio=150).disk_max_used_space_ratio == 95
+        assert BrokerConfig(disk_max_used_space_ratio=3).disk_max_used_space_ratio == 10
+    said = [r.getMessage() for r in caplog.records]
+    assert any("diskMaxUsedSpaceRatio=150: 95, as 4.9.8 clamps it to 10..95" in m for m in said), said
+    assert BrokerConfig(disk_max_used_space_ratio=80).disk_max_used_space_ratio == 80
+    with pytest.raises(ConfigError, match="fileReservedTime is hours .* not -1"):
+        BrokerConfig(file_reserved_time=-1)
+    assert BrokerConfig(file_reserved_time=0).file_reserved_time == 0

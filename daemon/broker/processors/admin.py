@@ -25,7 +25,7 @@ from daemon.broker.bodies import (
     TopicStatsTable,
 )
 from daemon.broker.clean import CLEAN_PLAN, PlanBody
-from daemon.broker.config import check_sched_slice
+from daemon.broker.config import check_reserved_time, check_sched_slice, clamped_disk_ratio
 from daemon.broker.headers import (
     CloneGroupOffsetRequestHeader,
     ConsumeMessageDirectlyRequestHeader,
@@ -534,6 +534,12 @@ class AdminProcessor:
             slice_us = changed.get("sched_slice_micros")
             if isinstance(slice_us, int):  # read at the next start, which would refuse a bad one
                 check_sched_slice(slice_us)
+            reserved = changed.get("file_reserved_time")
+            if isinstance(reserved, int):
+                check_reserved_time(reserved)
+            ratio = changed.get("disk_max_used_space_ratio")
+            if isinstance(ratio, int):  # kept as written, used as 4.9.8 uses it
+                changed["disk_max_used_space_ratio"] = clamped_disk_ratio(ratio)
         except ConfigError as exc:
             raise system_error(str(exc)) from None
         if changed:
