@@ -116,6 +116,17 @@ def signing_as(credentials: Credentials | None) -> Iterator[None]:
         _state["flags"] = saved
 
 
+@contextmanager
+def context_signing(name: str, access_key: str | None, secret_key_file: str | None) -> Iterator[None]:
+    """A context's credentials in force for the block (below flags and variables, as ever), then what was."""
+    saved = _state["context"], _withheld["why"]
+    use_context(name, access_key, secret_key_file)
+    try:
+        yield
+    finally:
+        _state["context"], _withheld["why"] = saved
+
+
 def sign_anywhere(on: bool) -> None:
     """``--sign`` (the Spark source's ``sign`` option): the context's key goes wherever ``-n`` points."""
     _sign["anywhere"] = on

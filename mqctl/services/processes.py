@@ -242,18 +242,34 @@ def _asked(addr: str, daemon: Literal["broker", "namesrv"], timeout: float) -> P
 def _over_context_tls(addr: str, daemon: Literal["broker", "namesrv"], timeout: float) -> Probe | None:
     """The probe again over the current context's TLS, when the daemon closed a plaintext one (TLS-only)
     and no flag chose TLS: ``mqctl up --tls`` and its printed ``context add`` line, then ``broker
-    status``, said ``reachable: no`` of the broker just started. TLS only: a context's credentials go to
-    its own cluster, and this daemon need not be of it. None when that does not answer either."""
-    from daemon.remoting.errors import RemotingError
-    from mqctl import tls
+    status``, said ``reachable: no`` of the broker just started. Signed with the context's credentials
+    only when its own CA checks the server (as ``--ca`` with that CA would: a certificate of that CA,
+    host name checked, before anything is sent); an ACL refusal is reported as one. None when that does
+    not answer either."""
+    from contextlib import nullcontext
+
+    from daemon.remoting.errors import RemotingCommandError, RemotingError
+    from mqctl import auth, tls
     from mqctl.config import ContextFile
 
     context = ContextFile.load().current_context()
     if context is None or context.tls is None:
         return None
+    over = f"TLS of context {context.name}"
+    vouched = bool(context.tls.ca) and not context.tls.insecure
+    signing = (
+        auth.context_signing(context.name, context.access_key, context.secret_key_file)
+        if vouched and context.access_key
+        else nullcontext()
+    )
     tls.use_context(context.name, context.tls)
     try:
-        return {**_asked(addr, daemon, timeout), "over": f"TLS of context {context.name}"}
+        with signing:
+            return {**_asked(addr, daemon, timeout), "over": over}
+    except RemotingCommandError as exc:  # it answered over TLS, refusing (ACL): up, its figures withheld
+        refused = f"{(exc.remark or '').strip()} (response code {exc.code})"
+        signed = "signed with its access key" if vouched and context.access_key else "unsigned"
+        return {"reachable": True, "refused": f"{refused}, {signed}; {_way_in(daemon)}", "over": over}
     except (RemotingError, OSError):
         return None
     finally:

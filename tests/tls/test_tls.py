@@ -650,6 +650,32 @@ async def test_up_tls_and_a_context_with_ca_work_in_two_commands(
     assert up.code == 0
 
 
+@pytest.mark.slow
+async def test_broker_status_of_up_tls_acl_signs_over_the_contexts_verified_tls(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """With the context of 'up --tls --acl' current, 'broker status --store' said 'reachable: no' and
+    'connection closed' of the running broker: its retry over the context's TLS went unsigned, and ACL's
+    refusal was reported as the plaintext probe's failure."""
+    ns_port = free_port()
+    data = tmp_path / "data"
+    args = ["--tls", "--acl", "--broker-port", "0", "--no-metrics"]
+    async with mqctl_up(data, cli_env, ns_port, *args) as up:
+        up.env.pop("NAMESRV_ADDR")
+        ns = f"127.0.0.1:{ns_port}"
+        tls_flags = ["--ca", str(data / "tls" / "ca.pem")]
+        sign = ["--access-key", "mqctl-admin", "--secret-key-file", str(data / "acl" / "admin.secret")]
+        await asyncio.to_thread(up.mq, "context", "add", "c1", "-n", ns, *tls_flags, *sign, "--use")
+        status = await asyncio.to_thread(up.mq, "broker", "status", "--store", str(data / "store"))
+        assert status["reachable"] is True and "refused" not in status, status
+        assert status["over"] == "TLS of context c1" and status["version"]
+        # without the credentials: the refusal said as one, over the context's TLS
+        await asyncio.to_thread(up.mq, "context", "add", "c2", "-n", ns, *tls_flags, "--use")
+        refused = await asyncio.to_thread(up.mq, "broker", "status", "--store", str(data / "store"))
+        assert refused["reachable"] is True and "unsigned" in refused["refused"], refused
+    assert up.code == 0
+
+
 async def test_config_answers_never_carry_a_key_password(tmp_path: Path) -> None:
     namesrv = await start_namesrv(tmp_path, tls_server_mode="disabled", tls_server_key_password="hunter2")
     try:
