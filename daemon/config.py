@@ -90,6 +90,17 @@ def _inert_defaults(cls_or_obj: Any) -> Mapping[str, str]:
     return getattr(cls_or_obj, "ROCKETMQ_DEFAULTS", {})
 
 
+def read_properties_file(path: Path) -> tuple[str, str]:
+    """``path``'s text and the encoding it was read in: UTF-8, else ISO-8859-1, as Java's
+    ``Properties.load`` reads a stream (a 4.9.8 broker.conf with a Latin-1 comment loads there); non-ASCII
+    beyond Latin-1 comes as ``\\uXXXX`` escapes either way. OSError when it cannot be read."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return raw.decode("iso-8859-1"), "iso-8859-1"
+
+
 def parse_properties(text: str) -> dict[str, str]:
     """Parse Java ``.properties`` text as ``java.util.Properties.load`` does (``\\uXXXX`` and other
     escapes, escaped separators in keys, continuations after an odd number of backslashes); a
@@ -231,7 +242,7 @@ def load_config(
     if file is not None:
         path = Path(file)
         try:
-            text = path.read_text(encoding="utf-8")
+            text, _ = read_properties_file(path)
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
         try:

@@ -122,10 +122,10 @@ def _file_keys(path: str) -> dict[str, str]:
     """The TLS keys the file `tls.config.file` sets; nothing when it does not exist (4.9.8 skips it too)."""
     if not path or not os.path.isfile(path):
         return {}
-    from daemon.config import ConfigError, parse_properties
+    from daemon.config import ConfigError, parse_properties, read_properties_file
 
     try:
-        props = parse_properties(Path(path).read_text(encoding="utf-8"))
+        props = parse_properties(read_properties_file(Path(path))[0])
     except OSError as exc:
         raise ConfigError(f"cannot read tls.config.file {path}: {exc.strerror}") from None
     return {k: v for k, v in props.items() if k in FILE_KEYS}

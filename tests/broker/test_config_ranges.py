@@ -109,3 +109,28 @@ def test_disk_ratio_is_clamped_and_a_negative_reserved_time_refused(caplog: pyte
     with pytest.raises(ConfigError, match="fileReservedTime is hours .* not -1"):
         BrokerConfig(file_reserved_time=-1)
     assert BrokerConfig(file_reserved_time=0).file_reserved_time == 0
+
+
+def test_a_latin_1_broker_conf_loads_as_javas_properties_load_reads_it(tmp_path: Path) -> None:
+    """A byte that is no UTF-8 (a Latin-1 comment of a 4.9.8 broker.conf): exit 1, a UnicodeDecodeError."""
+    conf = tmp_path / "broker.conf"
+    conf.write_bytes(
+        "# r\xe9plica du cluster\nbrokerName=broker-\xe9\nbrokerClusterName=C\\u00e9\n".encode("latin-1")
+    )
+    config = load_config(BrokerConfig, conf, environ={})
+    assert (config.broker_name, config.broker_cluster_name) == ("broker-\xe9", "C\xe9")
+    conf.write_text("brokerName=broker-\u00e9\n", encoding="utf-8")  # UTF-8 stays UTF-8
+    assert load_config(BrokerConfig, conf, environ={}).broker_name == "broker-\u00e9"
+
+
+def test_a_config_update_keeps_a_latin_1_file_latin_1(tmp_path: Path) -> None:
+    from daemon.config import read_properties_file, update_properties
+
+    conf = tmp_path / "broker.conf"
+    conf.write_bytes(b"# caf\xe9\nfileReservedTime=72\n")
+    text, encoding = read_properties_file(conf)
+    assert encoding == "iso-8859-1"
+    assert (
+        update_properties(text, {"fileReservedTime": "48"}).encode(encoding)
+        == b"# caf\xe9\nfileReservedTime=48\n"
+    )
