@@ -53,7 +53,8 @@ class Perf:
     """One perfdata item: ``'label'=value[uom];[warn];[crit];[min];[max]``."""
 
     label: str
-    value: float
+    #: None: unknown, ``U`` in the plugin line (Nagios' "could not determine"), null in JSON.
+    value: float | None
     uom: str = ""
     warn: float | None = None
     crit: float | None = None
@@ -66,7 +67,8 @@ class Perf:
         while tail and tail[-1] is None:
             tail.pop()
         cells = ";".join("" if v is None else _num(v) for v in tail)
-        return f"{label}={_num(self.value)}{self.uom}" + (f";{cells}" if cells else "")
+        value = "U" if self.value is None else f"{_num(self.value)}{self.uom}"
+        return f"{label}={value}" + (f";{cells}" if cells else "")
 
 
 def _num(value: float) -> str:
@@ -101,7 +103,8 @@ class Verdict:
             "summary": self.summary,
             "problems": self.problems,
             "perfdata": [
-                {k: v for k, v in vars(p).items() if v is not None and v != ""} for p in self.perfdata
+                {k: v for k, v in vars(p).items() if k == "value" or (v is not None and v != "")}
+                for p in self.perfdata
             ],
         }
 
@@ -629,6 +632,8 @@ async def ha(
     max_bytes = 0
     max_seconds = 0.0
     slaves_total = 0
+    #: A slave not connected (or not answering): the largest lag is not known, whatever the others say.
+    lag_unknown = False
     for name in sorted({s.broker_name for s in states_of}):
         members = [s for s in states_of if s.broker_name == name]
         master = next((s for s in members if s.broker_id == 0), None)
@@ -650,6 +655,7 @@ async def ha(
         if master is not None and master.error is None and slaves and not master.connected:
             verdicts.append(State.CRITICAL)
             problems.append(f"{name} master {master.addr} has no slave connected")
+            lag_unknown = True
         elif master is not None and master.members is None and master.role == "SYNC_MASTER" and not slaves:
             # its slave stopped cleanly and unregistered: nothing above sees it, yet every send answers
             # SLAVE_NOT_AVAILABLE (stored, never copied), which producers that want SEND_OK count as failed
@@ -667,10 +673,13 @@ async def ha(
             if s.error is not None:
                 verdicts.append(State.UNKNOWN)
                 problems.append(f"{name} slave {s.addr}: {s.error}")
+                lag_unknown = True
                 continue
             if not s.connected:
                 verdicts.append(State.CRITICAL)
                 problems.append(f"{name} slave {s.addr} not connected to its master")
+                lag_unknown = True  # what it reports is where it stopped, not how far behind it is now
+                continue
             if s.held_back_bytes:  # (it restarted while its master was down: docs/replication.md)
                 verdicts.append(State.WARNING)
                 problems.append(
@@ -690,15 +699,13 @@ async def ha(
             if state is not State.OK:
                 problems.append(f"{name} slowest slave {master.lag_seconds:g} s behind")
     groups = len({s.broker_name for s in states_of})
-    summary = (
-        f"{plural(slaves_total, 'slave')} in {plural(groups, 'broker group')}, max lag {max_bytes} bytes, "
-        f"{max_seconds:g} s"
-    )
+    lag = "unknown (a slave not connected)" if lag_unknown else f"{max_bytes} bytes, {max_seconds:g} s"
+    summary = f"{plural(slaves_total, 'slave')} in {plural(groups, 'broker group')}, max lag {lag}"
     if problems:
         summary += ": " + "; ".join(problems)
     perf = [
         Perf("slaves", slaves_total, min=0),
-        Perf("lag_bytes", max_bytes, "B", warn_bytes, crit_bytes, 0),
-        Perf("lag_seconds", max_seconds, "s", warn_seconds, crit_seconds, 0),
+        Perf("lag_bytes", None if lag_unknown else max_bytes, "B", warn_bytes, crit_bytes, 0),
+        Perf("lag_seconds", None if lag_unknown else max_seconds, "s", warn_seconds, crit_seconds, 0),
     ]
     return Verdict("ha", worst(verdicts), summary, perf, problems)

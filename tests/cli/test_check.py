@@ -370,6 +370,9 @@ async def test_ha_slaves_connected_and_missing(cli: RunCli, tmp_path: Path) -> N
         headless = plugin(await check(), "CRITICAL")
         assert "broker-a has no master registered" in headless
         assert f"slave {g.slave.addr} not connected to its master" in headless
+        # its lag is not known (it said 0 bytes, as the slave stopped there): U, for graphs and thresholds
+        assert "max lag unknown (a slave not connected)" in headless and "lag_bytes=U;" in headless
+        assert "lag_seconds=U;" in headless
         await g.master.start()  # the fixture stops it again
 
 
