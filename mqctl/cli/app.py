@@ -566,6 +566,34 @@ def _usage_code(noun: str | None) -> int:
     return 3 if noun == "check" else UsageError.exit_code
 
 
+#: Words of other tools (kubectl, mqadmin, git) for commands named otherwise here: an unknown one is
+#: answered with ours when click's close-spelling guess found none ('context show' got no suggestion).
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "show": ("current", "ls", "get"),
+    "list": ("ls",),
+    "get": ("show", "current"),
+    "describe": ("show", "current"),
+    "delete": ("rm",),
+    "remove": ("rm",),
+    "create": ("add",),
+    "switch": ("use",),
+    "select": ("use",),
+}
+
+
+def _synonym(exc: click.UsageError) -> str:
+    """`` Did you mean 'current'?`` for an unknown command that is another tool's word for one of ours."""
+    message = exc.format_message()
+    group = exc.ctx.command if exc.ctx is not None else None
+    if not message.startswith("No such command") or "Did you mean" in message:
+        return ""
+    if not isinstance(group, click.Group) or exc.ctx is None:
+        return ""
+    name = message.split("'")[1] if message.count("'") >= 2 else ""
+    ours = [c for c in SYNONYMS.get(name, ()) if c in group.list_commands(exc.ctx)]
+    return f" Did you mean {' or '.join(repr(c) for c in ours)}?" if ours else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; every error leaves as one line on stderr. Its imports are
     the help's: what a command needs its noun imports, what a failure needs is imported when one comes."""
@@ -595,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
         where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         if noun == "check":  # a monitoring plugin: its caller reads the one line on stdout
             _plugin_unknown(exc)
-        return _fail(f"{exc.format_message()}{where}", _usage_code(noun))
+        return _fail(f"{exc.format_message()}{_synonym(exc)}{where}", _usage_code(noun))
     except click.ClickException as exc:
         return _fail(exc.format_message(), exc.exit_code)
     except BaseException as exc:  # the one translation boundary

@@ -151,6 +151,18 @@ def test_a_typos_hint_is_printed_once(cli: RunCli) -> None:
         assert result.stderr.count("Did you mean") == 1, result.stderr
 
 
+def test_another_tools_word_for_a_command_is_answered_with_ours(cli: RunCli) -> None:
+    """'context list' got "Did you mean 'ls'?" (a close spelling), 'context show' no suggestion at all."""
+    for args, said in (
+        (["context", "show"], "Did you mean 'current' or 'ls'?"),
+        (["context", "delete"], "Did you mean 'rm'?"),
+        (["group", "get"], "Did you mean 'show'?"),
+    ):
+        result = cli(*args)
+        assert result.code == UsageError.exit_code
+        assert result.stderr.count("Did you mean") == 1 and said in result.stderr, result.stderr
+
+
 @pytest.mark.slow
 def test_every_online_command_takes_timeout(cli: RunCli, busy_port: int) -> None:
     """A NameServer that never answers (this test's listener): --timeout or $MQCTL_TIMEOUT bounds the wait, exit 6."""
