@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,6 +20,9 @@ from mqctl.cli.common import (
     online,
     warn_not_kept,
 )
+
+if TYPE_CHECKING:
+    from mqctl.admin.client import Admin
 
 app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
@@ -233,12 +236,27 @@ def connections(
     group: GroupOpt,
     cluster: ClusterOpt = None,
 ) -> None:
-    """The group's online clients (id, address, language, version) and subscriptions.
+    """The group's online clients (id, address, language, version) and subscriptions; with none, a line
+    on stderr says so.
 
     A broker that cannot be read (ACL denied, timed out, down) is named on stderr and in ``errors``."""
-    from mqctl.services.groups import connections as group_connections
+    from mqctl.services.groups import GroupConnections, connections as group_connections
 
-    online(lambda admin: group_connections(admin, group, cluster=cluster))
+    async def work(admin: Admin) -> GroupConnections:
+        found = await group_connections(admin, group, cluster=cluster)
+        if not found["clients"]:
+            import sys
+
+            from mqctl.output import printable
+
+            read = " of the brokers that answered" if found["errors"] else ""
+            sys.stderr.write(
+                f"no online clients of group {printable(group, newlines=False)}{read} "
+                "(a consumer shows while it heartbeats)\n"
+            )
+        return found
+
+    online(work)
 
 
 @app.command("producers")

@@ -80,6 +80,9 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
 
     shown = mq("group", "show", "-g", "CG_Admin", "-o", "json").json()
     assert mq("group", "connections", "-g", "CG_Admin", "-o", "json").json()["clients"] == []  # no client
+    # and the table says so, not a KEY/VALUE table of empty rows alone
+    none = mq("group", "connections", "-g", "CG_Admin")
+    assert none.code == 0 and "no online clients of group CG_Admin" in none.stderr, none.stderr
     assert shown["group"] == "CG_Admin" and shown["max_retries"] == 5 and shown["online_clients"] == 0
     # one name per setting: the flags', the metadata file's, the changes' and group show's (show and the
     # changes said retry_max_times where --max-retries and the file's max_retries are one setting)
