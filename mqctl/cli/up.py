@@ -503,7 +503,17 @@ def up(
         for each in brokers:
             note_address(each)  # for 'broker status --store DIR'
             noted.append(Path(each.config.store_path_root_dir) / BROKER_ADDR)
-        metrics = f", metrics http://{host}:{broker.metrics_port}/metrics" if broker.metrics_port else ""
+        served = [b for b in brokers if b.metrics_port]
+        urls = [
+            f"http://{host}:{b.metrics_port}/metrics"
+            + (
+                f" ({'slave' if b.config.broker_id else b.config.broker_name} {b.addr})"
+                if len(brokers) > 1
+                else ""
+            )
+            for b in served
+        ]
+        metrics = f", metrics {', '.join(urls)}" if urls else ""
         front = broker.grpc
         metrics += f", gRPC (5.x clients) {host}:{front.port}" if front is not None else ""
         everywhere = f" (listening on all interfaces; {broker.protection.describe()})" if wildcard else ""

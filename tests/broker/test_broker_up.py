@@ -174,6 +174,9 @@ async def test_up_runs_broker_groups_with_slaves_on_loopback(tmp_path: Path, cli
     async with mqctl_up(tmp_path / "data", cli_env, ns_port, *args) as up:
         addr = [f"127.0.0.1:{broker_port + 4 * k}" for k in range(4)]
         assert f"slave {addr[1]}, broker-b {addr[2]}, slave {addr[3]}" in up.ready
+        # every broker's metrics URL, not the first one's alone
+        for a, who in zip(addr, ("broker-a", "slave", "broker-b", "slave"), strict=True):
+            assert re.search(rf"http://127\.0\.0\.1:\d+/metrics \({who} {a}\)", up.ready), up.ready
         listed = await asyncio.to_thread(up.mq, "cluster", "list")
         assert sorted((r["broker_name"], r["broker_id"], r["addr"], r["role"]) for r in listed) == [
             ("broker-a", 0, addr[0], "MASTER"),
