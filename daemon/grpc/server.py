@@ -53,7 +53,7 @@ def server_credentials(settings: TlsSettings) -> grpc.ServerCredentials:
             chain = f.read()
         password = settings.server_key_password.encode() or None
         key = serialization.load_pem_private_key(raw_key, password)
-        pair = (key_pem(key), chain)
+        pair = (key_pem(key), chain + issuers(chain, settings.server_trust))
     else:
         key = new_key()
         cert = make_certificate(key, "mqctl test mode", issuer=None, sans=default_sans(), ca=False)
@@ -67,6 +67,35 @@ def server_credentials(settings: TlsSettings) -> grpc.ServerCredentials:
         root_certificates=trust,
         require_client_auth=bool(trust) and settings.need_client_auth == "require",
     )
+
+
+def issuers(chain: bytes, trust_file: str) -> bytes:
+    """The certificates of ``trust_file`` that ``chain`` (PEM) lacks up to its root, in order, as PEM.
+
+    The remoting listener's OpenSSL completes a one-certificate file from its trust store when it sends
+    it (`check cert --connect` saw the CA there); grpc sends the file as it is, so a client that trusts
+    the root alone could not verify a certificate an intermediate CA issued."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    if not trust_file:
+        return b""
+    try:
+        with open(trust_file, "rb") as f:
+            known = x509.load_pem_x509_certificates(f.read())
+        have = x509.load_pem_x509_certificates(chain)
+    except (OSError, ValueError):
+        return b""
+    out: list[bytes] = []
+    last = have[-1]
+    while last.issuer != last.subject and len(out) < len(known):
+        parent = next((c for c in known if c.subject == last.issuer and c not in have), None)
+        if parent is None:
+            break
+        have.append(parent)
+        out.append(parent.public_bytes(serialization.Encoding.PEM))
+        last = parent
+    return b"".join(out)
 
 
 def bind_address(host: str, port: int) -> str:
