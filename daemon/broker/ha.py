@@ -1821,7 +1821,9 @@ async def sync_metadata(
     and subscription groups (201) from the master, each persisted when it changed. Returns what changed.
 
     Topic and group tables are replaced when the master's ``dataVersion`` differs; consumer offsets are
-    merged per ``topic@group`` (Java's ``putAll``), so a slave keeps offsets only it has seen.
+    merged per ``topic@group`` (Java's ``putAll``), so a slave keeps offsets only it has seen, but unlike
+    Java an entry an earlier sync took that the master no longer holds is dropped (deleted there: a failover
+    would bring it back). Since this process started only: a deletion made while it was down stays here.
 
     ``slave_commits`` (group, topic, queue id -> offset) are what clients committed to this slave, which
     they do when they find no master. 4.9.8 (``SlaveSynchronize.syncConsumerOffset``) overwrites them
