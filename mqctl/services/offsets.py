@@ -357,10 +357,14 @@ async def _replicas_note(admin: Admin, topic: str, rows: list[PlanRow]) -> str:
     from daemon.broker.ha import METADATA_SYNC_INTERVAL
 
     names = {r.broker_name for r in rows}
-    data = await admin.topic_route(topic)
-    replicated = sorted(
-        b.broker_name for b in data.broker_datas if b.broker_name in names and len(b.broker_addrs) > 1
-    )
+    try:
+        data = await admin.topic_route(topic)
+    except Exception:  # the reset is done: a route not read says it of every group (it may hold)
+        replicated = sorted(names)
+    else:
+        replicated = sorted(
+            b.broker_name for b in data.broker_datas if b.broker_name in names and len(b.broker_addrs) > 1
+        )
     if not replicated:
         return ""
     return (
