@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import cast
 
+import pytest
+
 from daemon.broker.ha import sync_metadata
 from daemon.remoting.client import Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -78,3 +80,41 @@ async def test_offsets_deleted_on_the_leader_stay_deleted_on_a_follower_elected_
     # n0 dies; the follower is elected and the third member syncs from it: G is gone there too
     await sync_metadata(cast(Transport, Leader(follower)), "n1", third)
     assert third.consumer_offsets.snapshot() == leader.consumer_offsets.snapshot()
+
+
+class RestoredMaster:
+    """A master whose queue ``Back``/0 ends at ``end``, offset table ``BG`` at 1; records the commits."""
+
+    def __init__(self, end: int) -> None:
+        self.end = end
+        self.commits: list[dict[str, str]] = []
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        if request.code == RequestCode.GET_ALL_CONSUMER_OFFSET:
+            return request.make_response(body=fastjson.dumps({"offsetTable": {"Back@BG": {0: 1}}}))
+        if request.code == RequestCode.GET_MAX_OFFSET:
+            return request.make_response(ext_fields={"offset": str(self.end)})
+        if request.code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            self.commits.append(dict(request.ext_fields))
+            return request.make_response()
+        return request.make_response(ResponseCode.SYSTEM_ERROR, "not here")
+
+
+@pytest.mark.parametrize("end", [2, 6], ids=["restored-older", "caught-up"])
+async def test_an_offset_committed_to_the_slave_past_the_masters_queue_end_is_not_handed_on(end: int) -> None:
+    """A master restored from an older copy whose queue ends before what the slave's consumers acknowledged
+    took that offset, and the messages it was sent next were skipped up to it by a consumer starting later."""
+    mine = ConfigFiles(None)
+    mine.consumer_offsets.commit_offset(
+        "BG", "Back", 0, 4
+    )  # committed to the slave while the master was down
+    commits = {("BG", "Back", 0): 4}
+    master = RestoredMaster(end)
+    await sync_metadata(cast(Transport, master), "master", mine, commits)
+    assert commits == {}
+    if end < 4:
+        assert master.commits == []
+        assert mine.consumer_offsets.query_offset("BG", "Back", 0) == 1  # the master's stands
+    else:
+        assert [c["commitOffset"] for c in master.commits] == ["4"]
+        assert mine.consumer_offsets.query_offset("BG", "Back", 0) == 4
