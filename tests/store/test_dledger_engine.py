@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store import dledger as dl
-from store import inspect
+from store import dledger as dl, inspect
 from store.config import ASYNC_FLUSH, SYNC_FLUSH
 from store.dledger_commitlog import WARM_AHEAD_BYTES, DLedgerCommitLog
 from store.dledger_log import DLedgerLog
