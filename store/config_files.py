@@ -538,6 +538,8 @@ class ConsumerOffsetManager(JsonConfigFile):
     def __init__(self, path: str | None, *, read_only: bool = False) -> None:
         super().__init__(path, read_only=read_only)
         self.table: dict[str, dict[int, int]] = {}
+        #: the ``topic@group`` keys the last :meth:`merge` took from a master (this process's only)
+        self.synced: set[str] = set()
 
     def encode(self) -> dict[str, Any]:
         return {"offsetTable": {k: dict(v) for k, v in self.table.items()}}
@@ -622,9 +624,14 @@ class ConsumerOffsetManager(JsonConfigFile):
                 self._changes += 1
 
     def merge(self, table: dict[str, dict[int, int]]) -> bool:
-        """Take every entry of ``table`` (a master's, on a slave); whether anything changed."""
+        """Take every entry of ``table`` (a master's, on a slave) and drop each entry an earlier merge took
+        that ``table`` no longer holds: the master deleted it, and a failover must not bring it back. An
+        entry never taken from a master (committed to this member alone) is kept. Whether anything changed."""
         with self.lock:
             before = {k: dict(v) for k, v in self.table.items()}
+            for key in self.synced - table.keys():
+                self.table.pop(key, None)
+            self.synced = set(table)
             self.table.update(table)
             if self.table == before:
                 return False

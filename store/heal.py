@@ -125,8 +125,11 @@ def index_header_problem(
         return f"endTimestamp {et} is in the future"
     if bp < 0 or bp > ep:
         return f"beginPhyOffset {bp} and endPhyOffset {ep} are out of order"
-    if ep > cl.max_offset and not (set_aside is not None and set_aside(ep)):
-        return f"endPhyOffset {ep} is past the CommitLog end {cl.max_offset}"
+    # the data's written end, not ``max_offset``: a DLedger log's committed end is its checkpoint's, stale
+    # after a crash, and the index holds entries for records committed past it (queries skip those)
+    written = cl.files.max_offset
+    if ep > written and not (set_aside is not None and set_aside(ep)):
+        return f"endPhyOffset {ep} is past the CommitLog's written end {written}"
     # a new file starts with begin = end = the previous file's end (docs/store-format.md §new-index-files)
     if entries == 0:
         return None if (bt, bp) == (et, ep) else "a file without entries has begin and end fields that differ"

@@ -580,7 +580,8 @@ def messages_by_key(
 ) -> list[StoredMessage]:
     """Messages of ``topic`` with ``key`` in KEYS, through the IndexFiles (newest first, as the broker
     looks), each verified against its record: the index holds hashes only. An index file with a bad
-    header is skipped (it would hide the older files' keys too). A damaged record an entry leads to is a
+    header is skipped (it would hide the older files' keys too); an entry past the committed end (a
+    DLedger checkpoint's, stale after a crash) finds no record. A damaged record an entry leads to is a
     warning, its offset appended to ``damaged``."""
     index = IndexService(str(lay.index_dir), lay.hash_slot_num, lay.index_num, read_only=True)
     found = []

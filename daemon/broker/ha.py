@@ -29,7 +29,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.broker.headers import DAMAGED_FIELD, UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
+from daemon.broker.headers import (
+    DAMAGED_FIELD,
+    OffsetResponseHeader,
+    QueueHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
+)
 from daemon.broker.managers.topics import clamp_queue_counts
 from daemon.lifecycle import cancel_tasks, supervise
 from daemon.protect import budget_host, is_loopback
@@ -1821,7 +1827,9 @@ async def sync_metadata(
     and subscription groups (201) from the master, each persisted when it changed. Returns what changed.
 
     Topic and group tables are replaced when the master's ``dataVersion`` differs; consumer offsets are
-    merged per ``topic@group`` (Java's ``putAll``), so a slave keeps offsets only it has seen.
+    merged per ``topic@group`` (Java's ``putAll``), so a slave keeps offsets only it has seen, but unlike
+    Java an entry an earlier sync took that the master no longer holds is dropped (deleted there: a failover
+    would bring it back). Since this process started only: a deletion made while it was down stays here.
 
     ``slave_commits`` (group, topic, queue id -> offset) are what clients committed to this slave, which
     they do when they find no master. 4.9.8 (``SlaveSynchronize.syncConsumerOffset``) overwrites them
@@ -1895,6 +1903,20 @@ async def _hand_on_commits(
         key = str(queue_id) if str(queue_id) in queues else queue_id  # as the JSON decoder gave it
         if offset > int(queues.get(key, -1)):
             where = f"offset {group}/{topic}/{queue_id} = {offset}"
+            end = await _queue_end(client, master_addr, topic, queue_id)
+            if end is not None and offset > end:
+                # a master restored from an older copy: its queue ends before what the slave's consumers
+                # acknowledged, and the messages it takes next would be skipped up to this offset
+                log.warning(
+                    "not handing %s to master %s: past its queue's end %d (restored from an older copy?);"
+                    " the master's offset stands",
+                    where,
+                    master_addr,
+                    end,
+                )
+                if slave_commits.get((group, topic, queue_id)) == offset:
+                    del slave_commits[(group, topic, queue_id)]
+                continue
             header = UpdateConsumerOffsetRequestHeader(group, topic, queue_id, offset)
             request = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext_fields())
             try:
@@ -1910,6 +1932,20 @@ async def _hand_on_commits(
                 queues[key] = offset
         if slave_commits.get((group, topic, queue_id)) == offset:  # (not committed again meanwhile)
             del slave_commits[(group, topic, queue_id)]
+
+
+async def _queue_end(client: Transport, master_addr: str, topic: str, queue_id: int) -> int | None:
+    """The master's GET_MAX_OFFSET for a queue; ``None`` when it does not tell (down, refused)."""
+    request = RemotingCommand.request(
+        RequestCode.GET_MAX_OFFSET, QueueHeader(topic, queue_id).to_ext_fields()
+    )
+    try:
+        response = await client.invoke(master_addr, request, 3.0)
+        if response.code != ResponseCode.SUCCESS:
+            return None
+        return OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+    except (RemotingError, ValueError, TypeError, KeyError):
+        return None
 
 
 def _apply(

@@ -339,7 +339,7 @@ async def transfer(
     )
     from daemon.dledger.server import parse_peers
     from daemon.remoting.command import RemotingCommand
-    from mqctl.errors import BrokerError, NotFoundError, UsageError
+    from mqctl.errors import BrokerError, NotFoundError, UsageError, translate
 
     rows = [
         r for r in await brokers(admin, cluster) if r.broker_id == 0 and (broker is None or r.addr == broker)
@@ -372,7 +372,16 @@ async def transfer(
         transferee_id=to,
     )
     command = RemotingCommand.request(int(DLedgerRequestCode.LEADERSHIP_TRANSFER), {}, req.encode())
-    response = await _on_the_channel(admin, peers[leader], command, channel)
+    try:
+        response = await _on_the_channel(admin, peers[leader], command, channel)
+    except RemotingError as exc:  # the leader went away mid-transfer: the outcome is the group's to tell
+        error = translate(exc)
+        error.message = f"leadership transfer {leader} -> {to}: no answer from the leader: {error.message}"
+        error.hint = (
+            f"the leader ({peers[leader]}) may have gone down mid-transfer and the group elects again; "
+            "'mqctl broker ha status' shows who leads"
+        )
+        raise error from None
     answer = LeadershipTransferResponse.decode(response.body)
     code = DLedgerResponseCode(answer.code) if answer.code in DLedgerResponseCode._value2member_map_ else None
     name = code.name if code is not None else str(answer.code)

@@ -350,6 +350,29 @@ async def _commit_where_never_committed(admin: Admin, group: str, topic: str, ro
         await admin.commit_offset(row.broker_addr, group, topic, row.queue_id, row.new)
 
 
+async def _replicas_note(admin: Admin, topic: str, rows: list[PlanRow]) -> str:
+    """What an executed reset says of the plan's broker groups that have slaves or DLedger followers: they
+    take the offsets at their next metadata sync, and a failover before it serves the old ones (see
+    docs/replication.md §a-change-younger-than-a-sync)."""
+    from daemon.broker.ha import METADATA_SYNC_INTERVAL
+
+    names = {r.broker_name for r in rows}
+    try:
+        data = await admin.topic_route(topic)
+    except Exception:  # the reset is done: a route not read says it of every group (it may hold)
+        replicated = sorted(names)
+    else:
+        replicated = sorted(
+            b.broker_name for b in data.broker_datas if b.broker_name in names and len(b.broker_addrs) > 1
+        )
+    if not replicated:
+        return ""
+    return (
+        f"; the slaves or followers of {', '.join(replicated)} take the offsets at their next metadata sync,"
+        f" within {METADATA_SYNC_INTERVAL:g} s: a failover before then undoes the reset there"
+    )
+
+
 def _unknown(group: str, topic: str, *, hint: str) -> NotFoundError:
     return NotFoundError(
         f"group {group!r} does not exist on the brokers of {topic!r} (no subscription group, no offsets)",
@@ -417,6 +440,8 @@ async def reset(
         for addr in addrs:
             await admin.create_group(addr, SubscriptionGroupConfig(group))
     applied = await execute(admin, group, topic, target, rows) if execute_plan else None
+    if applied is not None:
+        applied += await _replicas_note(admin, topic, rows)
     return {
         "group": group,
         "topic": topic,

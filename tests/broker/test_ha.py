@@ -307,6 +307,54 @@ async def test_metadata_sync_brings_topics_groups_and_offsets(group: Group) -> N
     assert await group.slave.sync_from_master() == []  # nothing new: nothing rewritten
 
 
+async def test_a_groups_offsets_deleted_on_the_master_are_deleted_on_its_slave(group: Group) -> None:
+    """4.9.8's ``putAll`` keeps them on the slave, and a client that finds no master reads them back."""
+    master = group.on(group.master)
+    assert (await master.send("Del", b"m", queue_id=0)).code == ResponseCode.SUCCESS
+    for g in ("DG", "KG"):
+        commit = {"consumerGroup": g, "topic": "Del", "queueId": "0", "commitOffset": "1"}
+        assert (await master.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    group.slave.offsets.commit_offset("OWN", "Del", 0, 1)  # never the master's: kept
+    await group.slave.sync_from_master()
+    assert group.slave.offsets.query_offset("DG", "Del", 0) == 1
+    delete = {"groupName": "DG", "removeOffset": "true"}
+    assert (await master.call(RequestCode.DELETE_SUBSCRIPTIONGROUP, delete)).code == ResponseCode.SUCCESS
+    assert "ConsumerOffsetManager" in await group.slave.sync_from_master()
+    assert group.slave.offsets.query_offset("DG", "Del", 0) == -1
+    assert group.slave.offsets.query_offset("KG", "Del", 0) == 1
+    assert group.slave.offsets.query_offset("OWN", "Del", 0) == 1
+
+
+async def test_an_executed_offset_reset_says_its_slave_takes_it_at_the_next_sync(group: Group) -> None:
+    """A failover before the slave's next metadata sync would serve the old offsets: the reset says so."""
+    from mqctl.admin.client import Admin
+    from mqctl.services.offsets import ResetTarget, reset
+
+    master = group.on(group.master)
+    for i in range(3):
+        assert (await master.send("Rst", b"%d" % i, queue_id=0)).code == ResponseCode.SUCCESS
+    commit = {"consumerGroup": "RG", "topic": "Rst", "queueId": "0", "commitOffset": "3"}
+    assert (await master.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    await group.slave.sync_from_master()
+    await group.master.register_all()
+    await group.slave.register_all()  # the route lists the slave
+    async with Admin([group.ns_addr]) as admin:
+        result = await reset(
+            admin,
+            "RG",
+            "Rst",
+            ResetTarget("earliest"),
+            execute_plan=True,
+            export_to=None,
+            confirm=lambda _r: None,
+        )
+    assert f"the slaves or followers of {group.master.config.broker_name} take" in result["applied"]
+    assert result["applied"].endswith("within 10 s: a failover before then undoes the reset there")
+    assert group.slave.offsets.query_offset("RG", "Rst", 0) == 3
+    await group.slave.sync_from_master()
+    assert group.slave.offsets.query_offset("RG", "Rst", 0) == 0
+
+
 async def test_metadata_sync_keeps_a_groups_5x_properties(group: Group) -> None:
     """A group made FIFO for 5.x clients (``consumeMessageOrderly``, a property 4.9.8 has not) stays FIFO
     on the slave, which a DLedger member elected later serves the group from."""

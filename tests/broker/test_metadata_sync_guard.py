@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import cast
 
+import pytest
+
 from daemon.broker.ha import sync_metadata
 from daemon.remoting.client import Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -48,3 +50,71 @@ async def test_a_member_elected_during_a_sync_keeps_its_own_offset_table() -> No
     changed = await sync_metadata(cast(Transport, old_leader), "old-leader", mine)
     assert "ConsumerOffsetManager" in changed
     assert mine.consumer_offsets.query_offset("G", "Ft", 0) == 64
+
+
+class Leader:
+    """Answers the offset request with its table, the other requests with an error."""
+
+    def __init__(self, configs: ConfigFiles) -> None:
+        self.configs = configs
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        if request.code != RequestCode.GET_ALL_CONSUMER_OFFSET:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "only offsets here")
+        return request.make_response(body=fastjson.dumps(self.configs.consumer_offsets.encode()))
+
+
+async def test_offsets_deleted_on_the_leader_stay_deleted_on_a_follower_elected_after_a_failover() -> None:
+    """A DLedger group: the leader deletes a group's offsets; a follower that synced before and after
+    leads next with the leader's table, not with the deleted entries (4.9.8's ``putAll`` kept them)."""
+    leader, follower, third = ConfigFiles(None), ConfigFiles(None), ConfigFiles(None)
+    for g in ("G", "H"):
+        leader.consumer_offsets.commit_offset(g, "T", 0, 7)
+    for member in (follower, third):
+        await sync_metadata(cast(Transport, Leader(leader)), "n0", member)
+        assert member.consumer_offsets.query_offset("G", "T", 0) == 7
+    leader.consumer_offsets.delete_group("G")
+    await sync_metadata(cast(Transport, Leader(leader)), "n0", follower)
+    assert follower.consumer_offsets.query_offset("G", "T", 0) == -1
+    assert follower.consumer_offsets.query_offset("H", "T", 0) == 7
+    # n0 dies; the follower is elected and the third member syncs from it: G is gone there too
+    await sync_metadata(cast(Transport, Leader(follower)), "n1", third)
+    assert third.consumer_offsets.snapshot() == leader.consumer_offsets.snapshot()
+
+
+class RestoredMaster:
+    """A master whose queue ``Back``/0 ends at ``end``, offset table ``BG`` at 1; records the commits."""
+
+    def __init__(self, end: int) -> None:
+        self.end = end
+        self.commits: list[dict[str, str]] = []
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        if request.code == RequestCode.GET_ALL_CONSUMER_OFFSET:
+            return request.make_response(body=fastjson.dumps({"offsetTable": {"Back@BG": {0: 1}}}))
+        if request.code == RequestCode.GET_MAX_OFFSET:
+            return request.make_response(ext_fields={"offset": str(self.end)})
+        if request.code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            self.commits.append(dict(request.ext_fields))
+            return request.make_response()
+        return request.make_response(ResponseCode.SYSTEM_ERROR, "not here")
+
+
+@pytest.mark.parametrize("end", [2, 6], ids=["restored-older", "caught-up"])
+async def test_an_offset_committed_to_the_slave_past_the_masters_queue_end_is_not_handed_on(end: int) -> None:
+    """A master restored from an older copy whose queue ends before what the slave's consumers acknowledged
+    took that offset, and the messages it was sent next were skipped up to it by a consumer starting later."""
+    mine = ConfigFiles(None)
+    mine.consumer_offsets.commit_offset(
+        "BG", "Back", 0, 4
+    )  # committed to the slave while the master was down
+    commits = {("BG", "Back", 0): 4}
+    master = RestoredMaster(end)
+    await sync_metadata(cast(Transport, master), "master", mine, commits)
+    assert commits == {}
+    if end < 4:
+        assert master.commits == []
+        assert mine.consumer_offsets.query_offset("BG", "Back", 0) == 1  # the master's stands
+    else:
+        assert [c["commitOffset"] for c in master.commits] == ["4"]
+        assert mine.consumer_offsets.query_offset("BG", "Back", 0) == 4

@@ -69,3 +69,40 @@ def test_a_transfer_the_transferee_declined_says_why_it_may() -> None:
     hint = _refusal_hint(DLedgerResponseCode.TAKE_LEADERSHIP_FAILED, "n2", "h:1") or ""
     assert "n2 may not lead now: it abstains from elections" in hint
     assert "ha status" in hint
+
+
+async def test_a_leader_lost_mid_transfer_is_an_mqctl_error_that_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leader's connection closing before its answer escaped as the transport's RemotingConnectError:
+    the service's callers (scripts, the nemesis) got no exit code and no word of what to check."""
+    from daemon.remoting.errors import RemotingConnectError
+    from mqctl.errors import ConnectError
+    from mqctl.services import ha
+    from mqctl.services.cluster import BrokerRow
+
+    class Client:
+        async def invoke(self, addr: str, command: object, timeout: float) -> object:
+            raise RemotingConnectError(addr, "connection closed before the answer")
+
+    class Admin:
+        timeout = 5.0
+        client = Client()
+
+        async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+            peers = "n0-127.0.0.1:1;n1-127.0.0.1:2"
+            return {
+                "dledgerRole": "LEADER",
+                "dledgerPeerAddrs": peers,
+                "dledgerSelfId": "n0",
+                "dledgerTerm": "3",
+            }
+
+    async def brokers(admin: object, cluster: str | None) -> list[BrokerRow]:
+        return [BrokerRow("C", "broker-a", 0, "127.0.0.1:10911")]
+
+    monkeypatch.setattr(ha, "brokers", brokers)
+    with pytest.raises(ConnectError) as caught:
+        await ha.transfer(Admin(), "n1", force=True)  # type: ignore[arg-type]
+    assert caught.value.message.startswith("leadership transfer n0 -> n1: no answer from the leader: ")
+    assert caught.value.hint is not None and "ha status" in caught.value.hint

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store import dledger as dl
+from store import dledger as dl, inspect
 from store.config import ASYNC_FLUSH, SYNC_FLUSH
 from store.dledger_commitlog import WARM_AHEAD_BYTES, DLedgerCommitLog
 from store.dledger_log import DLedgerLog
@@ -272,6 +272,22 @@ def test_alone_a_lagging_checkpoint_loses_no_committed_entry(tmp_path: Path) -> 
         assert hit.message.body == msgs[20].body
     finally:
         store.shutdown()
+
+
+def test_offline_tools_agree_on_a_store_whose_checkpoint_lags(tmp_path: Path) -> None:
+    """A SIGKILLed member's checkpoint lags what it committed, and its index covers records past that:
+    the index header is judged against the written data, so ``index ls``, ``verify`` and a key query
+    agree, and only the entries past the committed end find nothing."""
+    msgs = dledger_store(tmp_path, 30)
+    (tmp_path / "dledger-n0" / dl.CHECKPOINT_FILE).write_text("endIndex=29\ncommittedIndex=3\n")
+    lay = inspect.layout(tmp_path)
+    [header] = inspect.index_headers(lay)
+    assert header.problem is None
+    [hit] = inspect.messages_by_key(lay, "D", "dk-2", 0, 2**62)
+    assert hit.body == msgs[2].body
+    assert inspect.messages_by_key(lay, "D", "dk-20", 0, 2**62) == []  # (not committed, as far as it knows)
+    report = inspect.verify(lay)
+    assert report.ok and report.index_errors == 0
 
 
 @pytest.mark.slow
