@@ -13,6 +13,7 @@ from daemon.broker.schedule import SCHEDULE_GROUP, delivered_copy
 from daemon.broker.transaction import committed_copy
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
+from store.message import StoredMessage
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from store.record import decode_msg_id, decode_records
 from tests.support.broker import BrokerHandle, start_broker
@@ -25,7 +26,7 @@ async def _count(handle: BrokerHandle, topic: str) -> list[bytes]:
     return [] if pulled.code != ResponseCode.SUCCESS else [m.body for m in decode_records(pulled.body)]
 
 
-def _parked(broker: Broker, level: int, offset: int) -> object:
+def _parked(broker: Broker, level: int, offset: int) -> StoredMessage:
     (selected,) = broker.store.get_messages(SCHEDULE_GROUP, SCHEDULE_TOPIC, level - 1, offset, 1).messages
     return selected.stored
 
@@ -111,7 +112,7 @@ async def test_an_unclean_start_skips_the_delay_deliveries_made_since_the_progre
             r = await handle.send("Later", f"m{i}".encode(), props={"DELAY": str(LEVEL), "UNIQ_KEY": f"K{i}"})
             assert r.code == ResponseCode.SUCCESS, r.remark
         for offset in (0, 1):  # delivered by the killed broker, its progress not written
-            assert (await b.put(delivered_copy(_parked(b, LEVEL, offset)))).ok  # type: ignore[arg-type]
+            assert (await b.put(delivered_copy(_parked(b, LEVEL, offset)))).ok
     finally:
         await b.stop()
     (root / "abort").write_bytes(b"")
@@ -144,11 +145,11 @@ async def test_the_takeover_pass_tells_a_consumers_next_send_back_from_a_deliver
 
     await send_back(phys)
     first = _parked(b, LEVEL, 0)
-    put = await b.put(delivered_copy(first))  # type: ignore[arg-type]
+    put = await b.put(delivered_copy(first))
     assert put.ok
     await send_back(put.phys_offset)
     second = _parked(b, LEVEL, 1)
-    assert second.reconsume_times == first.reconsume_times + 1  # type: ignore[attr-defined]
+    assert second.reconsume_times == first.reconsume_times + 1
     assert await b.schedule.skip_delivered(LEVEL) == 1
     assert b.schedule.offsets.offset(LEVEL) == 1  # the second retry is delivered when due
-    assert [m for m in await _count(broker, "%RETRY%RG")] == [b"retry-me"]
+    assert await _count(broker, "%RETRY%RG") == [b"retry-me"]
