@@ -31,23 +31,31 @@ def _parked(broker: Broker, level: int, offset: int) -> StoredMessage:
     return selected.stored
 
 
-async def test_a_half_committed_without_its_op_record_is_not_committed_again(tmp_path: Path) -> None:
-    """The committed copy and the op record are two puts: a broker killed (or a DLedger leader deposed)
-    between them left a committed half the next start checked and committed again."""
-    root = tmp_path / "store"
+async def _committed_without_op_record(root: Path, topic: str, key: str) -> int:
+    """A broker that stored a half's committed copy but not its op record, stopped; the half's offset."""
     b = await start_broker(root)
     client = RemotingClient()
     try:
         handle = BrokerHandle(b.addr, client, b)
-        sent = await handle.send("TxK", b"once", props={"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": "U1"})
+        props = {"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": key}
+        sent = await handle.send(topic, b"once", props=props)
         assert sent.code == ResponseCode.SUCCESS, sent.remark
         phys = decode_msg_id(sent.ext_fields["msgId"])[1]
         half = b.indexed_message(phys)
         assert half is not None and half.topic == TRANS_HALF_TOPIC
         assert (await b.put(committed_copy(half))).ok  # the first put; its op record never written
+        return phys
     finally:
+        await client.close()
         await b.stop()
-    b = await start_broker(root, transaction_time_out=0, transaction_check_interval=3_600_000)
+
+
+async def test_a_half_committed_without_its_op_record_is_not_committed_again(tmp_path: Path) -> None:
+    """The committed copy and the op record are two puts: a broker killed (or a DLedger leader deposed)
+    between them left a committed half the next start checked and committed again."""
+    phys = await _committed_without_op_record(tmp_path / "store", "TxK", "U1")
+    b = await start_broker(tmp_path / "store", transaction_time_out=0, transaction_check_interval=3_600_000)
+    client = RemotingClient()
     try:
         handle = BrokerHandle(b.addr, client, b)
         assert await _count(handle, "TxK") == [b"once"]
@@ -65,19 +73,9 @@ async def test_a_half_committed_without_its_op_record_is_not_committed_again(tmp
 
 async def test_an_end_of_a_half_committed_before_the_start_commits_nothing_again(tmp_path: Path) -> None:
     """The same through END_TRANSACTION alone (the producer's answer to a check reaching the broker)."""
-    root = tmp_path / "store"
-    b = await start_broker(root)
+    phys = await _committed_without_op_record(tmp_path / "store", "TxE", "U2")
+    b = await start_broker(tmp_path / "store")
     client = RemotingClient()
-    try:
-        handle = BrokerHandle(b.addr, client, b)
-        sent = await handle.send("TxE", b"once", props={"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": "U2"})
-        phys = decode_msg_id(sent.ext_fields["msgId"])[1]
-        half = b.indexed_message(phys)
-        assert half is not None
-        assert (await b.put(committed_copy(half))).ok
-    finally:
-        await b.stop()
-    b = await start_broker(root)
     try:
         handle = BrokerHandle(b.addr, client, b)
         h = EndTransactionRequestHeader("PG", 0, phys, 8, "id", True)

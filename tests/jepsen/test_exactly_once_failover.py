@@ -23,7 +23,7 @@ from store.record import decode_msg_id
 from tests.jepsen.client import Read, digest, master_of, read_topic
 from tests.jepsen.harness import jepsen_run
 from tests.jepsen.nodes import Node
-from tests.jepsen.raft import QUEUES, TOPIC, raft_group
+from tests.jepsen.raft import QUEUES, TOPIC, RaftGroup, raft_group
 from tests.support.broker import BrokerClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -47,6 +47,21 @@ def _once(reads: list[Read], acked: set[str], sent: set[str], path: Path) -> dic
     }
     path.write_text(json.dumps({**report, "dup": dup, "lost_ids": lost, "foreign_ids": foreign}))
     return report
+
+
+async def _kill_the_leader(
+    g: RaftGroup, stop: asyncio.Event, tasks: list[asyncio.Task[None]], *, after: float, then: float
+) -> int:
+    """SIGKILL the leader `after` seconds into the run, let the `tasks` go on `then` seconds under the
+    new leader, stop them; returns the new leader."""
+    leader = await g.leader()
+    await asyncio.sleep(after)
+    g.nemesis.kill(g.nodes[leader])
+    new = await g.leader(other_than=leader, timeout=90)
+    await asyncio.sleep(then)
+    stop.set()
+    await asyncio.gather(*tasks)
+    return new
 
 
 async def test_transactions_across_a_leader_kill(tmp_path: Path, cli_env: dict[str, str]) -> None:
@@ -113,13 +128,7 @@ async def test_transactions_across_a_leader_kill(tmp_path: Path, cli_env: dict[s
                     ended_ok.add(digest(body))
 
         tasks = [asyncio.create_task(heartbeats()), *(asyncio.create_task(producer(p)) for p in range(3))]
-        leader = await g.leader()
-        await asyncio.sleep(8)
-        g.nemesis.kill(g.nodes[leader])
-        new = await g.leader(other_than=leader, timeout=90)
-        await asyncio.sleep(4)
-        stop.set()
-        await asyncio.gather(*tasks)
+        new = await _kill_the_leader(g, stop, tasks, after=8, then=4)
         await asyncio.sleep(10)  # the halves left open are checked and committed
         reads = await read_topic(client, g.nodes[new].addr, TOPIC, QUEUES)
         await client.close()
@@ -164,14 +173,7 @@ async def test_delay_levels_across_a_leader_kill(tmp_path: Path, cli_env: dict[s
                     acked.add(digest(body))
                 await asyncio.sleep(0.02)
 
-        task = asyncio.create_task(sender())
-        leader = await g.leader()
-        await asyncio.sleep(14)
-        g.nemesis.kill(g.nodes[leader])
-        new = await g.leader(other_than=leader, timeout=90)
-        await asyncio.sleep(5)
-        stop.set()
-        await task
+        new = await _kill_the_leader(g, stop, [asyncio.create_task(sender())], after=14, then=5)
         await asyncio.sleep(12)  # every level-1 (1 s) message falls due and is delivered
         topic, queues = (TOPIC, QUEUES) if kind == "delay" else (f"%RETRY%{RETRY_GROUP}", 1)
         reads = await read_topic(g.client, g.nodes[new].addr, topic, queues)
