@@ -255,6 +255,7 @@ class TransactionService:
             if offset < 0:
                 break
             offset = result.next_begin_offset
+            await asyncio.sleep(0)  # a batch at a time: after a start each old half may be looked up
         offsets.commit_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, progress)
         return sent
 
