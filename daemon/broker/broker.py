@@ -463,6 +463,8 @@ class Broker:
         if not is_slave(
             self.config
         ):  # a slave writes nothing of its own: delays and checks run on the master
+            if not getattr(self.store, "last_exit_ok", True):  # delivery progress written before the crash
+                self.schedule.take_over()
             self.schedule.start()
             self.timers.start()
             self.transactions.start()
@@ -918,6 +920,7 @@ class Broker:
             return
         self.timers = timers
         self._set_role(master=True)
+        self.schedule.take_over()  # its delivery progress is the last synced copy: others delivered since
         self.schedule.start()
         self.transactions.start()
         self.timers.start()

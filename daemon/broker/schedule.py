@@ -4,6 +4,15 @@ The store parks a message with `DELAY=n` in queue n−1 of SCHEDULE_TOPIC_XXXX a
 into the consume-queue tags code. This service walks each level's queue in order, re-puts due messages
 into their `REAL_TOPIC`/`REAL_QID` (keeping `DELAY` as 4.9.8 does, with `WAIT=false`) and records its progress per
 level in the store's `delayOffset.json` manager.
+
+That progress is local and written now and then (a DLedger follower takes its leader's every metadata sync,
+a broker persists its own every `flushConsumerOffsetInterval`): after an election or an unclean start it
+may be behind what was delivered. So a takeover pass (as the timers have) first walks each level from
+its stored offset and skips every entry whose delivered copy is in its real topic already (the copy keeps
+`UNIQ_KEY`; the IndexFile holds `topic#UNIQ_KEY`), so delivery resumes where it stopped. One level is
+delivered in order, so its delivered entries follow its stored offset without a gap: the pass stops at a
+level's first entry not delivered, a lookup per entry delivered since the progress was written, in
+batches with a yield between them.
 """
 
 from __future__ import annotations
@@ -59,6 +68,15 @@ class ScheduleMessageService:
         self.levels = len(broker.store.config.delay_levels_ms())
         self.offsets = broker.store.configs.delay_offsets
         self._task: asyncio.Task[None] | None = None
+        #: Set by take_over: the stored progress may be behind the deliveries (see the module's doc).
+        self._verify = False
+        #: Entries the takeover pass found delivered already (not put again).
+        self.found = 0
+
+    def take_over(self) -> None:
+        """Before start: the stored progress may be older than the deliveries (an elected member's synced
+        copy, or a broker's own after an unclean exit): check the delivered copies first."""
+        self._verify = True
 
     def start(self) -> None:
         self._task = supervise(self._run, "schedule-delivery")
@@ -67,6 +85,13 @@ class ScheduleMessageService:
         await cancel_tasks([self._task])
 
     async def _run(self) -> None:
+        if self._verify:
+            for level in range(1, self.levels + 1):
+                try:
+                    await self.skip_delivered(level)
+                except Exception:
+                    log.exception("checking delay level %d for delivered messages failed", level)
+            self._verify = False
         while True:
             for level in range(1, self.levels + 1):
                 try:
@@ -108,3 +133,50 @@ class ScheduleMessageService:
                 self.offsets.set_offset(level, selected.queue_offset + 1)
                 moved += 1
             self.offsets.set_offset(level, max(self.offsets.offset(level), result.next_begin_offset))
+
+    async def skip_delivered(self, level: int) -> int:
+        """The takeover pass of `level`: move its offset past the entries delivered already; returns how
+        many it skipped."""
+        store = self.broker.store
+        skipped = 0
+        while True:
+            offset = self.offsets.offset(level)
+            result = store.get_messages(SCHEDULE_GROUP, SCHEDULE_TOPIC, level - 1, offset, BATCH)
+            if not result.messages:
+                break
+            for selected in result.messages:
+                if selected.queue_offset < offset:
+                    continue
+                if not self._delivered_before(selected.stored):
+                    if skipped:
+                        log.info(
+                            "delay level %d: %d messages were delivered already, not put again",
+                            level,
+                            skipped,
+                        )
+                    return skipped
+                self.offsets.set_offset(level, selected.queue_offset + 1)
+                skipped += 1
+                self.found += 1
+            await asyncio.sleep(0)  # a batch at a time: requests are served between them
+        return skipped
+
+    def _delivered_before(self, parked: StoredMessage) -> bool:
+        """Whether the real topic holds this parked message's delivered copy: stored after it, with its
+        unique key, born time and reconsume times (a consumer's next send-back of the same message is
+        parked again with one more reconsume time: its own entry)."""
+        key = parked.uniq_key
+        if not key:
+            return False  # nothing to find it by: delivered again at worst (at-least-once)
+        topic = parked.properties.get(PROPERTY_REAL_TOPIC, parked.topic)
+        begin = parked.store_timestamp - 1000  # the index keeps times to the second only
+        for selected in self.broker.store.query_message(topic, key, 32, begin, 2**62).messages:
+            m = selected.stored
+            if (
+                m.commit_log_offset > parked.commit_log_offset
+                and m.uniq_key == key
+                and m.born_timestamp == parked.born_timestamp
+                and m.reconsume_times == parked.reconsume_times
+            ):
+                return True
+        return False

@@ -83,7 +83,7 @@ TIMER_RUNTIME_KEYS = frozenset({"timerPendingMessages", "timerNextDueMs"})
 PENDING_KEY_PREFIX = "timerPending_"
 #: A recall's marker in the timer queue: the unique key of the timer it cancels (5.x's MessageConst name).
 PROPERTY_TIMER_DEL_UNIQKEY: Final = "TIMER_DEL_UNIQKEY"
-_TIMER_PROPS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
+TIMER_PROPS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +211,7 @@ class TimerMessageService:
         if topic == TIMER_TOPIC or PROPERTY_TIMER_OUT_MS in props:
             return topic, queue_id  # a timer message already (5.x's double check)
         if props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
-            for key in _TIMER_PROPS:  # the delay level wins
+            for key in TIMER_PROPS:  # the delay level wins
                 props.pop(key, None)
             return topic, queue_id
         now = int(time.time() * 1000)

@@ -7,6 +7,13 @@ A half message waits in `RMQ_SYS_TRANS_HALF_TOPIC` queue 0. END_TRANSACTION comm
 `transactionCheckInterval` the service asks a live producer of the half's group (`PGROUP`) about halves
 older than `transactionTimeOut` that have no op record, at most `transactionCheckMax` times each.
 Progress through the half queue is kept as the offset of group `CID_RMQ_SYS_TRANS`, like Java.
+
+The committed copy and the op record are two puts (two quorum rounds on DLedger): a leader killed between
+them, or a broker SIGKILLed there, leaves a committed half with no op record, which 4.9.8 checks and commits
+again. So a half stored before this service started (another leader's, or an earlier incarnation's), or
+one whose commit put failed here, is looked up before it is committed or checked: its committed copy in
+the real topic (its ``UNIQ_KEY`` in the IndexFile, and ``TRAN_PREPARED_QUEUE_OFFSET`` naming the half)
+marks it resolved, and only the missing op record is written.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from daemon.broker.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from daemon.broker.processors import system_error
+from daemon.broker.timer import TIMER_PROPS
 from daemon.lifecycle import cancel_tasks, supervise
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode
@@ -38,7 +46,7 @@ from store.message import (
     Message,
     StoredMessage,
 )
-from store.names import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from store.names import TIMER_TOPIC, TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -58,6 +66,13 @@ class TransactionService:
         self._ending: dict[int, asyncio.Event] = {}
         #: The op queue's offset read up to (see _read_ops).
         self._op_offset = 0
+        #: CommitLog end when this service started: a half below it may have been committed by another
+        #: leader or incarnation without its op record (see _committed_before).
+        self._verify_below = 0
+        #: Halves looked up and found not committed (nothing but this service commits them since).
+        self._looked_up: set[int] = set()
+        #: Halves whose commit put failed here: the copy may be stored all the same (a quorum timeout).
+        self._maybe_committed: set[int] = set()
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -93,6 +108,8 @@ class TransactionService:
         """Start checking, as the master: first every op record written since the load (by the leaders
         before this one), or a committed half would be committed again and a rolled back one checked."""
         self._read_ops()
+        self._verify_below = self.broker.store.max_phy_offset
+        self._looked_up.clear()
         self._task = supervise(self._run, "transaction-check")
 
     async def stop(self) -> None:
@@ -128,7 +145,7 @@ class TransactionService:
             done.set()
 
     async def _end(self, h: EndTransactionRequestHeader, half: StoredMessage) -> None:
-        if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
+        if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE and not self._committed_before(half):
             committed = committed_copy(half)
             # a committed timer message waits for its time (5.x parks it on commit, not as a half)
             committed.topic, committed.queue_id = self.broker.timers.park(
@@ -136,7 +153,9 @@ class TransactionService:
             )
             result = await self.broker.put(committed)
             if not result.ok:
+                self._maybe_committed.add(half.queue_offset)
                 raise system_error(result.status.value)
+            self._maybe_committed.discard(half.queue_offset)
             self.broker.stats.on_put(
                 half.properties.get(PROPERTY_REAL_TOPIC, half.topic), 1, result.wrote_bytes
             )
@@ -156,6 +175,39 @@ class TransactionService:
             raise system_error(f"writing the transaction op record failed: {result.status.value}")
         self.resolved.add(half_offset)
         self.check_times.pop(half_offset, None)
+        self._looked_up.discard(half_offset)
+        self._maybe_committed.discard(half_offset)
+
+    def _committed_before(self, half: StoredMessage) -> bool:
+        """Whether the half's committed copy is stored already, where it may be without this service
+        knowing: the half predates its start, or a commit put of it failed here. Looked up once."""
+        qoff = half.queue_offset
+        if qoff not in self._maybe_committed and (
+            half.commit_log_offset >= self._verify_below or qoff in self._looked_up
+        ):
+            return False
+        props = half.properties
+        key = props.get(PROPERTY_UNIQ_KEY) or next(iter(half.keys), "")
+        if not key:
+            return False  # (no RocketMQ client sends one so: nothing to find it by)
+        topics = [props.get(PROPERTY_REAL_TOPIC, half.topic)]
+        if any(k in props for k in TIMER_PROPS):
+            topics.append(TIMER_TOPIC)  # a committed timer message waits there
+        wanted = str(qoff)
+        begin = half.store_timestamp - 1000  # the copy is stored after the half; the index keeps seconds
+        for topic in topics:
+            for selected in self.broker.store.query_message(topic, key, 32, begin, 2**62).messages:
+                m = selected.stored
+                if (
+                    m.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET) == wanted
+                    and m.prepared_transaction_offset == half.commit_log_offset
+                ):
+                    log.info(
+                        "half message %s was committed already: its op record is written now", half.msg_id
+                    )
+                    return True
+        self._looked_up.add(qoff)
+        return False
 
     # ------------------------------------------------------------------ CHECK_TRANSACTION_STATE
 
@@ -182,6 +234,11 @@ class TransactionService:
                 if now - half.store_timestamp < config.transaction_time_out:
                     offset = -1
                     break
+                if self._committed_before(half):  # its op record was lost: nothing to ask
+                    await self._write_op(qoff)
+                    if qoff == progress:
+                        progress += 1
+                    continue
                 if self.check_times.get(qoff, 0) >= config.transaction_check_max:
                     log.warning(
                         "half message %s checked %d times: discarded",
@@ -198,6 +255,7 @@ class TransactionService:
             if offset < 0:
                 break
             offset = result.next_begin_offset
+            await asyncio.sleep(0)  # a batch at a time: after a start each old half may be looked up
         offsets.commit_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, progress)
         return sent
 

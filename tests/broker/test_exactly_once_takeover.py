@@ -1,0 +1,153 @@
+"""Exactly-once where a broker's own progress is behind its log: a transaction committed without its op
+record, and delay-level deliveries made after the delivery progress was last written. The copies the
+killed writer left are put here by hand; tests/jepsen/test_exactly_once_failover.py kills real ones."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from daemon.broker.broker import Broker
+from daemon.broker.headers import ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader
+from daemon.broker.schedule import SCHEDULE_GROUP, delivered_copy
+from daemon.broker.transaction import committed_copy
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from store.message import StoredMessage
+from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from store.record import decode_msg_id, decode_records
+from tests.support.broker import BrokerHandle, start_broker
+
+LEVEL = 3  # 10 s: nothing falls due while a test runs
+
+
+async def _count(handle: BrokerHandle, topic: str) -> list[bytes]:
+    pulled = await handle.pull("G", topic, 0, 0)
+    return [] if pulled.code != ResponseCode.SUCCESS else [m.body for m in decode_records(pulled.body)]
+
+
+def _parked(broker: Broker, level: int, offset: int) -> StoredMessage:
+    (selected,) = broker.store.get_messages(SCHEDULE_GROUP, SCHEDULE_TOPIC, level - 1, offset, 1).messages
+    return selected.stored
+
+
+async def _committed_without_op_record(root: Path, topic: str, key: str) -> int:
+    """A broker that stored a half's committed copy but not its op record, stopped; the half's offset."""
+    b = await start_broker(root)
+    client = RemotingClient()
+    try:
+        handle = BrokerHandle(b.addr, client, b)
+        props = {"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": key}
+        sent = await handle.send(topic, b"once", props=props)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        phys = decode_msg_id(sent.ext_fields["msgId"])[1]
+        half = b.indexed_message(phys)
+        assert half is not None and half.topic == TRANS_HALF_TOPIC
+        assert (await b.put(committed_copy(half))).ok  # the first put; its op record never written
+        return phys
+    finally:
+        await client.close()
+        await b.stop()
+
+
+async def test_a_half_committed_without_its_op_record_is_not_committed_again(tmp_path: Path) -> None:
+    """The committed copy and the op record are two puts: a broker killed (or a DLedger leader deposed)
+    between them left a committed half the next start checked and committed again."""
+    phys = await _committed_without_op_record(tmp_path / "store", "TxK", "U1")
+    b = await start_broker(tmp_path / "store", transaction_time_out=0, transaction_check_interval=3_600_000)
+    client = RemotingClient()
+    try:
+        handle = BrokerHandle(b.addr, client, b)
+        assert await _count(handle, "TxK") == [b"once"]
+        assert await b.transactions.check_once() == 0  # nothing to ask: committed already
+        assert 0 in b.transactions.resolved
+        h = EndTransactionRequestHeader("PG", 0, phys, 8, "id", True)  # a late answer to a check
+        assert (
+            await handle.call(RequestCode.END_TRANSACTION, h.to_ext_fields())
+        ).code == ResponseCode.SUCCESS
+        assert await _count(handle, "TxK") == [b"once"]
+    finally:
+        await client.close()
+        await b.stop()
+
+
+async def test_an_end_of_a_half_committed_before_the_start_commits_nothing_again(tmp_path: Path) -> None:
+    """The same through END_TRANSACTION alone (the producer's answer to a check reaching the broker)."""
+    phys = await _committed_without_op_record(tmp_path / "store", "TxE", "U2")
+    b = await start_broker(tmp_path / "store")
+    client = RemotingClient()
+    try:
+        handle = BrokerHandle(b.addr, client, b)
+        h = EndTransactionRequestHeader("PG", 0, phys, 8, "id", True)
+        assert (
+            await handle.call(RequestCode.END_TRANSACTION, h.to_ext_fields())
+        ).code == ResponseCode.SUCCESS
+        assert await _count(handle, "TxE") == [b"once"]
+        assert 0 in b.transactions.resolved
+    finally:
+        await client.close()
+        await b.stop()
+
+
+async def _wait_pass(b: Broker, level: int, offset: int) -> None:
+    for _ in range(100):
+        if b.schedule.offsets.offset(level) >= offset and not b.schedule._verify:
+            return
+        await asyncio.sleep(0.05)
+
+
+async def test_an_unclean_start_skips_the_delay_deliveries_made_since_the_progress_was_written(
+    tmp_path: Path,
+) -> None:
+    """delayOffset.json is written every few seconds: a SIGKILL after deliveries it does not count had the
+    next start deliver them again. The abort file left behind says the exit was unclean."""
+    root = tmp_path / "store"
+    b = await start_broker(root)
+    client = RemotingClient()
+    try:
+        handle = BrokerHandle(b.addr, client, b)
+        for i in range(3):
+            r = await handle.send("Later", f"m{i}".encode(), props={"DELAY": str(LEVEL), "UNIQ_KEY": f"K{i}"})
+            assert r.code == ResponseCode.SUCCESS, r.remark
+        for offset in (0, 1):  # delivered by the killed broker, its progress not written
+            assert (await b.put(delivered_copy(_parked(b, LEVEL, offset)))).ok
+    finally:
+        await b.stop()
+    (root / "abort").write_bytes(b"")
+    b = await start_broker(root)
+    try:
+        await _wait_pass(b, LEVEL, 2)
+        assert b.schedule.offsets.offset(LEVEL) == 2 and b.schedule.found == 2  # m2 is still to come
+    finally:
+        await client.close()
+        await b.stop()
+
+
+async def test_a_clean_start_trusts_its_delay_progress(broker: BrokerHandle) -> None:
+    """No pass (no lookups) where the progress was written at a clean stop."""
+    assert not broker.broker.schedule._verify and broker.broker.schedule.found == 0
+
+
+async def test_the_takeover_pass_tells_a_consumers_next_send_back_from_a_delivered_one(
+    broker: BrokerHandle,
+) -> None:
+    """Consumer retries (CONSUMER_SEND_MSG_BACK) go through the delay levels with the message's UNIQ_KEY
+    kept: its first retry delivered, its second (one more reconsume time) is parked, not delivered."""
+    b = broker.broker
+    sent = await broker.send("RT", b"retry-me", props={"UNIQ_KEY": "R1"})
+    phys = decode_msg_id(sent.ext_fields["msgId"])[1]
+
+    async def send_back(offset: int) -> None:
+        h = ConsumerSendMsgBackRequestHeader(offset, "RG", LEVEL, None, None, False, None)
+        assert (await broker.call(RequestCode.CONSUMER_SEND_MSG_BACK, h.to_ext_fields())).code == 0
+
+    await send_back(phys)
+    first = _parked(b, LEVEL, 0)
+    put = await b.put(delivered_copy(first))
+    assert put.ok
+    await send_back(put.phys_offset)
+    second = _parked(b, LEVEL, 1)
+    assert second.reconsume_times == first.reconsume_times + 1
+    assert await b.schedule.skip_delivered(LEVEL) == 1
+    assert b.schedule.offsets.offset(LEVEL) == 1  # the second retry is delivered when due
+    assert await _count(broker, "%RETRY%RG") == [b"retry-me"]
