@@ -33,14 +33,13 @@ from daemon.config import ALL_KEYS_FIELD, parse_properties
 from daemon.grpc.clients import CONSUME_TYPES, ClientRegistry, GrpcClient, parse_peer
 from daemon.grpc.convert import (
     PROPERTY_SHARDING_KEY,
-    BodyRefused,
+    MessageRefused,
     accepted_types,
     endpoints,
     fifo_queue,
     grpc_code,
-    message_body,
-    message_properties,
     millis,
+    parse_message,
     permission,
     status,
     to_proto,
@@ -212,7 +211,7 @@ def duration_ms(value: duration_pb2.Duration, code: int) -> int:
     """A request's Duration in ms; Refused with `code` for one out of protobuf's range."""
     try:
         return millis(value)
-    except BodyRefused as exc:
+    except MessageRefused as exc:
         raise Refused(code, f"bad duration: {exc}") from None
 
 
@@ -648,38 +647,33 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         broker = self.broker
         topic = msg.topic.name
         now = int(time.time() * 1000)
-        props, problem = message_properties(msg, now)
-        if problem is not None:
-            return spb.SendResultEntry(status=status(pb.BAD_REQUEST, problem))
-        try:
-            self._names(topic)
-            born = millis(msg.system_properties.born_timestamp) or now
-            body = message_body(msg, broker.store.config.max_message_size)
-        except Refused as refused:
-            return spb.SendResultEntry(status=refused.status())
-        except BodyRefused as exc:
-            return spb.SendResultEntry(status=status(exc.code, str(exc)))
         config = broker.topics.get(topic)
         queue_nums = config.write_queue_nums if config is not None else 0
-        queue_id = -1
-        group = props.get(PROPERTY_SHARDING_KEY)
-        if group is not None and queue_nums:
-            queue_id = fifo_queue(group, queue_nums)
         transactional = msg.system_properties.message_type == pb.TRANSACTION
-        fields = SendMessageRequestHeaderV2(
+        header = SendMessageRequestHeaderV2(
             topic,  # the proxy's producer group for a 5.x producer is the topic
             topic,
             AUTO_CREATE_TOPIC,
             queue_nums,
-            queue_id,
+            -1,
             TRANSACTION_PREPARED_TYPE if transactional else 0,
-            born,
+            now,
             0,
-            encode_properties(props).decode(),
-        ).to_ext_fields()
+        )
         try:
-            # ACL first, as on remoting: an unsigned peer must not learn which topics exist
-            self._check(client, meta, RequestCode.SEND_MESSAGE_V2, fields)
+            # ACL first, as the proxy's interceptor: an unsigned peer learns neither which topics exist
+            # nor what in its message would be refused
+            self._check(client, meta, RequestCode.SEND_MESSAGE_V2, header.to_ext_fields())
+            self._names(topic)
+            props, body = parse_message(
+                msg, now, broker.store.config.max_message_size, broker.config.timer_max_delay_sec * 1000
+            )
+            header.g = millis(msg.system_properties.born_timestamp) or now
+            group = props.get(PROPERTY_SHARDING_KEY)
+            if group is not None and queue_nums:
+                header.e = fifo_queue(group, queue_nums)
+            header.i = encode_properties(props).decode()
+            fields = header.to_ext_fields()
             if config is None:
                 return spb.SendResultEntry(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} not found"))
             conflict = type_conflict(config, props)
@@ -690,6 +684,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             response = answer if isinstance(answer, RemotingCommand) else await answer
         except Refused as refused:
             return spb.SendResultEntry(status=refused.status())
+        except MessageRefused as exc:
+            return spb.SendResultEntry(status=status(exc.code, str(exc)))
         except RemotingCommandError as exc:
             return spb.SendResultEntry(status=Refused.of(exc).status())
         if response.code not in (ResponseCode.SUCCESS,):
