@@ -538,12 +538,26 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def NotifyClientTermination(
         self, request: spb.NotifyClientTerminationRequest, context: Any
     ) -> spb.NotifyClientTerminationResponse:
-        """As the Proxy's `ClientActivity#notifyClientTermination`: a client is known by the Settings its
-        Telemetry stream brought; one without them (unknown here) is answered UNRECOGNIZED_CLIENT_TYPE
-        and nothing is added or removed, one of a type that neither produces nor consumes is forgotten
-        and answered the same with its type."""
+        """As the Proxy's `ClientActivity#notifyClientTermination`: checked first as 5.x's ACL checks it
+        (the signature, SUB on the request's group), so no other peer makes the broker forget a client;
+        then a client is known by the Settings its Telemetry stream brought; one without them (unknown
+        here) is answered UNRECOGNIZED_CLIENT_TYPE and nothing is added or removed, one of a type that
+        neither produces nor consumes is forgotten and answered the same with its type."""
         meta = {m.key: m.value for m in context.invocation_metadata() or () if not m.key.startswith(":")}
-        client = self.clients.known(meta.get("x-mq-client-id", ""), parse_peer(context.peer()))
+        address = parse_peer(context.peer())
+        client_id = meta.get("x-mq-client-id", "")
+        known = self.clients.known(client_id, address)
+        try:  # (5.x's PlainAccessResource: SUB on the group; a producer names none, so its signature alone)
+            group = request.group.name
+            self._check(
+                known or GrpcClient(client_id, address, self._own_ip),
+                meta,
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                {"consumerGroup": group} if group else {},
+            )
+        except Refused as refused:
+            return spb.NotifyClientTerminationResponse(status=refused.status())
+        client = known
         if client is None or client.settings is None:
             return spb.NotifyClientTerminationResponse(
                 status=status(pb.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
@@ -597,6 +611,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     client.last_seen = time.monotonic()
                     if command.HasField("settings"):
                         settings = command.settings
+                        self.clients.readmit(client)  # (registered below: its heartbeats must find it)
                         client.client_type = settings.client_type
                         client.settings = settings
                         if settings.user_agent.version:
