@@ -454,6 +454,7 @@ _RESOURCE_CODES: Final = frozenset(
         R.ACK_MESSAGE,
         R.CHANGE_MESSAGE_INVISIBLETIME,
         R.BATCH_ACK_MESSAGE,
+        R.GET_ROUTEINFO_BY_TOPIC,
         RECALL_MESSAGE,
     )
 )
@@ -482,6 +483,8 @@ def needed_resources(request: RemotingCommand) -> list[tuple[str, int]]:
         return [(f.get("topic", ""), SUB)]
     if code == RECALL_MESSAGE:  # as 5.x's proxy checks it: PUB on the topic (its producer's act)
         return [(f.get("topic", ""), PUB)]
+    if code == R.GET_ROUTEINFO_BY_TOPIC:  # a 5.x QueryRoute, as the proxy checks it (no broker serves it)
+        return [(f.get("topic", ""), ANY)]
     if code in (R.UNREGISTER_CLIENT, R.GET_CONSUMER_LIST_BY_GROUP):
         group = f.get("consumerGroup")
         return [(_retry(group), SUB)] if group else []

@@ -460,8 +460,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return out
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
-        self._client(context)
+        """Checked as 5.x's ACL checks it (the signature, PUB or SUB on the topic): an unsigned peer does
+        not learn which topics exist (the NameServer tells a 4.x client, unsigned, as 4.9.8's does)."""
+        client, meta = self._client(context)
         topic = request.topic.name
+        try:
+            self._check(client, meta, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        except Refused as refused:
+            return spb.QueryRouteResponse(status=refused.status())
         queues = []
         types = accepted_types(self.broker.topics.get(topic))  # (every member holds the table)
         for name, where, reads, writes, perm in await self._route(topic):
