@@ -159,13 +159,15 @@ def signature_matches(secret_key: str, date_time: str, signature_hex: str) -> bo
 
 
 def overall(statuses: list[pb.Status], what: str) -> pb.Status:
-    """A batch's status (`ResponseBuilder`): OK, the one entry's, or MULTIPLE_RESULTS."""
-    failed = [s for s in statuses if s.code != pb.OK]
-    if not failed:
+    """A batch's status (`SendMessageActivity`, `AckMessageActivity#setAckResponseStatus`): the code its
+    entries share (the first entry's status), else MULTIPLE_RESULTS."""
+    codes = {s.code for s in statuses}
+    if not codes:
         return status()
-    if len(statuses) == 1:
+    if len(codes) == 1:
         return statuses[0]
-    return status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(statuses)} {what} failed")
+    failed = sum(1 for s in statuses if s.code != pb.OK)
+    return status(pb.MULTIPLE_RESULTS, f"{failed} of {len(statuses)} {what} failed")
 
 
 def _duration(ms: int) -> duration_pb2.Duration:
