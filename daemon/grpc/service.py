@@ -23,7 +23,7 @@ import grpc
 from google.protobuf import duration_pb2
 from rocketmq.grpc_protocol import definition_pb2 as pb, service_pb2 as spb, service_pb2_grpc
 
-from daemon.acl.plain import PlainAccessValidator
+from daemon.acl.plain import QUERY_ROUTE, PlainAccessValidator
 from daemon.broker.bodies import ConsumerData, SubscriptionData
 from daemon.broker.headers import EndTransactionRequestHeader, SendMessageRequestHeaderV2
 from daemon.broker.managers.consumers import ClientChannel, client_overflow
@@ -467,7 +467,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         client, meta = self._client(context)
         topic = request.topic.name
         try:
-            self._check(client, meta, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            self._check(client, meta, QUERY_ROUTE, {"topic": topic})
         except Refused as refused:
             return spb.QueryRouteResponse(status=refused.status())
         queues = []
