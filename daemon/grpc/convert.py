@@ -20,31 +20,18 @@ from daemon.remoting.codes import ResponseCode
 from store.javahash import java_hash
 from store.message import (
     PROPERTY_CHECK_IMMUNITY_TIME,
-    PROPERTY_CLUSTER,
-    PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
-    PROPERTY_MAX_OFFSET,
-    PROPERTY_MIN_OFFSET,
-    PROPERTY_MSG_REGION,
-    PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_PRODUCER_GROUP,
-    PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
-    PROPERTY_TIMER_DEQUEUE_MS,
-    PROPERTY_TIMER_ENQUEUE_MS,
-    PROPERTY_TIMER_OUT_MS,
-    PROPERTY_TIMER_ROLL_TIMES,
-    PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_PREPARED,
-    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_UNIQ_KEY,
-    PROPERTY_WAIT_STORE_MSG_OK,
+    RESERVED_PROPERTIES,
     StoredMessage,
 )
 from store.models import TopicConfig
@@ -63,65 +50,8 @@ _DELAY_PROPERTIES: Final = (
     PROPERTY_TIMER_DELAY_MS,
 )
 
-#: Java's `MessageConst.STRING_HASH_SET`: the properties the system sets. The proxy refuses a user property
-#: of one of these names (ILLEGAL_MESSAGE_PROPERTY_KEY), so no client forges a transaction, a delay, a
-#: DLQ origin..., and leaves them out of the user properties a consumer is given.
-RESERVED_PROPERTIES: Final = frozenset(
-    {
-        PROPERTY_TRACE_SWITCH,
-        PROPERTY_MSG_REGION,
-        PROPERTY_KEYS,
-        PROPERTY_TAGS,
-        PROPERTY_WAIT_STORE_MSG_OK,
-        PROPERTY_DELAY_TIME_LEVEL,
-        PROPERTY_RETRY_TOPIC,
-        PROPERTY_REAL_TOPIC,
-        PROPERTY_REAL_QUEUE_ID,
-        PROPERTY_TRANSACTION_PREPARED,
-        PROPERTY_PRODUCER_GROUP,
-        PROPERTY_MIN_OFFSET,
-        PROPERTY_MAX_OFFSET,
-        "BUYER_ID",
-        PROPERTY_ORIGIN_MESSAGE_ID,
-        "TRANSFER_FLAG",
-        "CORRECTION_FLAG",
-        "MQ2_FLAG",
-        "RECONSUME_TIME",
-        PROPERTY_UNIQ_KEY,
-        "MAX_RECONSUME_TIMES",
-        PROPERTY_CONSUME_START_TIMESTAMP,
-        "POP_CK",
-        "POP_CK_OFFSET",
-        "1ST_POP_TIME",
-        PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
-        "DUP_INFO",
-        "EXTEND_UNIQ_INFO",
-        "INSTANCE_ID",
-        "CORRELATION_ID",
-        "REPLY_TO_CLIENT",
-        "TTL",
-        "ARRIVE_TIME",
-        "PUSH_REPLY_TIME",
-        PROPERTY_CLUSTER,
-        "MSG_TYPE",
-        "INNER_MULTI_QUEUE_OFFSET",
-        PROPERTY_TIMER_DELAY_MS,
-        PROPERTY_TIMER_DELAY_SEC,
-        PROPERTY_TIMER_DELIVER_MS,
-        PROPERTY_TIMER_ENQUEUE_MS,
-        PROPERTY_TIMER_DEQUEUE_MS,
-        PROPERTY_TIMER_ROLL_TIMES,
-        PROPERTY_TIMER_OUT_MS,
-        "TIMER_DEL_UNIQKEY",
-        "TIMER_DELAY_LEVEL",
-        PROPERTY_BORN_HOST,
-        "BORN_TIMESTAMP",
-        PROPERTY_DLQ_ORIGIN_TOPIC,
-        PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
-        "__CRC32#",
-    }
-)
-#: ... and what a consumer is given as system properties besides (message group, trace context).
+#: What a consumer is not given as user properties: the reserved ones (Java's `STRING_HASH_SET`) and
+#: those it is given as system properties besides (message group, trace context).
 _NOT_USER_PROPERTIES: Final = RESERVED_PROPERTIES | {PROPERTY_SHARDING_KEY, PROPERTY_TRACE_CONTEXT}
 
 #: A 5.x message id: `01` + MAC (6 bytes) + pid (2) + seconds since 2021-01-01 (4) + sequence (4), in hex
