@@ -130,20 +130,6 @@ def signed(date_time: str | None = None) -> tuple[tuple[str, str], ...]:
     return tuple(_authorization(USER_AK, USER_SK, now).items())
 
 
-@pytest.fixture
-def acl(tmp_path: Path) -> Iterator[tuple[LocalCluster, MessagingServiceStub]]:
-    """ACL on (tests.support.acl's accounts), TopicA and TopicDeny created, a raw stub."""
-    home = tmp_path / "home"
-    write_acl(home)
-    with (
-        grpc_cluster(tmp_path / "c", acl_enable=True, rocketmq_home=str(home)) as cluster,
-        grpc.insecure_channel(endpoint(cluster)) as channel,
-    ):
-        create_topic(cluster, "TopicA")
-        create_topic(cluster, "TopicDeny")
-        yield cluster, MessagingServiceStub(channel)
-
-
 def test_a_signature_out_of_the_freshness_window_is_refused(
     acl: tuple[LocalCluster, MessagingServiceStub],
 ) -> None:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,8 @@ import pytest
 
 from tests.daemons import LocalCluster
 from tests.grpc.test_attacks import META, Metadatum, send_request, signed
-from tests.support.acl import USER_AK, USER_SK, write_acl
+from tests.grpc.test_transactions_acl import Checker
+from tests.support.acl import USER_AK, USER_SK
 from tests.support.grpc5 import (
     MessagingServiceStub,
     create_topic,
@@ -37,20 +36,7 @@ from tests.support.grpc5 import (
 
 pytestmark = pytest.mark.slow
 
-from rocketmq import TransactionChecker, TransactionResolution  # noqa: E402
-
-
-@pytest.fixture
-def acl(tmp_path: Path) -> Iterator[tuple[LocalCluster, MessagingServiceStub]]:
-    home = tmp_path / "home"
-    write_acl(home)
-    with (
-        grpc_cluster(tmp_path / "c", acl_enable=True, rocketmq_home=str(home)) as cluster,
-        grpc.insecure_channel(endpoint(cluster)) as channel,
-    ):
-        create_topic(cluster, "TopicA")
-        create_topic(cluster, "TopicDeny")
-        yield cluster, MessagingServiceStub(channel)
+from rocketmq import TransactionResolution  # noqa: E402
 
 
 def wrong_secret() -> tuple[tuple[str, str], ...]:
@@ -204,17 +190,6 @@ def test_the_official_client_sees_the_proxys_code_and_no_system_property(tmp_pat
         assert [(m.body, m.properties) for m in got] == [(b"fine", {"mine": "kept"})]
 
 
-class Checker(TransactionChecker):  # type: ignore[misc]
-    def __init__(self) -> None:
-        self.asked: list[str] = []
-        self.lock = threading.Lock()
-
-    def check(self, message: Any) -> Any:
-        with self.lock:
-            self.asked.append(message.message_id)
-        return TransactionResolution.ROLLBACK
-
-
 def half(recovery_s: int = 0) -> spb.SendMessageRequest:
     request = send_request("Tx")
     sys = request.messages[0].system_properties
@@ -228,7 +203,7 @@ def half(recovery_s: int = 0) -> spb.SendMessageRequest:
 def test_a_5x_halfs_orphaned_transaction_recovery_duration_is_honoured(tmp_path: Path) -> None:
     """The proxy stores it as CHECK_IMMUNITY_TIME_IN_SECONDS, which the check loop read nowhere: the
     producer was asked at `transactionTimeOut`. A user property of that name is a user's to set."""
-    checker = Checker()
+    checker = Checker(TransactionResolution.ROLLBACK)
     with (
         grpc_cluster(tmp_path, transaction_check_interval=300, transaction_time_out=200) as cluster,
         grpc.insecure_channel(endpoint(cluster)) as channel,
