@@ -801,18 +801,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         `ReceiveMessageResponseStreamWriter`); MESSAGE_NOT_FOUND when the long poll ends empty."""
         client, meta = self._client(context)
         group, topic = request.group.name, request.message_queue.topic.name
-        renewed = request.auto_renew and not request.HasField("invisible_duration")
+        # an auto-renewed receive lends for the renewals' own duration, whatever it names (the Proxy's
+        # `ReceiveMessageActivity`, which takes its default then)
+        renewed = request.auto_renew
         try:
             pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
-            invisible_ms = (
-                duration_ms(request.invisible_duration, pb.ILLEGAL_INVISIBLE_TIME)
-                if request.HasField("invisible_duration")
-                else self.leases.invisible_ms
-            )
-            problem = invisible_problem(invisible_ms, MIN_INVISIBLE_MS)
-            if problem is not None:
-                raise problem
+            invisible_ms = self.leases.invisible_ms
+            if request.HasField("invisible_duration") and not renewed:
+                invisible_ms = duration_ms(request.invisible_duration, pb.ILLEGAL_INVISIBLE_TIME)
+                problem = invisible_problem(invisible_ms, MIN_INVISIBLE_MS)
+                if problem is not None:
+                    raise problem
             poll_ms = min(
                 duration_ms(request.long_polling_timeout, pb.ILLEGAL_POLLING_TIME), MAX_LONG_POLLING_MS
             )

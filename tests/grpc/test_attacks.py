@@ -220,6 +220,25 @@ def test_invisible_durations_out_of_range_are_refused(
         assert answer.status.code == pb.ILLEGAL_INVISIBLE_TIME, (seconds, answer.status)
 
 
+def test_an_auto_renewed_receive_naming_a_duration_is_renewed_with_the_default(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """As the Proxy's `ReceiveMessageActivity`: auto-renew takes the default lending and renews it. Before,
+    a named duration was used and the lending was never renewed (the message came back while consumed)."""
+    cluster, s = stub
+    create_topic(cluster, "Renewed", 1)
+    create_group(cluster, "G")
+    assert s.SendMessage(send_request("Renewed"), metadata=META, timeout=10).status.code == pb.OK
+    request = receive_request("G", "Renewed", invisible_s=None)
+    request.invisible_duration.CopyFrom(_duration(2))
+    got = [r.message for r in s.ReceiveMessage(request, metadata=META, timeout=10) if r.HasField("message")]
+    assert len(got) == 1
+    assert cluster.broker.grpc is not None
+    leases = cluster.broker.grpc.service.leases
+    assert got[0].system_properties.invisible_duration.ToMilliseconds() == leases.invisible_ms
+    assert got[0].system_properties.receipt_handle in leases.by_handle
+
+
 def test_a_forged_or_foreign_receipt_handle_acks_nothing(
     stub: tuple[LocalCluster, MessagingServiceStub],
 ) -> None:
