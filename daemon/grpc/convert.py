@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 import zlib
 from typing import Any, Final
 
@@ -154,18 +155,22 @@ class MessageRefused(ValueError):
         self.code = code
 
 
+#: Guava's `CharMatcher.javaIsoControl()`, which Java's `GrpcValidator#containControlCharacter` uses.
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def control_character(text: str) -> bool:
-    """Java's `GrpcValidator#containControlCharacter` (Guava `javaIsoControl`: U+0000-U+001F,
-    U+007F-U+009F); among them the 4.x property separators \x01 and \x02."""
-    return any(c <= "\x1f" or "\x7f" <= c <= "\x9f" for c in text)
+    """Whether `text` holds a control character as the proxy counts them (U+0000-U+001F, U+007F-U+009F;
+    among them the 4.x property separators \\x01 and \\x02)."""
+    return _CONTROL.search(text) is not None
 
 
 #: What Java's `Character.isWhitespace` (`StringUtils.isBlank`) does not take for a space.
-_NO_BREAK: Final = "\u00a0\u2007\u202f"
+_NO_BREAK: Final = re.compile("[\u00a0\u2007\u202f]")
 
 
 def _blank(text: str) -> bool:
-    return all(c.isspace() and c not in _NO_BREAK for c in text)
+    return text.isspace() and _NO_BREAK.search(text) is None
 
 
 def _text_problem(text: str, what: str, code: int, banned: str = "") -> None:
@@ -179,7 +184,7 @@ def _text_problem(text: str, what: str, code: int, banned: str = "") -> None:
 
 
 def _utf8(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def parse_message(
@@ -217,7 +222,8 @@ def parse_message(
     tag = sys.tag
     _text_problem(tag, "tag", pb.ILLEGAL_MESSAGE_TAG, "|")
     total += _utf8(tag)
-    for key in sys.keys:
+    keys = list(sys.keys)
+    for key in keys:
         _text_problem(key, "key", pb.ILLEGAL_MESSAGE_KEY)
         total += _utf8(key)
     if total > MAX_USER_PROPERTY_BYTES:
@@ -227,8 +233,8 @@ def parse_message(
         )
     if tag:
         props[PROPERTY_TAGS] = tag
-    if sys.keys:
-        props[PROPERTY_KEYS] = " ".join(sys.keys)
+    if keys:
+        props[PROPERTY_KEYS] = " ".join(keys)
     if control_character(sys.message_id):
         raise MessageRefused(pb.ILLEGAL_MESSAGE_ID, "message id cannot contain control character")
     if sys.message_id:
