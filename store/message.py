@@ -43,6 +43,9 @@ PROPERTY_TRANSACTION_PREPARED: Final = "TRAN_MSG"
 PROPERTY_PRODUCER_GROUP: Final = "PGROUP"
 PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: Final = "TRAN_PREPARED_QUEUE_OFFSET"
 PROPERTY_TRANSACTION_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
+#: A producer's "do not check this half before" in seconds (4.x `putUserProperty`, 5.x
+#: `orphaned_transaction_recovery_duration`): a user property, read by the transaction checker.
+PROPERTY_CHECK_IMMUNITY_TIME: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_MIN_OFFSET: Final = "MIN_OFFSET"
 PROPERTY_MAX_OFFSET: Final = "MAX_OFFSET"
 PROPERTY_CONSUME_START_TIMESTAMP: Final = "CONSUME_START_TIME"
@@ -62,6 +65,64 @@ PROPERTY_TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
 PROPERTY_DLEDGER_TERM: Final = "DLEDGER_TERM"
 PROPERTY_DLEDGER_LEADER: Final = "DLEDGER_LEADER"
 KEY_SEPARATOR: Final = " "
+#: Java's `MessageConst.STRING_HASH_SET` (RocketMQ 5): the properties the system sets. Its clients and
+#: proxy refuse a user property of one of these names (so nobody forges a transaction, a delay, a DLQ
+#: origin...), and the proxy leaves them out of the user properties a consumer is given.
+RESERVED_PROPERTIES: Final = frozenset(
+    {
+        "TRACE_ON",
+        "MSG_REGION",
+        "KEYS",
+        "TAGS",
+        "WAIT",
+        "DELAY",
+        "RETRY_TOPIC",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "POP_CK",
+        "POP_CK_OFFSET",
+        "1ST_POP_TIME",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "DUP_INFO",
+        "EXTEND_UNIQ_INFO",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET",
+        "TIMER_DELAY_MS",
+        "TIMER_DELAY_SEC",
+        "TIMER_DELIVER_MS",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_OUT_MS",
+        "TIMER_DEL_UNIQKEY",
+        "TIMER_DELAY_LEVEL",
+        "__BORNHOST",
+        "BORN_TIMESTAMP",
+        "DLQ_ORIGIN_TOPIC",
+        "DLQ_ORIGIN_MESSAGE_ID",
+        "__CRC32#",
+    }
+)
 
 HostAddress = tuple[str, int]
 """``(ip, port)``; IPv6 addresses make the record use 20-byte host fields."""

@@ -426,6 +426,11 @@ class AclFiles:
 # ---------------------------------------------------------------------------------- request rules
 
 
+#: What a 5.x QueryRoute is checked as (the proxy's `PlainAccessResource`: ANY on the topic). No remoting
+#: request stands for it: a 4.x client asks the NameServer, which checks no route request (as 4.9.8's).
+QUERY_ROUTE: Final = -int(R.GET_ROUTEINFO_BY_TOPIC)
+
+
 def _retry(group: str | None) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + (group or "")
 
@@ -454,6 +459,7 @@ _RESOURCE_CODES: Final = frozenset(
         R.ACK_MESSAGE,
         R.CHANGE_MESSAGE_INVISIBLETIME,
         R.BATCH_ACK_MESSAGE,
+        QUERY_ROUTE,
         RECALL_MESSAGE,
     )
 )
@@ -482,6 +488,8 @@ def needed_resources(request: RemotingCommand) -> list[tuple[str, int]]:
         return [(f.get("topic", ""), SUB)]
     if code == RECALL_MESSAGE:  # as 5.x's proxy checks it: PUB on the topic (its producer's act)
         return [(f.get("topic", ""), PUB)]
+    if code == QUERY_ROUTE:
+        return [(f.get("topic", ""), ANY)]
     if code in (R.UNREGISTER_CLIENT, R.GET_CONSUMER_LIST_BY_GROUP):
         group = f.get("consumerGroup")
         return [(_retry(group), SUB)] if group else []

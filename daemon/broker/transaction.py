@@ -5,7 +5,9 @@ A half message waits in `RMQ_SYS_TRANS_HALF_TOPIC` queue 0. END_TRANSACTION comm
 `REAL_TOPIC`/`REAL_QID` with the commit sysFlag) or rolls it back, and either way writes an "op" record
 (body = the half's queue offset, tag `d`) to `RMQ_SYS_TRANS_OP_HALF_TOPIC`, as Java does. Every
 `transactionCheckInterval` the service asks a live producer of the half's group (`PGROUP`) about halves
-older than `transactionTimeOut` that have no op record, at most `transactionCheckMax` times each.
+older than `transactionTimeOut` (or the half's own CHECK_IMMUNITY_TIME_IN_SECONDS, which leaves it alone
+but not the halves after it, as 4.9.8's `TransactionalMessageServiceImpl#check`) that have no op record, at
+most `transactionCheckMax` times each.
 Progress through the half queue is kept as the offset of group `CID_RMQ_SYS_TRANS`, like Java.
 
 The committed copy and the op record are two puts (two quorum rounds on DLedger): a leader killed between
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -33,6 +36,7 @@ from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingError
 from store.message import (
+    PROPERTY_CHECK_IMMUNITY_TIME,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -231,9 +235,12 @@ class TransactionService:
                         progress += 1
                     continue
                 half = selected.stored
-                if now - half.store_timestamp < config.transaction_time_out:
-                    offset = -1
-                    break
+                immunity = half.properties.get(PROPERTY_CHECK_IMMUNITY_TIME)
+                if now - half.store_timestamp < immunity_ms(immunity, config.transaction_time_out):
+                    if immunity is None:  # the halves after it are younger still
+                        offset = -1
+                        break
+                    continue  # its own time: the younger ones after it may be due (Java re-puts it)
                 if self._committed_before(half):  # its op record was lost: nothing to ask
                     await self._write_op(qoff)
                     if qoff == progress:
@@ -278,6 +285,16 @@ class TransactionService:
             log.info("cannot check half message %s with %s: %s", half.msg_id, channel.client_id, exc)
             return False
         return True
+
+
+def immunity_ms(seconds: str | None, timeout_ms: int) -> int:
+    """How long after it was stored a half is left unchecked: its producer's CHECK_IMMUNITY_TIME_IN_SECONDS,
+    else (absent or no number: Java's `getImmunityTime`) `transactionTimeOut`."""
+    if seconds is None:
+        return timeout_ms
+    if re.fullmatch(r"[+-]?[0-9]{1,18}", seconds) is None:  # (what Java's Long.parseLong takes)
+        return timeout_ms
+    return int(seconds) * 1000
 
 
 def committed_copy(half: StoredMessage) -> Message:

@@ -158,6 +158,13 @@ class ClientRegistry:
             client_id = f"{address[0]}:{address[1]}"
         return self.clients.get(client_key(client_id, address[0]))
 
+    def readmit(self, client: GrpcClient) -> None:
+        """Hold `client` again after it was forgotten (a termination, a silence) while its Telemetry stream
+        stayed open: Settings arriving on that stream register it, so its heartbeats must find it (they
+        found none, or a settings-less stand-in, and were answered UNRECOGNIZED_CLIENT_TYPE)."""
+        if self.clients.get(client.key) is not client and len(self.clients) < self.limit:
+            self.clients[client.key] = client
+
     def forget(self, client: GrpcClient) -> None:
         if self.clients.pop(client.key, None) is not None:
             self._on_forget(client)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 import zlib
 from typing import Any, Final
 
@@ -19,28 +20,19 @@ from daemon.broker.attributes import MESSAGE_TYPE, MESSAGE_TYPES
 from daemon.remoting.codes import ResponseCode
 from store.javahash import java_hash
 from store.message import (
-    PROPERTY_CLUSTER,
+    PROPERTY_CHECK_IMMUNITY_TIME,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
-    PROPERTY_MAX_OFFSET,
-    PROPERTY_MIN_OFFSET,
-    PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_PRODUCER_GROUP,
-    PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
-    PROPERTY_TIMER_DEQUEUE_MS,
-    PROPERTY_TIMER_ENQUEUE_MS,
-    PROPERTY_TIMER_OUT_MS,
-    PROPERTY_TIMER_ROLL_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
-    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_UNIQ_KEY,
-    PROPERTY_WAIT_STORE_MSG_OK,
+    RESERVED_PROPERTIES,
     StoredMessage,
 )
 from store.models import TopicConfig
@@ -48,7 +40,6 @@ from store.names import RETRY_GROUP_TOPIC_PREFIX
 
 #: 5.x message properties the 4.9.8 MessageConst does not name (RocketMQ 5 MessageConst).
 PROPERTY_SHARDING_KEY: Final = "__SHARDINGKEY"
-PROPERTY_CHECK_IMMUNITY_TIME: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_TRACE_CONTEXT: Final = "TRACE_CONTEXT"
 PROPERTY_BORN_HOST: Final = "__BORNHOST"
 PROPERTY_DLQ_ORIGIN_TOPIC: Final = "DLQ_ORIGIN_TOPIC"
@@ -60,39 +51,9 @@ _DELAY_PROPERTIES: Final = (
     PROPERTY_TIMER_DELAY_MS,
 )
 
-#: Properties the broker sets itself: a user property of the same name is refused (the proxy's
-#: `MessageConst.STRING_HASH_SET` check), so no client can forge a transaction or a delay by them.
-RESERVED_PROPERTIES: Final = frozenset(
-    {
-        PROPERTY_TAGS,
-        PROPERTY_KEYS,
-        PROPERTY_UNIQ_KEY,
-        PROPERTY_WAIT_STORE_MSG_OK,
-        PROPERTY_DELAY_TIME_LEVEL,
-        PROPERTY_TRANSACTION_PREPARED,
-        PROPERTY_PRODUCER_GROUP,
-        PROPERTY_SHARDING_KEY,
-        PROPERTY_TIMER_DELIVER_MS,
-        PROPERTY_CHECK_IMMUNITY_TIME,
-        PROPERTY_TIMER_DELAY_SEC,
-        PROPERTY_TIMER_DELAY_MS,
-        PROPERTY_REAL_TOPIC,
-        PROPERTY_REAL_QUEUE_ID,
-        PROPERTY_RETRY_TOPIC,
-        PROPERTY_MAX_OFFSET,
-        PROPERTY_MIN_OFFSET,
-        PROPERTY_CLUSTER,
-        PROPERTY_ORIGIN_MESSAGE_ID,
-        PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
-        PROPERTY_TIMER_OUT_MS,
-        PROPERTY_TIMER_ENQUEUE_MS,
-        PROPERTY_TIMER_DEQUEUE_MS,
-        PROPERTY_TIMER_ROLL_TIMES,
-        "TIMER_DEL_UNIQKEY",
-        "RECONSUME_TIME",
-        "POP_CK",
-    }
-)
+#: What a consumer is not given as user properties: the reserved ones (Java's `STRING_HASH_SET`) and
+#: those it is given as system properties besides (message group, trace context).
+_NOT_USER_PROPERTIES: Final = RESERVED_PROPERTIES | {PROPERTY_SHARDING_KEY, PROPERTY_TRACE_CONTEXT}
 
 #: A 5.x message id: `01` + MAC (6 bytes) + pid (2) + seconds since 2021-01-01 (4) + sequence (4), in hex
 #: (rocketmq-clients `MessageIdCodec`); 4.x ids are 32 hex characters.
@@ -179,52 +140,143 @@ def fifo_queue(group: str, queues: int) -> int:
     return consistent_hash(java_hash(group), max(1, queues))
 
 
-def message_properties(msg: pb.Message, now_ms: int) -> tuple[dict[str, str], str | None]:
-    """The stored properties of one SendMessage entry, or (_, problem) when it must be refused."""
-    sys = msg.system_properties
-    props: dict[str, str] = {}
-    for key, value in msg.user_properties.items():
-        if key in RESERVED_PROPERTIES:
-            return props, f"property {key} is reserved"
-        props[key] = value
-    if sys.tag:
-        props[PROPERTY_TAGS] = sys.tag
-    if sys.keys:
-        props[PROPERTY_KEYS] = " ".join(sys.keys)
-    if sys.message_id:
-        props[PROPERTY_UNIQ_KEY] = sys.message_id
-    if sys.trace_context:
-        props[PROPERTY_TRACE_CONTEXT] = sys.trace_context
-    if sys.born_host:
-        props[PROPERTY_BORN_HOST] = sys.born_host
-    kind = sys.message_type
-    if kind == pb.FIFO or sys.message_group:
-        if not sys.message_group:
-            return props, "a FIFO message needs a message group"
-        props[PROPERTY_SHARDING_KEY] = sys.message_group
-    if kind == pb.DELAY or sys.HasField("delivery_timestamp"):
-        try:
-            deliver_ms = millis(sys.delivery_timestamp)
-        except BodyRefused as exc:
-            return props, f"bad delivery timestamp: {exc}"
-        if deliver_ms <= 0:
-            return props, "a DELAY message needs a delivery timestamp"
-        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
-    if kind == pb.TRANSACTION:
-        props[PROPERTY_TRANSACTION_PREPARED] = "true"
-        props[PROPERTY_PRODUCER_GROUP] = msg.topic.name  # the proxy's producer group is the topic
-        recovery = sys.orphaned_transaction_recovery_duration.seconds
-        if recovery > 0:
-            props[PROPERTY_CHECK_IMMUNITY_TIME] = str(recovery)
-    return props, None
+#: The proxy's `ProxyConfig` limits on a message's user properties (their names and values, its tag and
+#: keys), and on a message group (in UTF-8 bytes: one of this size or more is refused).
+MAX_USER_PROPERTIES: Final = 128
+MAX_USER_PROPERTY_BYTES: Final = 16 * 1024
+MAX_MESSAGE_GROUP_BYTES: Final = 64
 
 
-class BodyRefused(ValueError):
-    """A body that cannot be stored: `code` is the v2 status code to answer with."""
+class MessageRefused(ValueError):
+    """A message that cannot be stored: `code` is the v2 status code to answer with."""
 
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+#: Guava's `CharMatcher.javaIsoControl()`, which Java's `GrpcValidator#containControlCharacter` uses.
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def control_character(text: str) -> bool:
+    """Whether `text` holds a control character as the proxy counts them (U+0000-U+001F, U+007F-U+009F;
+    among them the 4.x property separators \\x01 and \\x02)."""
+    return _CONTROL.search(text) is not None
+
+
+#: What Java's `Character.isWhitespace` (`StringUtils.isBlank`) does not take for a space.
+_NO_BREAK: Final = re.compile("[\u00a0\u2007\u202f]")
+
+
+def _blank(text: str) -> bool:
+    return text.isspace() and _NO_BREAK.search(text) is None
+
+
+def _text_problem(text: str, what: str, code: int, banned: str = "") -> None:
+    """The proxy's check of a tag, key or message group: not blank, no `banned`, no control character."""
+    if text and _blank(text):
+        raise MessageRefused(code, f"{what} cannot be the char sequence of whitespace")
+    if banned and banned in text:
+        raise MessageRefused(code, f"{what} cannot contain '{banned}'")
+    if control_character(text):
+        raise MessageRefused(code, f"{what} cannot contain control character")
+
+
+def _utf8(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def parse_message(
+    msg: pb.Message, now_ms: int, max_body: int, max_delay_ms: int
+) -> tuple[dict[str, str], bytes]:
+    """One SendMessage entry as the stored properties and body, validated as the proxy's
+    `SendMessageActivity#buildMessage` does, in its order; MessageRefused with its code otherwise.
+    `max_body` is maxMessageSize, `max_delay_ms` the farthest delivery time the timer service takes."""
+    size = len(msg.body)
+    if size == 0:
+        raise MessageRefused(pb.MESSAGE_BODY_EMPTY, "message body cannot be empty")
+    if size > max_body:
+        raise MessageRefused(pb.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed the max {max_body}")
+    sys = msg.system_properties
+    user = msg.user_properties
+    if len(user) > MAX_USER_PROPERTIES:
+        raise MessageRefused(
+            pb.MESSAGE_PROPERTIES_TOO_LARGE, f"too many user properties, max is {MAX_USER_PROPERTIES}"
+        )
+    props: dict[str, str] = {}
+    total = 0
+    for key, value in user.items():
+        if key in RESERVED_PROPERTIES:
+            raise MessageRefused(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property is used by system: {key}")
+        if control_character(key):
+            raise MessageRefused(
+                pb.ILLEGAL_MESSAGE_PROPERTY_KEY, "the key of property cannot contain control character"
+            )
+        if control_character(value):
+            raise MessageRefused(
+                pb.ILLEGAL_MESSAGE_PROPERTY_KEY, "the value of property cannot contain control character"
+            )
+        total += _utf8(key) + _utf8(value)
+        props[key] = value
+    tag = sys.tag
+    _text_problem(tag, "tag", pb.ILLEGAL_MESSAGE_TAG, "|")
+    total += _utf8(tag)
+    keys = list(sys.keys)
+    for key in keys:
+        _text_problem(key, "key", pb.ILLEGAL_MESSAGE_KEY)
+        total += _utf8(key)
+    if total > MAX_USER_PROPERTY_BYTES:
+        raise MessageRefused(
+            pb.MESSAGE_PROPERTIES_TOO_LARGE,
+            f"the total size of user property is too large, max is {MAX_USER_PROPERTY_BYTES}",
+        )
+    if tag:
+        props[PROPERTY_TAGS] = tag
+    if keys:
+        props[PROPERTY_KEYS] = " ".join(keys)
+    if control_character(sys.message_id):
+        raise MessageRefused(pb.ILLEGAL_MESSAGE_ID, "message id cannot contain control character")
+    if sys.message_id:
+        props[PROPERTY_UNIQ_KEY] = sys.message_id
+    kind = sys.message_type
+    if kind == pb.TRANSACTION:
+        props[PROPERTY_TRANSACTION_PREPARED] = "true"
+        recovery = sys.orphaned_transaction_recovery_duration.seconds
+        if recovery > 0:
+            props[PROPERTY_CHECK_IMMUNITY_TIME] = str(recovery)
+    if kind == pb.DELAY or sys.HasField("delivery_timestamp"):
+        deliver_ms = millis(sys.delivery_timestamp)
+        if deliver_ms <= 0:
+            raise MessageRefused(pb.BAD_REQUEST, "a DELAY message needs a delivery timestamp")
+        if deliver_ms - now_ms > max_delay_ms:
+            raise MessageRefused(
+                pb.ILLEGAL_DELIVERY_TIME, f"the max delay time of message is too large, max is {max_delay_ms}"
+            )
+        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
+    if kind == pb.TRANSACTION:
+        props[PROPERTY_PRODUCER_GROUP] = msg.topic.name  # the proxy's producer group is the topic
+    group = sys.message_group
+    if kind == pb.FIFO and not group:
+        raise MessageRefused(pb.BAD_REQUEST, "a FIFO message needs a message group")
+    if group:
+        if _blank(group):
+            raise MessageRefused(
+                pb.ILLEGAL_MESSAGE_GROUP, "message group cannot be the char sequence of whitespace"
+            )
+        if _utf8(group) >= MAX_MESSAGE_GROUP_BYTES:
+            raise MessageRefused(
+                pb.ILLEGAL_MESSAGE_GROUP, f"message group exceed the max size {MAX_MESSAGE_GROUP_BYTES}"
+            )
+        _text_problem(group, "message group", pb.ILLEGAL_MESSAGE_GROUP)
+        props[PROPERTY_SHARDING_KEY] = group
+    # (the proxy stores these two as they come; a 4.x separator in them would break the record)
+    for name, value in ((PROPERTY_TRACE_CONTEXT, sys.trace_context), (PROPERTY_BORN_HOST, sys.born_host)):
+        if control_character(value):
+            raise MessageRefused(pb.BAD_REQUEST, f"{name} cannot contain control character")
+        if value:
+            props[name] = value
+    return props, message_body(msg, max_body)
 
 
 def message_body(msg: pb.Message, limit: int) -> bytes:
@@ -236,29 +288,35 @@ def message_body(msg: pb.Message, limit: int) -> bytes:
     try:
         body = inflater.decompress(msg.body, limit + 1)
     except zlib.error as exc:
-        raise BodyRefused(pb.BAD_REQUEST, f"the GZIP body does not inflate: {exc}") from None
+        raise MessageRefused(pb.BAD_REQUEST, f"the GZIP body does not inflate: {exc}") from None
     if len(body) > limit:
-        raise BodyRefused(pb.MESSAGE_BODY_TOO_LARGE, f"the GZIP body inflates past maxMessageSize {limit}")
+        raise MessageRefused(pb.MESSAGE_BODY_TOO_LARGE, f"the GZIP body inflates past maxMessageSize {limit}")
     if not inflater.eof:
-        raise BodyRefused(pb.BAD_REQUEST, "the GZIP body is truncated")
+        raise MessageRefused(pb.BAD_REQUEST, "the GZIP body is truncated")
     return body
 
 
 def millis(stamp: Any) -> int:
-    """A protobuf Timestamp or Duration in ms; BodyRefused (BAD_REQUEST) for one out of its range."""
+    """A protobuf Timestamp or Duration in ms; MessageRefused (BAD_REQUEST) for one out of its range."""
     try:
         return int(stamp.ToMilliseconds())
     except ValueError as exc:
-        raise BodyRefused(pb.BAD_REQUEST, str(exc)) from None
+        raise MessageRefused(pb.BAD_REQUEST, str(exc)) from None
 
 
 def message_type(props: dict[str, str]) -> int:
+    """A stored message's type as `GrpcConverter#buildSystemProperties` names it: a FIFO message with a
+    delivery time is DELAY."""
     if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
         return pb.TRANSACTION
+    if (
+        PROPERTY_TIMER_DELIVER_MS in props
+        or PROPERTY_TIMER_DELAY_SEC in props
+        or props.get(PROPERTY_DELAY_TIME_LEVEL, "0") != "0"
+    ):
+        return pb.DELAY
     if PROPERTY_SHARDING_KEY in props:
         return pb.FIFO
-    if PROPERTY_TIMER_DELIVER_MS in props or props.get(PROPERTY_DELAY_TIME_LEVEL, "0") != "0":
-        return pb.DELAY
     return pb.NORMAL
 
 
@@ -310,7 +368,7 @@ def to_proto(
     if origin:
         system.dead_letter_queue.topic = origin
         system.dead_letter_queue.message_id = props.get(PROPERTY_DLQ_ORIGIN_MESSAGE_ID, "")
-    user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES and k != PROPERTY_TRACE_CONTEXT}
+    user = {k: v for k, v in props.items() if k not in _NOT_USER_PROPERTIES}
     return pb.Message(
         topic=pb.Resource(name=original_topic(msg)),
         user_properties=user,

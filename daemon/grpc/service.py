@@ -23,7 +23,7 @@ import grpc
 from google.protobuf import duration_pb2
 from rocketmq.grpc_protocol import definition_pb2 as pb, service_pb2 as spb, service_pb2_grpc
 
-from daemon.acl.plain import PlainAccessValidator
+from daemon.acl.plain import QUERY_ROUTE, PlainAccessValidator
 from daemon.broker.bodies import ConsumerData, SubscriptionData
 from daemon.broker.headers import EndTransactionRequestHeader, SendMessageRequestHeaderV2
 from daemon.broker.managers.consumers import ClientChannel, client_overflow
@@ -33,14 +33,13 @@ from daemon.config import ALL_KEYS_FIELD, parse_properties
 from daemon.grpc.clients import CONSUME_TYPES, ClientRegistry, GrpcClient, parse_peer
 from daemon.grpc.convert import (
     PROPERTY_SHARDING_KEY,
-    BodyRefused,
+    MessageRefused,
     accepted_types,
     endpoints,
     fifo_queue,
     grpc_code,
-    message_body,
-    message_properties,
     millis,
+    parse_message,
     permission,
     status,
     to_proto,
@@ -160,13 +159,15 @@ def signature_matches(secret_key: str, date_time: str, signature_hex: str) -> bo
 
 
 def overall(statuses: list[pb.Status], what: str) -> pb.Status:
-    """A batch's status (`ResponseBuilder`): OK, the one entry's, or MULTIPLE_RESULTS."""
-    failed = [s for s in statuses if s.code != pb.OK]
-    if not failed:
+    """A batch's status (`SendMessageActivity`, `AckMessageActivity#setAckResponseStatus`): the code its
+    entries share (the first entry's status), else MULTIPLE_RESULTS."""
+    codes = {s.code for s in statuses}
+    if not codes:
         return status()
-    if len(statuses) == 1:
+    if len(codes) == 1:
         return statuses[0]
-    return status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(statuses)} {what} failed")
+    failed = sum(1 for s in statuses if s.code != pb.OK)
+    return status(pb.MULTIPLE_RESULTS, f"{failed} of {len(statuses)} {what} failed")
 
 
 def _duration(ms: int) -> duration_pb2.Duration:
@@ -212,7 +213,7 @@ def duration_ms(value: duration_pb2.Duration, code: int) -> int:
     """A request's Duration in ms; Refused with `code` for one out of protobuf's range."""
     try:
         return millis(value)
-    except BodyRefused as exc:
+    except MessageRefused as exc:
         raise Refused(code, f"bad duration: {exc}") from None
 
 
@@ -461,8 +462,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return out
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
-        self._client(context)
+        """Checked as 5.x's ACL checks it (the signature, PUB or SUB on the topic): an unsigned peer does
+        not learn which topics exist (the NameServer tells a 4.x client, unsigned, as 4.9.8's does)."""
+        client, meta = self._client(context)
         topic = request.topic.name
+        try:
+            self._check(client, meta, QUERY_ROUTE, {"topic": topic})
+        except Refused as refused:
+            return spb.QueryRouteResponse(status=refused.status())
         queues = []
         types = accepted_types(self.broker.topics.get(topic))  # (every member holds the table)
         for name, where, reads, writes, perm in await self._route(topic):
@@ -539,12 +546,26 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def NotifyClientTermination(
         self, request: spb.NotifyClientTerminationRequest, context: Any
     ) -> spb.NotifyClientTerminationResponse:
-        """As the Proxy's `ClientActivity#notifyClientTermination`: a client is known by the Settings its
-        Telemetry stream brought; one without them (unknown here) is answered UNRECOGNIZED_CLIENT_TYPE
-        and nothing is added or removed, one of a type that neither produces nor consumes is forgotten
-        and answered the same with its type."""
+        """As the Proxy's `ClientActivity#notifyClientTermination`: checked first as 5.x's ACL checks it
+        (the signature, SUB on the request's group), so no other peer makes the broker forget a client;
+        then a client is known by the Settings its Telemetry stream brought; one without them (unknown
+        here) is answered UNRECOGNIZED_CLIENT_TYPE and nothing is added or removed, one of a type that
+        neither produces nor consumes is forgotten and answered the same with its type."""
         meta = {m.key: m.value for m in context.invocation_metadata() or () if not m.key.startswith(":")}
-        client = self.clients.known(meta.get("x-mq-client-id", ""), parse_peer(context.peer()))
+        address = parse_peer(context.peer())
+        client_id = meta.get("x-mq-client-id", "")
+        known = self.clients.known(client_id, address)
+        try:  # (5.x's PlainAccessResource: SUB on the group; a producer names none, so its signature alone)
+            group = request.group.name
+            self._check(
+                known or GrpcClient(client_id, address, self._own_ip),
+                meta,
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                {"consumerGroup": group} if group else {},
+            )
+        except Refused as refused:
+            return spb.NotifyClientTerminationResponse(status=refused.status())
+        client = known
         if client is None or client.settings is None:
             return spb.NotifyClientTerminationResponse(
                 status=status(pb.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
@@ -598,6 +619,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     client.last_seen = time.monotonic()
                     if command.HasField("settings"):
                         settings = command.settings
+                        self.clients.readmit(client)  # (registered below: its heartbeats must find it)
                         client.client_type = settings.client_type
                         client.settings = settings
                         if settings.user_agent.version:
@@ -648,38 +670,33 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         broker = self.broker
         topic = msg.topic.name
         now = int(time.time() * 1000)
-        props, problem = message_properties(msg, now)
-        if problem is not None:
-            return spb.SendResultEntry(status=status(pb.BAD_REQUEST, problem))
-        try:
-            self._names(topic)
-            born = millis(msg.system_properties.born_timestamp) or now
-            body = message_body(msg, broker.store.config.max_message_size)
-        except Refused as refused:
-            return spb.SendResultEntry(status=refused.status())
-        except BodyRefused as exc:
-            return spb.SendResultEntry(status=status(exc.code, str(exc)))
         config = broker.topics.get(topic)
         queue_nums = config.write_queue_nums if config is not None else 0
-        queue_id = -1
-        group = props.get(PROPERTY_SHARDING_KEY)
-        if group is not None and queue_nums:
-            queue_id = fifo_queue(group, queue_nums)
         transactional = msg.system_properties.message_type == pb.TRANSACTION
-        fields = SendMessageRequestHeaderV2(
+        header = SendMessageRequestHeaderV2(
             topic,  # the proxy's producer group for a 5.x producer is the topic
             topic,
             AUTO_CREATE_TOPIC,
             queue_nums,
-            queue_id,
+            -1,
             TRANSACTION_PREPARED_TYPE if transactional else 0,
-            born,
+            now,
             0,
-            encode_properties(props).decode(),
-        ).to_ext_fields()
+        )
         try:
-            # ACL first, as on remoting: an unsigned peer must not learn which topics exist
-            self._check(client, meta, RequestCode.SEND_MESSAGE_V2, fields)
+            # ACL first, as the proxy's interceptor: an unsigned peer learns neither which topics exist
+            # nor what in its message would be refused
+            self._check(client, meta, RequestCode.SEND_MESSAGE_V2, header.to_ext_fields())
+            self._names(topic)
+            props, body = parse_message(
+                msg, now, broker.store.config.max_message_size, broker.config.timer_max_delay_sec * 1000
+            )
+            header.g = millis(msg.system_properties.born_timestamp) or now
+            group = props.get(PROPERTY_SHARDING_KEY)
+            if group is not None and queue_nums:
+                header.e = fifo_queue(group, queue_nums)
+            header.i = encode_properties(props).decode()
+            fields = header.to_ext_fields()
             if config is None:
                 return spb.SendResultEntry(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} not found"))
             conflict = type_conflict(config, props)
@@ -690,6 +707,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             response = answer if isinstance(answer, RemotingCommand) else await answer
         except Refused as refused:
             return spb.SendResultEntry(status=refused.status())
+        except MessageRefused as exc:
+            return spb.SendResultEntry(status=status(exc.code, str(exc)))
         except RemotingCommandError as exc:
             return spb.SendResultEntry(status=Refused.of(exc).status())
         if response.code not in (ResponseCode.SUCCESS,):
@@ -782,18 +801,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         `ReceiveMessageResponseStreamWriter`); MESSAGE_NOT_FOUND when the long poll ends empty."""
         client, meta = self._client(context)
         group, topic = request.group.name, request.message_queue.topic.name
-        renewed = request.auto_renew and not request.HasField("invisible_duration")
+        # an auto-renewed receive lends for the renewals' own duration, whatever it names (the Proxy's
+        # `ReceiveMessageActivity`, which takes its default then)
+        renewed = request.auto_renew
         try:
             pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
-            invisible_ms = (
-                duration_ms(request.invisible_duration, pb.ILLEGAL_INVISIBLE_TIME)
-                if request.HasField("invisible_duration")
-                else self.leases.invisible_ms
-            )
-            problem = invisible_problem(invisible_ms, MIN_INVISIBLE_MS)
-            if problem is not None:
-                raise problem
+            invisible_ms = self.leases.invisible_ms
+            if request.HasField("invisible_duration") and not renewed:
+                invisible_ms = duration_ms(request.invisible_duration, pb.ILLEGAL_INVISIBLE_TIME)
+                problem = invisible_problem(invisible_ms, MIN_INVISIBLE_MS)
+                if problem is not None:
+                    raise problem
             poll_ms = min(
                 duration_ms(request.long_polling_timeout, pb.ILLEGAL_POLLING_TIME), MAX_LONG_POLLING_MS
             )

@@ -81,8 +81,8 @@ from store import (
     PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
-    PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT_STORE_MSG_OK,
+    RESERVED_PROPERTIES,
     SCHEDULE_TOPIC,
     SYSTEM_TOPIC_PREFIX,
     TOOLS_CONSUMER_GROUP,
@@ -114,33 +114,10 @@ BROKER_PROPERTIES = frozenset(
     }
 )
 
-#: Property names a producer may not set as user properties: 4.9.8's ``MessageConst.STRING_HASH_SET``
-#: (``Message#putUserProperty`` throws for them) and the timer ones the broker reads. Set by hand they
-#: change what the broker does: ``TRAN_MSG=true`` parks the message as a transaction's half message.
-SYSTEM_PROPERTIES = BROKER_PROPERTIES | frozenset(
-    {
-        PROPERTY_KEYS,
-        PROPERTY_TAGS,
-        PROPERTY_UNIQ_KEY,
-        PROPERTY_TIMER_DELIVER_MS,
-        PROPERTY_TIMER_DELAY_SEC,
-        PROPERTY_TIMER_DELAY_MS,
-        "BUYER_ID",
-        "TRANSFER_FLAG",
-        "CORRECTION_FLAG",
-        "MQ2_FLAG",
-        "RECONSUME_TIME",
-        "MAX_RECONSUME_TIMES",
-        "INSTANCE_ID",
-        "CORRELATION_ID",
-        "REPLY_TO_CLIENT",
-        "TTL",
-        "ARRIVE_TIME",
-        "PUSH_REPLY_TIME",
-        "MSG_TYPE",
-        "INNER_MULTI_QUEUE_OFFSET",
-    }
-)
+#: Property names a producer may not set as user properties: Java's ``MessageConst.STRING_HASH_SET``
+#: (``Message#putUserProperty`` throws for them, the 5.x proxy refuses them) and what the broker adds.
+#: Set by hand they change what the broker does: ``TRAN_MSG=true`` parks the message as a half message.
+SYSTEM_PROPERTIES = BROKER_PROPERTIES | RESERVED_PROPERTIES
 #: The flag that sets a system property the way the broker expects it.
 _PROPERTY_FLAGS = {
     PROPERTY_KEYS: "--key",

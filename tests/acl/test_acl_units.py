@@ -12,9 +12,11 @@ from hypothesis import given, strategies as st
 from daemon.acl import signature as signature_module
 from daemon.acl.plain import (
     ADMIN_CODES,
+    ANY,
     DENY,
     MAX_SENDABLE,
     PUB,
+    QUERY_ROUTE,
     SERVER_EXCLUDED,
     SUB,
     AclConfigError,
@@ -143,6 +145,7 @@ def test_resources_per_code() -> None:
     beat = RemotingCommand.request(RequestCode.HEART_BEAT, body=data.dumps())
     assert needed_resources(beat) == [("%RETRY%G", SUB), ("T", SUB)]
     assert needed_resources(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})) == []
+    assert needed_resources(RemotingCommand.request(QUERY_ROUTE, {"topic": "T"})) == [("T", ANY)]  # a 5.x one
 
 
 ACL_YAML = """

@@ -396,6 +396,45 @@ async def test_unended_half_message_is_checked_with_its_producer(tmp_path: Path)
         await b.stop()
 
 
+async def test_a_halfs_check_immunity_time_is_honoured_and_holds_back_no_other_half(tmp_path: Path) -> None:
+    """A 4.x producer's CHECK_IMMUNITY_TIME_IN_SECONDS (4.9.8's `TransactionalMessageServiceImpl`): a half
+    is checked once its own time has passed, earlier or later than `transactionTimeOut`, and one still
+    immune does not keep the halves after it from their check. Before, the property was not read."""
+    b = await start_broker(tmp_path / "s", transaction_time_out=60_000, transaction_check_interval=3_600_000)
+    asked: list[bytes] = []
+    arrived = asyncio.Event()
+
+    def on_check(conn: Connection, request: RemotingCommand) -> None:
+        asked.append(decode_records(request.body)[0].body)
+        arrived.set()
+
+    producer = RemotingClient({RequestCode.CHECK_TRANSACTION_STATE: on_check})
+    handle = BrokerHandle(b.addr, producer, b)
+    try:
+        await handle.call(
+            RequestCode.HEART_BEAT, body=HeartbeatData("tx-1", [ProducerData("TxPG")], []).dumps()
+        )
+        halves = {
+            b"immune for 600 s": "600",
+            b"immune for 0 s": "0",
+            b"not a number": "soon",  # (Java: transactionTimeOut)
+            b"no property": None,
+        }
+        for body, immunity in halves.items():
+            props = {"TRAN_MSG": "true", "PGROUP": "TxPG"}
+            if immunity is not None:
+                props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = immunity
+            assert (await handle.send("TxImmune", body, props=props)).code == ResponseCode.SUCCESS
+        for _ in range(3):
+            await b.transactions.check_once()
+            await asyncio.wait_for(arrived.wait(), 10)
+            await asyncio.sleep(0.2)  # (any other check would be on its way too)
+        assert set(asked) == {b"immune for 0 s"}
+    finally:
+        await producer.close()
+        await b.stop()
+
+
 async def test_a_send_right_behind_a_held_pull_wakes_it(broker: BrokerHandle) -> None:
     """Pull and send in one TCP write: the broker reads the pull (nothing yet), then stores the message
     before the held pull's coroutine first runs. That message must wake the pull, not the periodic

@@ -77,7 +77,9 @@ def test_refusals_are_statuses(stub: tuple[LocalCluster, MessagingServiceStub]) 
     assert route.status.code == pb.TOPIC_NOT_FOUND
     reserved = pb.Message(topic=pb.Resource(name="Wire"), body=b"x", user_properties={"TRAN_MSG": "true"})
     sent = s.SendMessage(spb.SendMessageRequest(messages=[reserved]), metadata=META, timeout=10)
-    assert sent.status.code == pb.BAD_REQUEST  # no forged transaction through a user property
+    assert (
+        sent.status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY
+    )  # no forged transaction through a user property
     end = s.EndTransaction(
         spb.EndTransactionRequest(
             topic=pb.Resource(name="Wire"), transaction_id="nope", resolution=pb.COMMIT
