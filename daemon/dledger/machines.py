@@ -933,8 +933,9 @@ class Node:
     def _remembered_refusal(self, req: VoteRequest) -> VoteResult | None:
         """(restarted) Why a candidate is refused for the promise kept before its restart (`remember`), None
         when it is not: its leader's own candidacy passes (it stepped down, its lease with it). As a
-        follower hearing that leader answers, ALREADY_VOTED in the last half heartbeat interval (the
-        candidate asks again in the next term a vote interval later, when this member votes)."""
+        follower hearing that leader answers, but ALREADY_VOTED once the deadline is nearer than a candidate
+        refused ALREADY_HAS_LEADER waits (a vote interval and an election timeout): it asks again in the
+        next term a vote interval later, rather than long after the deadline (its leader may be dead)."""
         remembered = self._remembered
         if remembered is None:
             return None
@@ -952,7 +953,11 @@ class Node:
             leader or "(none named)",
             until - self._now,
         )
-        if until - self._now <= self.t.heart_beat_time_interval_ms // 2:
+        t = self.t
+        if (
+            until - self._now
+            <= t.min_vote_interval_ms + t.max_heart_beat_leak * t.heart_beat_time_interval_ms
+        ):
             return VoteResult.REJECT_ALREADY_VOTED
         return VoteResult.REJECT_ALREADY_HAS_LEADER
 

@@ -1507,16 +1507,20 @@ def _restarted(until: int, now: int, leader: str = "n0", timings: Timings | None
 
 
 def test_a_member_restarted_within_its_promise_refuses_other_candidates_until_its_deadline() -> None:
-    """As a follower that still hears its leader: ALREADY_HAS_LEADER, its term unchanged, then
-    ALREADY_VOTED in the last half heartbeat interval; it stands for no election meanwhile. Its leader's
-    own candidacy passes (it stepped down, its lease with it), and past the deadline it votes."""
-    until = 9000
-    node = _restarted(until, now=5000)
-    half = node.t.heart_beat_time_interval_ms // 2
+    """As a follower that still hears its leader: ALREADY_HAS_LEADER, its term unchanged, then ALREADY_VOTED
+    once the deadline is nearer than a candidate refused so waits before it asks again (its leader may be
+    dead: the candidate asks in the next term a vote interval later); it stands for no election meanwhile.
+    Its leader's own candidacy passes (it stepped down, its lease with it), and past the deadline it votes."""
+    node = _restarted(10**9, now=5000)
+    t = node.t
+    until = node._remembered[1] if node._remembered is not None else 0
+    backoff = t.min_vote_interval_ms + t.max_heart_beat_leak * t.heart_beat_time_interval_ms
+    assert until > 5100 + backoff
     assert _ask(node, "n2", 4, 5100) is VoteResult.REJECT_ALREADY_HAS_LEADER
     assert _ask(node, "n2", 3, 5100) is VoteResult.REJECT_ALREADY_HAS_LEADER
     assert (node.m.term, node.m.voted_for, node.m.role) == (3, "n0", Role.CANDIDATE)
-    assert _ask(node, "n2", 4, until - half + 1) is VoteResult.REJECT_ALREADY_VOTED
+    assert _ask(node, "n2", 4, until - backoff - 1) is VoteResult.REJECT_ALREADY_HAS_LEADER
+    assert _ask(node, "n2", 4, until - backoff) is VoteResult.REJECT_ALREADY_VOTED
     assert node.m.term == 3
     for now in range(5000, until, STEP):
         assert node.tick(now) == [], now  # (it stands for no election)
@@ -1527,6 +1531,7 @@ def test_a_member_restarted_within_its_promise_refuses_other_candidates_until_it
     node = _restarted(until, now=5000)
     assert _ask(node, "n0", 4, 5100) is VoteResult.REJECT_TERM_NOT_READY  # (its leader's own candidacy)
     node = _restarted(until, now=5000)
+    assert node.tick(until - 1) == []
     outs = node.tick(until)
     assert node.vote_round is not None and {o.peer for o in outs} == {"n0", "n2"}  # (it stands)
 
