@@ -394,6 +394,9 @@ class DLedgerServer:
         await asyncio.gather(*self._inflight, return_exceptions=True)
         if self._keeper is not None:
             await cancel_tasks([self._keeper])
+        for waiting in self._keeping:  # (acknowledgements never sent: the member stops)
+            waiting.cancel()
+        self._keeping = []
         if self._keep_thread is not None:
             self._keep_thread.shutdown(wait=False)
         self.node.fail_waiting(Code.TERM_CHANGED)

@@ -1,5 +1,5 @@
 """A member keeps on disk until when it refuses other candidates (its `heard` file), before the heartbeat
-answer that promises it goes out, so that a restart keeps the promise (docs/dledger.md §votes-while-a-leader-is-heard).
+answer that promises it goes out, so that a restart keeps the promise (docs/dledger.md §a-restart-keeps-the-promise).
 In this process: a member's DLedger server over a real log, asked on its port as a peer asks it. The
 election rules are tests/dledger/test_machines.py's."""
 
