@@ -602,7 +602,7 @@ def load_heard(dledger_dir: str) -> tuple[str, str, int] | None:
     """The member's `HEARD_FILE` (:func:`decode_heard`); None when it is missing or unreadable."""
     try:
         with open(os.path.join(dledger_dir, HEARD_FILE), "rb") as f:
-            return decode_heard(f.read(HEARD_SIZE * 4))
+            return decode_heard(f.read(1 << 16))  # (far more than any record: one read)
     except OSError:
         return None
 

@@ -283,7 +283,8 @@ class DLedgerServer:
     def _remember_at_start(self, boot: str) -> None:
         """The promise its last start kept (`Node.remember`), if made in this boot and not over: it may have
         acknowledged a leader's heartbeats until its restart, and that leader may lend on them. Another
-        boot's (a reboot outlasts any lease), or a file missing or damaged: none."""
+        boot's (a reboot takes longer than a lease at the usual timings), or a file missing or damaged:
+        none."""
         kept = load_heard(self.settings.directory)
         if kept is None or kept[0] != boot:
             return
