@@ -62,3 +62,24 @@ class FakeClock:
     def advance(self, ms: int) -> None:
         with self._lock:
             self._now += ms
+
+
+#: Where Linux says which boot this is (a new random id at every boot).
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id(path: str = BOOT_ID_PATH) -> str | None:
+    """This boot's id, None where the system gives none (not Linux): a deadline kept on :func:`boot_ms`
+    counts only within the boot that wrote it."""
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+    except (OSError, ValueError):
+        return None
+    return text or None
+
+
+def boot_ms() -> int:
+    """Milliseconds on CLOCK_BOOTTIME: monotonic, counting suspended time, never reset by a process restart
+    and never moved by the wall clock; it starts again at a reboot (:func:`boot_id` tells them apart)."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME) // 1_000_000

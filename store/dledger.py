@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -63,6 +64,9 @@ TERM_FILE = "currterm"
 #: (ours) beside ``currterm``: that the member abstains from elections, and at which stage, until it holds
 #: what its group committed (it lost its store, or its vote file); no file: it votes
 ABSTAIN_FILE = "abstain"
+#: (ours) beside ``currterm``: until when, on this boot's clock, the member refuses every candidate but the
+#: leader it last acknowledged (:func:`encode_heard`); read at start, so a restart keeps that promise
+HEARD_FILE = "heard"
 TERM_KEY = "currTerm"
 VOTE_KEY = "voteLeader"
 
@@ -553,6 +557,69 @@ def persist_abstention(dledger_dir: str, state: str) -> None:
         except FileNotFoundError:
             continue
         sync_directory(dledger_dir)
+
+
+#: The first line of a `HEARD_FILE` record, and the size it is padded to (rewritten in place, never grown).
+HEARD_MAGIC = b"mqctl-heard 1\n"
+HEARD_SIZE = 160
+
+
+def encode_heard(boot_id: str, leader: str, until_boot_ms: int) -> bytes:
+    """A `HEARD_FILE` record: the boot it counts in, the leader let through, the deadline (CLOCK_BOOTTIME
+    milliseconds), then a CRC-32 of what precedes it; padded with newlines to `HEARD_SIZE` so that a rewrite
+    in place leaves nothing of an earlier record behind."""
+    for name, value in (("bootId", boot_id), ("leader", leader)):
+        if "\n" in value or "\r" in value:
+            raise ValueError(f"{name} holds a line break: {value!r}")
+    head = HEARD_MAGIC + f"bootId={boot_id}\nleader={leader}\nuntilBootMs={until_boot_ms}\n".encode()
+    record = head + b"crc=%d\n" % zlib.crc32(head)
+    return record.ljust(HEARD_SIZE, b"\n")
+
+
+def decode_heard(data: bytes) -> tuple[str, str, int] | None:
+    """(boot id, leader, deadline) of a `HEARD_FILE` record; None for anything else (short, torn, damaged,
+    another version): the member then keeps no promise, as after a reboot."""
+    cut = data.find(b"\ncrc=")
+    end = data.find(b"\n", cut + 1) if cut >= 0 else -1
+    if not data.startswith(HEARD_MAGIC) or end < 0 or data[end:].strip(b"\n"):
+        return None
+    head = data[: cut + 1]
+    try:
+        crc = int(data[cut + 5 : end].decode("ascii"))
+        lines = head[len(HEARD_MAGIC) :].decode().split("\n")
+        boot = lines[0].removeprefix("bootId=")
+        leader = lines[1].removeprefix("leader=")
+        until = int(lines[2].removeprefix("untilBootMs="))
+    except (ValueError, IndexError):  # (UnicodeDecodeError is a ValueError)
+        return None
+    names = (lines[0][:7], lines[1][:7], lines[2][:12])
+    if crc != zlib.crc32(head) or len(lines) != 4 or names != ("bootId=", "leader=", "untilBootMs="):
+        return None
+    return boot, leader, until
+
+
+def load_heard(dledger_dir: str) -> tuple[str, str, int] | None:
+    """The member's `HEARD_FILE` (:func:`decode_heard`); None when it is missing or unreadable."""
+    try:
+        with open(os.path.join(dledger_dir, HEARD_FILE), "rb") as f:
+            return decode_heard(f.read(1 << 16))  # (far more than any record: one read)
+    except OSError:
+        return None
+
+
+def keep_heard(dledger_dir: str, record: bytes) -> None:
+    """`record` (:func:`encode_heard`) written over the member's `HEARD_FILE`, in place and not synced: the
+    file counts only within the boot that wrote it, and what a process wrote survives its crash (kill -9)
+    in the page cache; only a crash of the host loses it, which is a reboot. Written in place, a full disk
+    cannot refuse it once the file exists. It blocks on the disk at times (dirty-page throttling): never
+    called on the event loop."""
+    fd = os.open(os.path.join(dledger_dir, HEARD_FILE), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, record, 0)
+        if os.fstat(fd).st_size > len(record):
+            os.ftruncate(fd, len(record))
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------------------------------ the contract

@@ -363,6 +363,14 @@ class Node:
         #: the transferee it named: whose vote may pass although the leader is heard (`_hears_leader`)
         self._leader_leases = False
         self._handover: str | None = None
+        #: (restarted) the leader it acknowledged before its restart, and until when (this clock) it refuses
+        #: every other candidate, as it promised then (`remember`); None once over, or once it hears a leader
+        self._remembered: tuple[str, int] | None = None
+        #: whether its owner keeps each promise on disk before the acknowledgement making it goes out: then
+        #: `unkept` says, after a heartbeat's answer, what to keep first, and `promise_kept` what was kept
+        self.keeps_promises = False
+        self._kept: tuple[str, int] = ("", NO_LEASE)
+        self.unkept: tuple[str, int] | None = None
         #: (term, leader) it left for that leader's silence (its follower timeout ran out)
         self._left: tuple[int, str] | None = None
         #: (term, leader, until): it answered a candidate for that leader's silence, and acknowledges none
@@ -683,6 +691,9 @@ class Node:
             return []
         if self._holds_damage() or not self.can_lead():
             return []  # (it votes for others still, and follows whoever is elected)
+        remembered = self._remembered
+        if remembered is not None and now < remembered[1]:
+            return []  # (as a follower that hears a leader: `remember`)
         if self.abstaining:
             return []  # (it follows whoever is elected)
         term = self.m.term
@@ -795,7 +806,9 @@ class Node:
             # term then still tells it so; the candidate asks again a while later)
             return answer(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
         if not self_vote:
-            refused = self._hears_leader(req)
+            refused = self._remembered_refusal(req)
+            if refused is None:
+                refused = self._hears_leader(req)
             if refused is not None:
                 return answer(refused)
             left = self._left
@@ -881,9 +894,72 @@ class Node:
         return VoteResult.REJECT_ALREADY_HAS_LEADER
 
     def _beat_heard(self, req: HeartBeatRequest) -> None:
-        """(following) Its leader's heartbeat, acknowledged: whether it leases, and whom it hands over to."""
+        """(following) Its leader's heartbeat, acknowledged: whether it leases, and whom it hands over to.
+        Acknowledging a leader of ours, it promises to refuse other candidates for its follower timeout: a
+        promise its owner keeps on disk first when what is kept there does not cover it (`unkept`), with
+        half a timeout to spare, so that a restart keeps it too and the next writes come no oftener."""
         self._leader_leases = req.mqctl_lease is True
         self._handover = req.mqctl_transferee
+        # (a leader heard since its restart: the one it promised to, or one elected once that promise ran out)
+        self._remembered = None
+        if self._leader_leases and self.keeps_promises:
+            leader, timeout = req.leader_id or "", self.follower_timeout()
+            until = self._now + timeout
+            if self._kept[0] != leader or self._kept[1] < until:
+                self.unkept = (leader, until + timeout // 2)
+
+    def promise_kept(self, leader: str, until: int) -> None:
+        """Its owner kept on disk that it refuses every candidate but `leader` until `until` (`unkept`)."""
+        self._kept = (leader, until)
+
+    def remember(self, leader: str, until: int, now: int) -> None:
+        """(at start) What it kept before its restart (`unkept`): until `until` it refuses every candidate
+        but `leader` and stands for no election, as if it still heard that leader (whose lease its last
+        acknowledgements may still hold up), unless it hears a leader first. A deadline further ahead than
+        these timings could have kept is cut to that (its timings changed meanwhile)."""
+        timeout = self.follower_timeout()
+        until = min(until, now + timeout + timeout // 2)
+        if until <= now:
+            return
+        self._remembered = self._kept = (leader, until)
+        log.info(
+            "[%s] restarted within its promise to leader %s: refuses other candidates for %d ms, or until it "
+            "hears a leader",
+            self.m.self_id,
+            leader or "(none named)",
+            until - now,
+        )
+
+    def _remembered_refusal(self, req: VoteRequest) -> VoteResult | None:
+        """(restarted) Why a candidate is refused for the promise kept before its restart (`remember`), None
+        when it is not: its leader's own candidacy passes (it stepped down, its lease with it). As a
+        follower hearing that leader answers, but ALREADY_VOTED once the deadline is nearer than a candidate
+        refused ALREADY_HAS_LEADER waits (a vote interval and an election timeout): it asks again in the
+        next term a vote interval later, rather than long after the deadline (its leader may be dead)."""
+        remembered = self._remembered
+        if remembered is None:
+            return None
+        leader, until = remembered
+        if self._now >= until:
+            self._remembered = None
+            return None
+        if req.leader_id == leader:
+            return None
+        log.info(
+            "[%s] refuses %s in term %d: it restarted within its promise to leader %s (%d ms left)",
+            self.m.self_id,
+            req.leader_id,
+            req.term,
+            leader or "(none named)",
+            until - self._now,
+        )
+        t = self.t
+        if (
+            until - self._now
+            <= t.min_vote_interval_ms + t.max_heart_beat_leak * t.heart_beat_time_interval_ms
+        ):
+            return VoteResult.REJECT_ALREADY_VOTED
+        return VoteResult.REJECT_ALREADY_HAS_LEADER
 
     def on_heartbeat(self, req: HeartBeatRequest, now: int) -> HeartBeatResponse:
         """``DLedgerLeaderElector#handleHeartBeat``."""

@@ -13,6 +13,7 @@ holds up nobody.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import random
 import ssl as _ssl
@@ -63,9 +64,13 @@ from daemon.remoting.errors import RemotingError
 from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import RemotingServer
 from daemon.remoting.tls import ServerTls
+from store.clock import boot_id, boot_ms
 from store.dledger import (
     RaftLog,
+    encode_heard,
+    keep_heard,
     load_abstention,
+    load_heard,
     load_term,
     persist_abstention,
     persist_term,
@@ -171,6 +176,19 @@ class DLedgerServer:
         member = MemberState(settings.group, settings.self_id, dict(settings.peers), persist, term, vote)
         self.node = Node(member, raft_log, settings.timings, random.Random(), settings.preferred_leader)
         self._abstain_at_start(raft_log, term_kept(settings.directory))
+        #: this boot's id: the promises its acknowledgements make are kept on disk (`_keep`); None where the
+        #: system says none (not Linux), and then a restart keeps none
+        self._boot = boot_id()
+        #: (keeping) the promise to write next, the acknowledgements waiting for it, the task writing, and
+        #: the thread it writes on (its own: a busy shared executor would hold the heartbeats' answers up)
+        self._to_keep: tuple[str, int] | None = None
+        self._keeping: list[asyncio.Future[None]] = []
+        self._keeper: asyncio.Task[None] | None = None
+        self._keep_thread: concurrent.futures.ThreadPoolExecutor | None = None
+        self._keep_failures = WarningGate(log)
+        if self._boot is not None:
+            self.node.keeps_promises = True
+            self._remember_at_start(self._boot)
         self.on_role = on_role
         self.on_commit = on_commit
         self.on_peer_back = on_peer_back
@@ -262,6 +280,64 @@ class DLedgerServer:
         else:
             node.abstain(CHECKING, "restarted on its store")
 
+    def _remember_at_start(self, boot: str) -> None:
+        """The promise its last start kept (`Node.remember`), if made in this boot and not over: it may have
+        acknowledged a leader's heartbeats until its restart, and that leader may lend on them. Another
+        boot's (a reboot takes longer than a lease at the usual timings), or a file missing or damaged:
+        none."""
+        kept = load_heard(self.settings.directory)
+        if kept is None or kept[0] != boot:
+            return
+        _boot, leader, until_boot = kept
+        now = now_ms()
+        self.node.remember(leader, now + until_boot - boot_ms(), now)
+
+    def _keep(self, promise: tuple[str, int]) -> asyncio.Future[None]:
+        """Done once `promise` (`Node.unkept`), or a later one, is on disk, or could not be written."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._keeping.append(fut)
+        self._to_keep = promise  # (a later one covers an earlier: the same leader, or one elected since)
+        if self._keeper is None:
+            self._keeper = asyncio.create_task(self._keep_promises())
+        return fut
+
+    async def _keep_promises(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._keep_thread is None:
+            self._keep_thread = concurrent.futures.ThreadPoolExecutor(1, "dledger-heard")
+        try:
+            while self._to_keep is not None and self._boot is not None:
+                (leader, until), waiting = self._to_keep, self._keeping
+                self._to_keep, self._keeping = None, []
+                try:
+                    # on this boot's clock (the machine's is the process's), a millisecond over for the
+                    # two clocks' roundings
+                    record = encode_heard(self._boot, leader, until - now_ms() + boot_ms() + 1)
+                    await loop.run_in_executor(self._keep_thread, keep_heard, self.settings.directory, record)
+                except (OSError, ValueError) as exc:
+                    # (acknowledged all the same: a member that refused them would cost the group its
+                    # leader, for a file that only matters should it restart within the lease)
+                    self._keep_failures.warning(
+                        "[%s] cannot keep until when it refuses candidates (a restart now would vote at "
+                        "once): %s",
+                        self.settings.self_id,
+                        exc,
+                    )
+                else:
+                    self.node.promise_kept(leader, until)
+                for fut in waiting:
+                    if not fut.done():
+                        fut.set_result(None)
+        finally:
+            self._keeper = None
+
+    async def _reply_once_kept(
+        self, request: RemotingCommand, resp: RequestOrResponse, promise: tuple[str, int]
+    ) -> RemotingCommand:
+        """A heartbeat's acknowledgement, sent once the promise it makes is kept on disk (`Node.unkept`)."""
+        await self._keep(promise)
+        return self._reply(request, resp)
+
     @property
     def log(self) -> RaftLog:
         return self.node.log
@@ -317,6 +393,13 @@ class DLedgerServer:
         for task in list(self._inflight):
             task.cancel()
         await asyncio.gather(*self._inflight, return_exceptions=True)
+        if self._keeper is not None:
+            await cancel_tasks([self._keeper])
+        for waiting in self._keeping:  # (acknowledgements never sent: the member stops)
+            waiting.cancel()
+        self._keeping = []
+        if self._keep_thread is not None:
+            self._keep_thread.shutdown(wait=False)
         self.node.fail_waiting(Code.TERM_CHANGED)
         self._answer_waits()
         await self.server.stop(grace=0)
@@ -725,6 +808,10 @@ class DLedgerServer:
         resp = self._answer(code, bean)
         # (a follower answers a push before it dispatches what the push committed: the leader waits)
         self._effects(after_replies=True)
+        unkept = self.node.unkept
+        if unkept is not None:
+            self.node.unkept = None
+            return self._reply_once_kept(request, resp, unkept)
         return self._reply(request, resp)
 
     def _traced_push(

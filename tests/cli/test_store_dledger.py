@@ -112,6 +112,34 @@ def test_clean_plans_and_executes_retention(cli: RunCli, dstore: tuple[Path, lis
     assert report["ok"] is True, report["problems"]
 
 
+@pytest.mark.parametrize(
+    "command",
+    [("commitlog", "ls"), ("verify",), ("cq", "ls"), ("clean", "--reserved-hours", "0"), ("salvage",)],
+)
+def test_a_running_members_own_files_change_nothing_offline(
+    cli: RunCli, dstore: tuple[Path, list[Message]], command: tuple[str, ...]
+) -> None:
+    """Its vote file, abstention and heard file (ours) beside the data and index dirs: every store command
+    reads past them, as a 4.9.8 member opening the dir does (it reads only its data, index, checkpoint and
+    currterm)."""
+    root, _msgs = dstore
+    before = _ageless(ok(cli("store", *command, "--store", str(root), "-o", "json")))
+    member = root / "dledger-n0"
+    dl.persist_term(str(member), 3, "n1")
+    dl.persist_abstention(str(member), "catching-up")
+    dl.keep_heard(str(member), dl.encode_heard("boot", "n1", 123))
+    assert _ageless(ok(cli("store", *command, "--store", str(root), "-o", "json"))) == before
+
+
+def _ageless(out: Any) -> Any:
+    """`out` without its files' ages (they grow between two runs)."""
+    if isinstance(out, dict):
+        return {k: _ageless(v) for k, v in out.items() if k != "age_ms"}
+    if isinstance(out, list):
+        return [_ageless(v) for v in out]
+    return out
+
+
 def test_a_cut_tail_is_salvaged_record_by_record(
     cli: RunCli, dstore: tuple[Path, list[Message]], tmp_path: Path
 ) -> None:

@@ -64,6 +64,8 @@ class Disk:
     voted: bool = False
     #: the abstention the member kept (its `abstain` file)
     abstain: str = VOTING
+    #: (leader, until) it kept before acknowledging that leader's heartbeats (its `heard` file)
+    heard: tuple[str, int] | None = None
 
     def copy(self) -> Disk:
         """The same store, apart (entries are never changed in place; compiled, they do not deepcopy)."""
@@ -84,8 +86,13 @@ class Cluster:
         careful: bool = False,
         refuse: bool = False,
         lease_check: bool = False,
+        keeps: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
+        #: members keep their promises on disk as the server does (`Node.unkept`): a heartbeat's answer goes
+        #: out once the write is done, and a member restarted remembers what it kept (`Node.remember`)
+        self.keeps = keeps
+        self.writes: dict[str, int] = {}
         #: every step, whether two members lead on a fresh lease at once (`overlaps`: when, and who)
         self.lease_check = lease_check
         self.overlaps: list[tuple[int, list[str]]] = []
@@ -134,6 +141,10 @@ class Cluster:
         m = MemberState("g", p, dict(self.peers), persist, term=disk.term, voted_for=disk.vote)
         node = self.nodes[p] = Node(m, disk.log, self.timings, random.Random(self.rng.random()))
         node._now = self.now
+        if self.keeps:
+            node.keeps_promises = True
+            if disk.heard is not None:
+                node.remember(*disk.heard, self.now)
         if self.careful:
             node.keep_abstention = keep
             if disk.abstain == CATCHING_UP:
@@ -246,11 +257,22 @@ class Cluster:
                 if resp is None and held:
                     self.transfers[out.peer] = (src, out)
                     continue
-                lost = resp is None or self.rng.random() < self.loss or not self.reachable(src, out.peer)
-                if lost:
-                    self.send(self.now + 3000 - STEP, "answer", (src, out, None))
-                else:
-                    self.send(self.now + self.latency(out.peer, src), "answer", (src, out, resp))
+                node = self.nodes[out.peer]
+                if node is not None and node.unkept is not None:
+                    # its answer waits for the write (on a thread of the server's: a few ms, at times more)
+                    promise, node.unkept = node.unkept, None
+                    write = self.rng.randint(1, 5) if self.rng.random() > 0.05 else self.rng.randint(50, 500)
+                    # (one write after another, as the server's one thread does them)
+                    at = self.writes[out.peer] = max(self.now + write, self.writes.get(out.peer, 0))
+                    self.send(at, "kept", (node, promise, src, out, resp))
+                    continue
+                self.answer(src, out, resp)
+            elif kind == "kept":
+                node, promise, src, out, resp = payload
+                if self.nodes[out.peer] is node:  # (crashed meanwhile: neither written nor answered)
+                    self.disks[out.peer].heard = promise
+                    node.promise_kept(*promise)
+                    self.answer(src, out, resp)
             else:
                 src, out, resp = payload
                 node = self.nodes[src]
@@ -269,6 +291,14 @@ class Cluster:
             fresh = [p for p, n in self.nodes.items() if n is not None and n.lease_fresh(self.now)]
             if len(fresh) > 1:
                 self.overlaps.append((self.now, fresh))
+
+    def answer(self, src: str, out: Out, resp: RequestOrResponse | None) -> None:
+        """`out.peer`'s answer to `src`'s request, on its way back (or lost)."""
+        lost = resp is None or self.rng.random() < self.loss or not self.reachable(src, out.peer)
+        if lost:
+            self.send(self.now + 3000 - STEP, "answer", (src, out, None))
+        else:
+            self.send(self.now + self.latency(out.peer, src), "answer", (src, out, resp))
 
     def note(self, p: str) -> None:
         """Record what `p` decided and check it against everything recorded so far."""
@@ -1130,15 +1160,28 @@ def test_a_leader_has_its_lease_from_its_first_acknowledged_heartbeats_and_not_w
     assert leader.is_leader and not leader.lease_fresh(c.now)
 
 
-def _lease_faults(seed: int, peers: dict[str, str], timings: Timings | None) -> Cluster:
-    """A group run through faults that leave each member's memory in place (no crash: a member restarted
-    forgot when it last heard its leader), checked at every step for two members leading on a fresh lease:
-    links cut both ways or one way, a member cut off, a link slow, heartbeats and answers lost or late."""
-    c = Cluster(seed=seed, peers=peers, loss=0.05, timings=timings, lease_check=True, refuse=seed % 2 == 1)
+def _lease_faults(
+    seed: int, peers: dict[str, str], timings: Timings | None, restarts: bool = False
+) -> Cluster:
+    """A group run through faults, checked at every step for two members leading on a fresh lease: links
+    cut both ways or one way, a member cut off, a link slow, heartbeats and answers lost or late; with
+    `restarts`, members also crash and start again at once or a moment later, as the server starts them
+    (checking first, keeping their promises: `Node.remember`)."""
+    c = Cluster(
+        seed=seed,
+        peers=peers,
+        loss=0.05,
+        timings=timings,
+        lease_check=True,
+        refuse=seed % 2 == 1,
+        careful=restarts,
+        keeps=restarts,
+    )
     rng = random.Random(seed * 104729)
     names = list(peers)
+    faults = ["partition", "one-way", "isolate", "slow", "slow", "none"]
     for _ in range(10):
-        fault = rng.choice(["partition", "one-way", "isolate", "slow", "slow", "none"])
+        fault = rng.choice([*faults, "restart", "restart", "restart"] if restarts else faults)
         leader = c.leader()
         victim = leader.m.self_id if leader is not None and rng.random() < 0.5 else rng.choice(names)
         other = rng.choice([n for n in names if n != victim])
@@ -1152,6 +1195,19 @@ def _lease_faults(seed: int, peers: dict[str, str], timings: Timings | None) -> 
             for n in names:
                 if n != victim:
                     c.slow[(victim, n)] = rng.randint(200, 2500)
+        elif fault == "restart" and leader is not None:
+            # followers restarted while another, cut off the leader, stands and asks them
+            lead = leader.m.self_id
+            followers = [n for n in names if n != lead]
+            rng.shuffle(followers)
+            candidate, restarted = followers[0], followers[1 : 1 + len(names) // 2]
+            c.cut.add(frozenset((lead, candidate)))
+            c.run(rng.randint(3000, 12_000))  # (no sends: the candidate's log stays as long as theirs)
+            for victim in restarted:
+                c.crash(victim)
+            c.run(rng.choice([0, 0, rng.randint(10, 500)]))
+            for victim in restarted:
+                c.start(victim)
         c.run(rng.randint(500, 15_000), append_every=100)
         c.cut.clear()
         c.one_way.clear()
@@ -1165,6 +1221,7 @@ LEAK1 = Timings(max_heart_beat_leak=1)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("restarts", [False, True], ids=["running", "restarts"])
 @pytest.mark.parametrize(
     ("peers", "timings"),
     [(PEERS, None), (PEERS, QUICK), (PEERS, LEAK1), (PEERS5, None), (PEERS5, QUICK), (PEERS5, LEAK1)],
@@ -1172,15 +1229,18 @@ LEAK1 = Timings(max_heart_beat_leak=1)
 )
 @pytest.mark.parametrize("seed", range(16))
 def test_no_two_members_lead_on_a_fresh_lease_at_once(
-    seed: int, peers: dict[str, str], timings: Timings | None
+    seed: int, peers: dict[str, str], timings: Timings | None, restarts: bool
 ) -> None:
     """A member that hears its leader neither votes for a candidate nor moves its term for one, and one that
     answered a candidate for its leader's silence acknowledges no late heartbeat of it: a majority that
     acknowledged a round refuses every candidate until the lease from that round has run out. (Following
     DLedger's `handleVote`, a follower that reached its leader's term through a heartbeat voted for a
     candidate of that term, whose next term then took every follower from its leader at once; and at
-    ``maxHeartBeatLeak=1`` a follower stood one interval after the last heartbeat.)"""
-    c = _lease_faults(seed, peers, timings)
+    ``maxHeartBeatLeak=1`` a follower stood one interval after the last heartbeat.) With `restarts`,
+    followers are also restarted while another, cut off the leader, stands: each kept until when it
+    refuses other candidates, so one restarted while a lease runs still refuses them (forgetting it, a
+    member voted for the candidate as soon as its restart check ended: docs/dledger.md)."""
+    c = _lease_faults(seed, peers, timings, restarts)
     assert not c.overlaps, c.overlaps[:3]
 
 
@@ -1379,6 +1439,194 @@ def test_followers_timing_out_moments_apart_elect_without_a_second_election_time
     timings = Timings()
     timeout = timings.max_heart_beat_leak * timings.heart_beat_time_interval_ms
     assert took < timeout + 2 * timings.max_vote_interval_ms, took
+
+
+def _keeping_follower(timings: Timings | None = None) -> Node:
+    """`_follower` whose owner keeps its promises (as the server does), the first one kept."""
+    node = Node(MemberState("g", "n1", dict(PEERS), term=3), MemoryRaftLog(), timings)
+    node.keeps_promises = True
+    assert node.on_heartbeat(_beat("n0", 3), 1000).code == DLedgerResponseCode.SUCCESS
+    assert node.unkept is not None
+    node.promise_kept(*node.unkept)
+    node.unkept = None
+    return node
+
+
+def test_an_acknowledgement_waits_for_its_promise_to_be_kept_only_when_what_is_kept_falls_short() -> None:
+    """A follower that acknowledges a leader of ours promises to refuse other candidates for its follower
+    timeout. Its owner keeps that on disk before the acknowledgement goes out, with half a timeout to
+    spare: the next writes come no oftener than that, and a new leader, or a 4.9.8 one, asks its own."""
+    node = Node(MemberState("g", "n1", dict(PEERS), term=3), MemoryRaftLog())
+    timeout = node.follower_timeout()
+    assert node.on_heartbeat(_beat("n0", 3), 1000).code == DLedgerResponseCode.SUCCESS
+    assert node.unkept is None  # (an owner keeping nothing is asked nothing)
+    node = _keeping_follower()
+    assert node._kept == ("n0", 1000 + timeout + timeout // 2)
+    beats = [1000 + i * 500 for i in range(1, 17)]
+    asked = []
+    for at in beats:
+        assert node.on_heartbeat(_beat("n0", 3), at).code == DLedgerResponseCode.SUCCESS
+        if node.unkept is not None:
+            asked.append(at)
+            assert node.unkept == ("n0", at + timeout + timeout // 2)
+            node.promise_kept(*node.unkept)
+            node.unkept = None
+    assert asked == [1000 + timeout // 2 + 500, 1000 + timeout + 1000], asked
+    # a later leader's acknowledgement is covered by nothing kept of another
+    assert node.on_heartbeat(_beat("n2", 4), 10000).code == DLedgerResponseCode.TERM_NOT_READY
+    node.m.next_term()
+    assert node.on_heartbeat(_beat("n2", 4), 10010).code == DLedgerResponseCode.SUCCESS
+    assert node.unkept == ("n2", 10010 + timeout + timeout // 2)
+    node = Node(MemberState("g", "n1", dict(PEERS), term=3), MemoryRaftLog())
+    node.keeps_promises = True
+    assert node.on_heartbeat(_beat("n2", 3, lease=False), 2000).code == DLedgerResponseCode.SUCCESS
+    assert node.unkept is None  # (a 4.9.8 leader's follower votes as DLedger's does: it promises nothing)
+
+
+def _restarted(until: int, now: int, leader: str = "n0", timings: Timings | None = None) -> Node:
+    """n1 started again in term 3 at `now`, having kept that it refuses candidates but `leader` until then."""
+    node = Node(MemberState("g", "n1", dict(PEERS), term=3, voted_for="n0"), MemoryRaftLog(), timings)
+    node.keeps_promises = True
+    node._now = now
+    node.remember(leader, until, now)
+    return node
+
+
+def test_a_member_restarted_within_its_promise_refuses_other_candidates_until_its_deadline() -> None:
+    """As a follower that still hears its leader: ALREADY_HAS_LEADER, its term unchanged, then ALREADY_VOTED
+    once the deadline is nearer than a candidate refused so waits before it asks again (its leader may be
+    dead: the candidate asks in the next term a vote interval later); it stands for no election meanwhile.
+    Its leader's own candidacy passes (it stepped down, its lease with it), and past the deadline it votes."""
+    node = _restarted(10**9, now=5000)
+    t = node.t
+    until = node._remembered[1] if node._remembered is not None else 0
+    backoff = t.min_vote_interval_ms + t.max_heart_beat_leak * t.heart_beat_time_interval_ms
+    assert until > 5100 + backoff
+    assert _ask(node, "n2", 4, 5100) is VoteResult.REJECT_ALREADY_HAS_LEADER
+    assert _ask(node, "n2", 3, 5100) is VoteResult.REJECT_ALREADY_HAS_LEADER
+    assert (node.m.term, node.m.voted_for, node.m.role) == (3, "n0", Role.CANDIDATE)
+    assert _ask(node, "n2", 4, until - backoff - 1) is VoteResult.REJECT_ALREADY_HAS_LEADER
+    assert _ask(node, "n2", 4, until - backoff) is VoteResult.REJECT_ALREADY_VOTED
+    assert node.m.term == 3
+    for now in range(5000, until, STEP):
+        assert node.tick(now) == [], now  # (it stands for no election)
+    assert node.vote_round is None and node.m.term == 3
+    assert _ask(node, "n2", 4, until) is VoteResult.REJECT_TERM_NOT_READY  # (over: as DLedger answers)
+    node.m.next_term()
+    assert _ask(node, "n2", 4, until + 10) is VoteResult.ACCEPT
+    node = _restarted(until, now=5000)
+    assert _ask(node, "n0", 4, 5100) is VoteResult.REJECT_TERM_NOT_READY  # (its leader's own candidacy)
+    node = _restarted(until, now=5000)
+    assert node.tick(until - 1) == []
+    outs = node.tick(until)
+    assert node.vote_round is not None and {o.peer for o in outs} == {"n0", "n2"}  # (it stands)
+
+
+def test_a_member_restarted_within_its_promise_follows_a_leader_it_hears_as_before() -> None:
+    """The promise kept was for the leader it then followed: once it hears a leader (that one, or one elected
+    after that promise ran out) it follows it and refuses what a follower refuses."""
+    node = _restarted(12_000, now=5000)
+    assert node.on_heartbeat(_beat("n0", 3), 5200).code == DLedgerResponseCode.SUCCESS
+    assert node.unkept is None  # (what it kept still covers the acknowledgement)
+    assert node._remembered is None and node.m.leader_id == "n0"
+    timeout = node.follower_timeout()
+    assert _ask(node, "n2", 4, 5200 + timeout - 1000) is VoteResult.REJECT_ALREADY_HAS_LEADER
+    node = _restarted(9000, now=5000)
+    node.m.term = 4
+    assert node.on_heartbeat(_beat("n2", 4), 5200).code == DLedgerResponseCode.SUCCESS
+    assert node.unkept == ("n2", 5200 + timeout + timeout // 2)
+    assert _ask(node, "n0", 5, 5300) is VoteResult.REJECT_ALREADY_HAS_LEADER  # (n2's follower now)
+
+
+def test_a_member_restarted_remembers_no_deadline_further_than_its_timings_could_have_kept() -> None:
+    """A deadline already past keeps nothing; one further ahead than its own timings write (changed
+    meanwhile, or a damaged clock) is cut to what they write: the first election waits no longer."""
+    node = _restarted(5000, now=5000)
+    assert node._remembered is None
+    timeout = node.follower_timeout()
+    node = _restarted(10**12, now=5000)
+    assert node._remembered == ("n0", 5000 + timeout + timeout // 2)
+
+
+def _restarted_during_a_lease(seed: int, keeps: bool) -> Cluster:
+    """A group whose leader lends on a lease acknowledged by one follower (A) while the other (B), cut off
+    the leader, stands and asks A, which hears the leader and refuses; A then crashes just after
+    acknowledging a round, B's next question a moment away, and starts again at once (kill -9 and its
+    supervisor), as the server starts it: checking with its peers first."""
+    c = Cluster(seed=seed, loss=0.0, careful=True, refuse=True, lease_check=True, keeps=keeps)
+    c.run(5000, append_every=100)
+    c.run(1000)
+    leader = c.leader()
+    assert leader is not None
+    a, b = (p for p in PEERS if p != leader.m.self_id)
+    c.cut.add(frozenset((leader.m.self_id, b)))  # (no sends meanwhile: B's log stays as long as A's)
+    c.run(7000)
+    while True:
+        na, nb = c.nodes[a], c.nodes[b]
+        assert na is not None and nb is not None
+        asks_soon = nb.m.role is Role.CANDIDATE and 200 <= nb.next_vote_time - c.now <= 1500
+        if na.last_leader_beat == c.now and asks_soon:
+            break
+        c.run(STEP)
+        assert c.now < 60_000, "B never asked A again"
+    c.crash(a)
+    c.start(a)
+    c.run(15_000)
+    return c
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_member_restarted_during_a_lease_votes_no_second_leader_in_while_it_is_fresh(seed: int) -> None:
+    """It kept until when it refuses candidates but its leader: started again, it refuses B until then (or
+    until it hears its leader again), so the leader's lease runs out before B can be elected."""
+    c = _restarted_during_a_lease(seed, keeps=True)
+    assert not c.overlaps, c.overlaps[:3]
+
+
+def test_without_its_promise_kept_a_member_restarted_during_a_lease_votes_a_second_leader_in() -> None:
+    """What the kept promise is for: a member that forgot when it last heard its leader votes for B once
+    its restart check ends, and B leads while the old leader's lease is fresh: in nearly every seed."""
+    overlapping = [seed for seed in range(12) if _restarted_during_a_lease(seed, keeps=False).overlaps]
+    assert len(overlapping) >= 11, overlapping
+
+
+def test_a_group_restarted_whole_within_a_lease_elects_its_old_leader_at_once() -> None:
+    """Every member restarts at once (a host's brokers restarted together): the followers refuse every
+    candidate but the leader they kept, whose candidacy passes, so the first election waits for nothing
+    more than a restart's check; killed too, it waits at most for the kept deadlines."""
+    c = Cluster(seed=5, loss=0.0, careful=True, refuse=True, lease_check=True, keeps=True)
+    c.run(6000, append_every=100)
+    old = c.leader()
+    assert old is not None
+    old_id = old.m.self_id
+    for p in PEERS:
+        c.crash(p)
+    for p in PEERS:
+        c.start(p)
+    start = c.now
+    while c.leader() is None:
+        c.run(STEP)
+        assert c.now - start < 30_000, "no leader elected"
+    assert c.leader() is c.nodes[old_id]
+    assert c.now - start < 3 * Timings().max_vote_interval_ms, c.now - start
+    # the leader gone for good: the followers wait out what they kept, and elect one of them
+    c.run(3000)
+    kept = max(d.heard[1] for p, d in c.disks.items() if p != old_id and d.heard is not None)
+    for p in PEERS:
+        c.crash(p)
+    c.cut |= {frozenset((old_id, p)) for p in PEERS if p != old_id}
+    for p in PEERS:
+        if p != old_id:
+            c.start(p)
+    start = c.now
+    while c.leader() is None:
+        c.run(STEP)
+        assert c.now - start < 30_000, "no leader elected"
+    timings = Timings()
+    assert c.now <= kept + 3 * timings.max_vote_interval_ms + timings.heart_beat_time_interval_ms, (
+        c.now - kept
+    )
+    assert not c.overlaps, c.overlaps[:3]
 
 
 def a_loaded_leader(entries: int, *, busy: tuple[str, ...] = ("n1", "n2")) -> Node:

@@ -118,3 +118,51 @@ def test_entry_round_trip(e: dl.Entry, prefix: bytes) -> None:
 def test_properties_round_trip(end: int, committed: int, term: int, vote: str) -> None:
     assert dl.decode_checkpoint(dl.encode_checkpoint(end, committed)) == (end, committed)
     assert dl.decode_term(dl.encode_term(term, vote)) == (term, vote or None)
+
+
+#: What a `heard` record's boot id and leader may hold: any text on one line.
+one_line = st.text(st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=40)
+
+
+@given(one_line, one_line, st.integers(-(2**63), 2**63 - 1))
+def test_heard_round_trip(boot: str, leader: str, until: int) -> None:
+    record = dl.encode_heard(boot, leader, until)
+    assert dl.decode_heard(record) == (boot, leader, until)
+    assert len(record) >= dl.HEARD_SIZE  # (padded: a rewrite in place leaves nothing of the last)
+
+
+@given(one_line, one_line, st.integers(0, 2**62), st.data())
+def test_a_heard_record_short_or_damaged_keeps_no_promise(
+    boot: str, leader: str, until: int, data: st.DataObject
+) -> None:
+    """Torn, cut short or a byte changed anywhere (its padding too): read as no record, as after a reboot."""
+    record = dl.encode_heard(boot, leader, until)
+    cut = data.draw(st.integers(0, len(record) - 1))
+    assert dl.decode_heard(record[:cut]) is None or record[cut:].strip(b"\n") == b""
+    at = data.draw(st.integers(0, len(record) - 1))
+    flipped = bytearray(record)
+    flipped[at] ^= data.draw(st.integers(1, 255))
+    assert dl.decode_heard(bytes(flipped)) is None
+
+
+def test_a_heard_record_of_another_form_keeps_no_promise() -> None:
+    good = dl.encode_heard("b", "n0", 5)
+    assert dl.decode_heard(b"") is None
+    assert dl.decode_heard(good.replace(b"mqctl-heard 1", b"mqctl-heard 2")) is None
+    with pytest.raises(ValueError, match="line break"):
+        dl.encode_heard("b", "n\n0", 5)
+
+
+def test_heard_file_written_in_place_and_read_back(tmp_path: object) -> None:
+    """Rewritten over itself (never grown past its first size, nothing of a longer record left), read back;
+    missing or damaged it reads as none."""
+    d = str(tmp_path)
+    assert dl.load_heard(d) is None
+    dl.keep_heard(d, dl.encode_heard("boot", "n" * 300, 7))
+    assert dl.load_heard(d) == ("boot", "n" * 300, 7)
+    dl.keep_heard(d, dl.encode_heard("boot", "n1", 9))
+    path = os.path.join(d, dl.HEARD_FILE)
+    assert dl.load_heard(d) == ("boot", "n1", 9) and os.path.getsize(path) == dl.HEARD_SIZE
+    with open(path, "r+b") as f:
+        f.truncate(30)
+    assert dl.load_heard(d) is None
