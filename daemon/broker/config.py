@@ -318,8 +318,9 @@ def resolve_listen(listen_host: str, broker_ip1: str) -> tuple[str, str, str]:
     ip = broker_ip1.strip()
     if host:
         why = f"listenHost={host}"
-    elif ip and not ip.startswith("127.") and ip != "localhost":
-        host, why = "0.0.0.0", f"brokerIP1={ip} and no listenHost: every interface, as RocketMQ binds"
+    elif ip and not ip.startswith(("127.", "[::1]", "::1")) and ip != "localhost":
+        host = "::" if ":" in ip else "0.0.0.0"  # an IPv6 brokerIP1 is reached over IPv6
+        why = f"brokerIP1={ip} and no listenHost: every interface, as RocketMQ binds"
     else:
         host, why = (
             "127.0.0.1",
@@ -564,6 +565,13 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
                 'innerClientAuthenticationCredentials is a JSON {"accessKey": "...", "secretKey": "..."}'
             )
         return access, secret
+
+    @property
+    def ip1(self) -> str:
+        """``brokerIP1`` as a bare IP (``[fd00::2]`` -> ``fd00::2``): the store host of every message, the
+        gRPC endpoints and the own-address checks take it so. 4.9.8 registers an IPv6 ``brokerIP1`` in
+        brackets (``broker_addr``, ``ha_server_addr``), and a bracketed ``brokerIP1`` is accepted."""
+        return self.broker_ip1.strip().removeprefix("[").removesuffix("]")
 
     @property
     def broker_addr(self) -> str:

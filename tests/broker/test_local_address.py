@@ -4,11 +4,16 @@ order over the interfaces, never the host name's DNS entry (which often maps to 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from daemon.broker import config as broker_config
 from daemon.broker.config import BrokerConfig, Interface, pick_local_address
+from daemon.grpc.convert import endpoints
+from daemon.remoting.codes import ResponseCode
+from tests.daemons import handle, local_cluster
 
 
 def _ifs(*pairs: str, bridge: str = "") -> list[Interface]:
@@ -56,3 +61,36 @@ def test_this_hosts_interfaces_are_listed() -> None:
     """The real lookup answers without DNS: at least loopback where there is /sys/class/net."""
     found = broker_config.host_interfaces()
     assert all(isinstance(i, Interface) and i.address for i in found)
+
+
+def test_an_ipv6_address_is_bracketed_where_registered_and_bare_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """4.9.8 registers ``[fd00::2]:port``; the store host, gRPC endpoints and own-address checks take the
+    bare IP: the bracketed one crashed the store's host encoding at start."""
+    monkeypatch.setattr(broker_config, "host_interfaces", lambda: _ifs("lo=::1", "eth0=fd00::2"))
+    picked = BrokerConfig(listen_host="0.0.0.0", broker_ip1="", listen_port=10911)
+    given = BrokerConfig(broker_ip1="[fd00::2]", listen_port=10911)
+    for config in (picked, given):
+        assert (config.broker_ip1, config.ip1) == ("[fd00::2]", "fd00::2")
+        assert config.broker_addr == "[fd00::2]:10911"
+        assert config.ha_server_addr == "[fd00::2]:10912"
+        assert endpoints(config.ip1, 8081).scheme == pb.IPv6
+    assert given.listen_host == "::"  # reached over IPv6: not the IPv4 wildcard
+    assert BrokerConfig(broker_ip1="10.1.2.3").ip1 == "10.1.2.3"
+
+
+def test_an_ipv6_only_host_starts_a_wildcard_broker_and_stores_its_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker on 0.0.0.0 whose host has only IPv6 beyond loopback: it raised ValueError ('[fd00::2]'
+    does not appear to be an IPv4 or IPv6 address) opening its store, a traceback at start."""
+    monkeypatch.setattr(broker_config, "host_interfaces", lambda: _ifs("lo=::1", "eth0=fd00::2"))
+    with local_cluster(tmp_path, listen_host="0.0.0.0", broker_ip1="", grpc_listen_port=0) as cluster:
+        assert cluster.broker.config.broker_addr.startswith("[fd00::2]:")
+        client = handle(cluster)
+        client.addr = f"127.0.0.1:{cluster.broker.server.port}"
+        cluster.loop.run(client.create_topic("Six", 1))
+        sent = cluster.loop.run(client.send("Six", b"hello"))
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        assert sent.ext_fields["msgId"].upper().startswith("FD00" + "0" * 26 + "02")
