@@ -203,32 +203,44 @@ class Interface:
 
     name: str
     address: str
-    #: A Linux bridge (``/sys/class/net/<name>/bridge`` exists): 4.9.8 skips its addresses.
+    #: A Linux bridge (``/sys/class/net/<name>/bridge`` exists): 4.9.8 skips its addresses, and those of
+    #: its alias labels (``br0:1``).
     bridge: bool = False
 
 
-def pick_local_address(interfaces: Iterable[Interface]) -> str | None:
-    """The address 4.9.8's ``RemotingUtil.getLocalAddress`` advertises, from the interfaces alone (no DNS).
+def pick_local_address(interfaces: Iterable[Interface], routed: str | None = None) -> str | None:
+    """The address a broker listening on every interface advertises, from the interfaces alone (no DNS).
 
-    Bridges and loopback addresses skipped; IPv4 first: the first address not in 127.0 or 192.168, else
-    the last IPv4 address; else the first IPv6 address, in brackets (link-local ones skipped: their scope
-    means nothing to another host). None when only loopback is left (4.9.8 then asks DNS for the host name).
+    Bridges (and their aliases), loopback and link-local addresses (169.254/16, fe80::/10: their scope
+    means nothing to another host) are skipped. Of the rest, ``routed`` (the default route's source
+    address) when it is one: a service IP, a VPN's or an overlay's address is not where other hosts reach
+    this one. Otherwise 4.9.8's ``RemotingUtil.getLocalAddress`` rule over the kernel's order (Java
+    enumerates the interfaces in another order, so where several qualify a Java broker may pick another):
+    the first IPv4 address not in 127.0 or 192.168, else the last IPv4 address, else the first IPv6
+    address, in brackets. None when nothing is left (4.9.8 then asks DNS for the host name).
     """
+    listed = list(interfaces)
+    bridges = {i.name for i in listed if i.bridge}
     ipv4: list[str] = []
     ipv6: list[str] = []
-    for iface in interfaces:
-        if iface.bridge:
+    for iface in listed:
+        if iface.bridge or iface.name.split(":", 1)[0] in bridges:
             continue
         try:
             addr = ipaddress.ip_address(iface.address.split("%")[0])
         except ValueError:
             continue
-        if addr.is_loopback:
+        if addr.is_loopback or addr.is_link_local:
             continue
         if addr.version == 4:
             ipv4.append(str(addr))
-        elif not addr.is_link_local:
+        else:
             ipv6.append(f"[{addr}]")
+    if routed is not None:
+        with contextlib.suppress(ValueError):
+            bare = str(ipaddress.ip_address(routed.split("%")[0]))
+            if bare in ipv4 or f"[{bare}]" in ipv6:
+                return bare if bare in ipv4 else f"[{bare}]"
     for ip in ipv4:
         if not ip.startswith(("127.0", "192.168")):
             return ip
@@ -246,7 +258,7 @@ def host_interfaces() -> list[Interface]:
     with contextlib.suppress(OSError):
         out.extend(_ipv4_interfaces())
     try:
-        with open("/proc/net/if_inet6", encoding="ascii") as f:
+        with open("/proc/net/if_inet6", encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
                 fields = line.split()
                 if len(fields) >= 6 and len(fields[0]) == 32:
@@ -255,7 +267,7 @@ def host_interfaces() -> list[Interface]:
     except (OSError, ValueError):
         pass
     return [
-        dataclasses.replace(i, bridge=os.path.exists(f"/sys/class/net/{i.name}/bridge"))
+        dataclasses.replace(i, bridge=os.path.exists(f"/sys/class/net/{i.name.split(':', 1)[0]}/bridge"))
         for i in out
         if "/" not in i.name
     ]
@@ -276,7 +288,7 @@ def _ipv4_interfaces() -> list[Interface]:
     data = buf.tobytes()[:used]
     return [
         Interface(
-            data[i : i + 16].split(b"\0", 1)[0].decode("ascii", "replace"),
+            os.fsdecode(data[i : i + 16].split(b"\0", 1)[0]),  # a name is bytes: undecodable ones kept
             socket.inet_ntoa(data[i + 20 : i + 24]),
         )
         for i in range(0, used, size)
@@ -284,18 +296,27 @@ def _ipv4_interfaces() -> list[Interface]:
 
 
 def _routed_address() -> list[Interface]:
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect(("192.0.2.1", 9))  # TEST-NET: only picks the route's source address
-            return [Interface("route", str(sock.getsockname()[0]))]
-    except OSError:
-        return []
+    routed = routed_source()
+    return [Interface("route", routed)] if routed is not None else []
+
+
+def routed_source() -> str | None:
+    """The source address of this host's default IPv4 route, else its IPv6 one (an unconnected UDP
+    socket's "connect" to a documentation address picks the route and sends nothing); None: no route."""
+    for family, target in ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1")):
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as sock:
+                sock.connect((target, 9))
+                return str(sock.getsockname()[0])
+        except OSError:
+            continue
+    return None
 
 
 def local_ip() -> str:
     """The address a broker listening on every interface advertises (:func:`pick_local_address`); 127.0.0.1
     with a WARNING when this host has only loopback, as other hosts then cannot reach it there."""
-    ip = pick_local_address(host_interfaces())
+    ip = pick_local_address(host_interfaces(), routed_source())
     if ip is None:
         logging.getLogger(__name__).warning(
             "listening on every interface, but this host has no address beyond loopback: advertising "

@@ -1,5 +1,6 @@
-"""The address a broker listening on every interface advertises: 4.9.8's `RemotingUtil.getLocalAddress`
-order over the interfaces, never the host name's DNS entry (which often maps to loopback)."""
+"""The address a broker listening on every interface advertises: the default route's source address when
+it is an interface's, else 4.9.8's `RemotingUtil.getLocalAddress` rule over the kernel's order of the
+interfaces, never the host name's DNS entry (which often maps to loopback)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ def _ifs(*pairs: str, bridge: str = "") -> list[Interface]:
     return [Interface(name, addr, bridge=name == bridge) for name, addr in (p.split("=") for p in pairs)]
 
 
-def test_the_choice_follows_getlocaladdress_order() -> None:
+def test_the_choice_follows_getlocaladdress_rule_in_kernel_order() -> None:
+    """4.9.8's rule over the kernel's order; Java lists the interfaces in another order (OpenJDK puts each
+    new one at the head of its list), so where several qualify a Java broker may pick another."""
     assert pick_local_address(_ifs("lo=127.0.0.1", "eth0=10.0.0.5")) == "10.0.0.5"
-    # 192.168 is passed over for another IPv4 address, and taken (the last one) when nothing else is left
+    # 192.168 is passed over for another IPv4 address, and taken (the last one in kernel order) when nothing
+    # else is left: a Java broker, whose list is in another order, may take the first
     assert pick_local_address(_ifs("eth0=192.168.1.4", "eth1=172.16.0.9")) == "172.16.0.9"
     assert pick_local_address(_ifs("eth0=192.168.1.4", "eth1=192.168.7.7")) == "192.168.7.7"
     # IPv4 before IPv6, whatever the order
@@ -34,6 +38,32 @@ def test_the_choice_follows_getlocaladdress_order() -> None:
     )
     assert pick_local_address(_ifs("lo=127.0.0.1", "lo=::1")) is None
     assert pick_local_address([]) is None
+
+
+def test_the_default_routes_source_is_preferred_and_link_local_skipped() -> None:
+    """A Kubernetes node's nodelocaldns (169.254.20.10), its kube-ipvs0 service IP, a tailscale or VPN
+    address and an overlay's were advertised before the LAN address the default route leaves from."""
+    lan = "eth0=192.168.1.10"
+    assert pick_local_address(_ifs("lo=127.0.0.1", lan, "nodelocaldns=169.254.20.10")) == "192.168.1.10"
+    routed = "192.168.1.10"
+    for other in (
+        "kube-ipvs0=10.96.0.1",
+        "tailscale0=100.101.102.103",
+        "flannel.1=10.244.0.0",
+        "tun0=10.8.0.2",
+    ):
+        assert pick_local_address(_ifs("lo=127.0.0.1", lan, other), routed) == routed
+        assert pick_local_address(_ifs("lo=127.0.0.1", lan, other)) == other.split("=")[1]  # no route known
+    # a route's source that is no candidate (loopback, a bridge's, not an interface's) is passed over
+    assert pick_local_address(_ifs("eth0=10.0.0.5", "tun0=10.8.0.2"), "127.0.0.1") == "10.0.0.5"
+    assert pick_local_address(
+        _ifs("docker0=172.17.0.1", "eth0=10.0.0.5", bridge="docker0"), "172.17.0.1"
+    ) == ("10.0.0.5")
+    assert pick_local_address(_ifs("lo=::1", "eth0=fd00::2", "eth1=fd00::9"), "fd00::9") == "[fd00::9]"
+    # a bridge's alias label is the bridge's
+    assert pick_local_address(
+        _ifs("br0=192.168.122.1", "br0:1=10.1.1.1", "eth0=192.168.0.3", bridge="br0")
+    ) == ("192.168.0.3")
 
 
 def test_a_wildcard_listener_registers_an_interface_address_not_loopback(
@@ -61,6 +91,8 @@ def test_this_hosts_interfaces_are_listed() -> None:
     """The real lookup answers without DNS: at least loopback where there is /sys/class/net."""
     found = broker_config.host_interfaces()
     assert all(isinstance(i, Interface) and i.address for i in found)
+    if Path("/sys/class/net/lo").exists():
+        assert any(i.address in ("127.0.0.1", "::1") for i in found), found
 
 
 def test_an_ipv6_address_is_bracketed_where_registered_and_bare_elsewhere(
