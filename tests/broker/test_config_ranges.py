@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -124,14 +125,26 @@ def test_a_latin_1_broker_conf_loads_as_javas_properties_load_reads_it(tmp_path:
     assert load_config(BrokerConfig, conf, environ={}).broker_name == "broker-\u00e9"
 
 
-def test_a_config_update_keeps_a_latin_1_file_latin_1(tmp_path: Path) -> None:
-    from daemon.config import read_properties_file, update_properties
+def test_a_config_update_keeps_every_line_it_does_not_update_byte_for_byte(tmp_path: Path) -> None:
+    from daemon.config import edit_properties_file
 
     conf = tmp_path / "broker.conf"
-    conf.write_bytes(b"# caf\xe9\nfileReservedTime=72\n")
-    text, encoding = read_properties_file(conf)
-    assert encoding == "iso-8859-1"
-    assert (
-        update_properties(text, {"fileReservedTime": "48"}).encode(encoding)
-        == b"# caf\xe9\nfileReservedTime=48\n"
+    conf.write_bytes(b"# caf\xe9\nbrokerClusterName=Cl\xc3\xbcster\nfileReservedTime=72\n")
+    assert edit_properties_file(conf, {"fileReservedTime": "48", "brokerName": "b-\u00e9"}) == (
+        b"# caf\xe9\nbrokerClusterName=Cl\xc3\xbcster\nfileReservedTime=48\nbrokerName=b-\\u00e9\n"
     )
+    assert edit_properties_file(tmp_path / "new.conf", {"brokerName": "b"}) == b"brokerName=b\n"
+
+
+def test_one_latin_1_line_is_read_as_latin_1_alone_and_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One Latin-1 byte in a comment decoded the whole file as ISO-8859-1: brokerClusterName 'Clüster'
+    (UTF-8) became 'ClÃ¼ster', and the broker registered in another cluster unsaid."""
+    conf = tmp_path / "broker.conf"
+    conf.write_bytes("# r\xe9seau\n".encode("latin-1") + "brokerClusterName=Cl\u00fcster\n".encode())
+    with caplog.at_level(logging.WARNING):
+        config = load_config(BrokerConfig, conf, environ={})
+    assert config.broker_cluster_name == "Cl\u00fcster"
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == [f"{conf}:1 is not UTF-8: read as ISO-8859-1"], said
