@@ -203,7 +203,8 @@ class Broker:
         store_factory: Callable[[BrokerConfig], MessageStore] | None = None,
         client: Transport | None = None,
     ) -> None:
-        refuse_inert_semantics(config)  # before any port opens or file is touched
+        config.check_store_roles()  # before any port opens or file is touched
+        refuse_inert_semantics(config)
         if config.enable_dleger_commit_log:
             check_dledger(config)
         self.config = config

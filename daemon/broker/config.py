@@ -522,8 +522,7 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
                 "(grpcEnable=false turns the gRPC front off)"
             )
         check_choices(self.broker_role, self.flush_disk_type, self.delete_when)
-        self.check_ports()
-        self.check_store_roles()
+        self.check_ports()  # at every read: a port past 65535 is no address for status to probe either
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
         self.listen_why = self.listen_why or why
         self.inner_credentials()  # a malformed value fails the start, not the first signed request
@@ -542,7 +541,9 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
         """4.9.8's start-up rules (BrokerStartup, MessageStoreConfig): a slave's id is above 0, a master's
         is 0 (4.9.8 sets it; said in a WARNING here), ``diskMaxUsedSpaceRatio`` within 10..95 (4.9.8's
         getter clamps it; said too). A negative ``fileReservedTime``, which 4.9.8 takes as every file
-        expired, is refused. DLedger members take their roles from the group, not from these keys."""
+        expired, is refused. DLedger members take their roles from the group, not from these keys.
+        Checked by ``broker start`` and the broker, not at every read: ``broker status|stop`` reach a
+        broker whose file an earlier version took (a slave with id 0), and a CLI read says no WARNING."""
         log = logging.getLogger(__name__)
         if not self.enable_dleger_commit_log:
             if self.broker_role == SLAVE and self.broker_id <= 0:
