@@ -339,7 +339,9 @@ def resolve_listen(listen_host: str, broker_ip1: str) -> tuple[str, str, str]:
     ip = broker_ip1.strip()
     if host:
         why = f"listenHost={host}"
-    elif ip and not ip.startswith(("127.", "[::1]", "::1")) and ip != "localhost":
+    elif ip.removeprefix("[").removesuffix("]") == "::1":
+        host, why = "::1", f"brokerIP1={ip} and no listenHost: IPv6 loopback"
+    elif ip and not ip.startswith("127.") and ip != "localhost":
         host = "::" if ":" in ip else "0.0.0.0"  # an IPv6 brokerIP1 is reached over IPv6
         why = f"brokerIP1={ip} and no listenHost: every interface, as RocketMQ binds"
     else:

@@ -109,6 +109,7 @@ def test_an_ipv6_address_is_bracketed_where_registered_and_bare_elsewhere(
         assert config.ha_server_addr == "[fd00::2]:10912"
         assert endpoints(config.ip1, 8081).scheme == pb.IPv6
     assert given.listen_host == "::"  # reached over IPv6: not the IPv4 wildcard
+    assert BrokerConfig(broker_ip1="[::1]").listen_host == "::1"
     assert BrokerConfig(broker_ip1="10.1.2.3").ip1 == "10.1.2.3"
 
 
