@@ -296,33 +296,39 @@ def _ipv4_interfaces() -> list[Interface]:
 
 
 def _routed_address() -> list[Interface]:
-    routed = routed_source()
+    routed = routed_source() or routed_source(ipv6=True)
     return [Interface("route", routed)] if routed is not None else []
 
 
-def routed_source() -> str | None:
-    """The source address of this host's default IPv4 route, else its IPv6 one (an unconnected UDP
-    socket's "connect" to a documentation address picks the route and sends nothing); None: no route."""
-    for family, target in ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1")):
-        try:
-            with socket.socket(family, socket.SOCK_DGRAM) as sock:
-                sock.connect((target, 9))
-                return str(sock.getsockname()[0])
-        except OSError:
-            continue
-    return None
+def routed_source(*, ipv6: bool = False) -> str | None:
+    """The source address of this host's default IPv4 (IPv6) route: an unconnected UDP socket's
+    "connect" to a documentation address picks the route and sends nothing. None: no such route."""
+    family, target = (socket.AF_INET6, "2001:db8::1") if ipv6 else (socket.AF_INET, "192.0.2.1")
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((target, 9))
+            return str(sock.getsockname()[0])
+    except OSError:
+        return None
 
 
-def local_ip() -> str:
-    """The address a broker listening on every interface advertises (:func:`pick_local_address`); 127.0.0.1
-    with a WARNING when this host has only loopback, as other hosts then cannot reach it there."""
-    ip = pick_local_address(host_interfaces(), routed_source())
+def local_ip(*, ipv6: bool = False) -> str:
+    """The address a broker listening on every interface advertises (:func:`pick_local_address`), of the
+    family its wildcard serves: 0.0.0.0 IPv4, ``::`` IPv6 (bound IPv6-only). Loopback with a WARNING when
+    this host has no other address of that family, as other hosts then cannot reach it there."""
+    ip = pick_local_address(
+        [i for i in host_interfaces() if (":" in i.address) == ipv6], routed_source(ipv6=ipv6)
+    )
     if ip is None:
+        loopback, wildcard = ("[::1]", "::") if ipv6 else ("127.0.0.1", "0.0.0.0")
         logging.getLogger(__name__).warning(
-            "listening on every interface, but this host has no address beyond loopback: advertising "
-            "127.0.0.1, which other hosts cannot reach; set brokerIP1 to the address clients connect to"
+            "listening on every interface (%s), but this host has no address of its family beyond loopback: "
+            "advertising %s, which other hosts cannot reach; set brokerIP1 to the address clients connect "
+            "to (an IPv6 one needs listenHost=::)",
+            wildcard,
+            loopback,
         )
-        return "127.0.0.1"
+        return loopback
     return ip
 
 
@@ -351,7 +357,7 @@ def resolve_listen(listen_host: str, broker_ip1: str) -> tuple[str, str, str]:
         )
     if not ip:
         if host in ("0.0.0.0", "::"):
-            ip = local_ip()
+            ip = local_ip(ipv6=host == "::")
         elif host in ("localhost", "::1"):
             ip = "127.0.0.1"
         else:

@@ -5,6 +5,7 @@ interfaces, never the host name's DNS entry (which often maps to loopback)."""
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,7 @@ def test_an_ipv6_address_is_bracketed_where_registered_and_bare_elsewhere(
     """4.9.8 registers ``[fd00::2]:port``; the store host, gRPC endpoints and own-address checks take the
     bare IP: the bracketed one crashed the store's host encoding at start."""
     monkeypatch.setattr(broker_config, "host_interfaces", lambda: _ifs("lo=::1", "eth0=fd00::2"))
-    picked = BrokerConfig(listen_host="0.0.0.0", broker_ip1="", listen_port=10911)
+    picked = BrokerConfig(listen_host="::", broker_ip1="", listen_port=10911)
     given = BrokerConfig(broker_ip1="[fd00::2]", listen_port=10911)
     for config in (picked, given):
         assert (config.broker_ip1, config.ip1) == ("[fd00::2]", "fd00::2")
@@ -113,17 +114,44 @@ def test_an_ipv6_address_is_bracketed_where_registered_and_bare_elsewhere(
     assert BrokerConfig(broker_ip1="10.1.2.3").ip1 == "10.1.2.3"
 
 
+def test_a_wildcard_advertises_an_address_of_the_family_it_serves(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """0.0.0.0 serves IPv4 alone: an IPv6-only host's address registered there reaches nothing."""
+    monkeypatch.setattr(
+        broker_config, "host_interfaces", lambda: _ifs("lo=127.0.0.1", "lo=::1", "eth0=fd00::2")
+    )
+    with caplog.at_level(logging.WARNING):
+        assert BrokerConfig(listen_host="0.0.0.0", broker_ip1="").broker_ip1 == "127.0.0.1"
+    assert any("listenHost=::" in r.getMessage() for r in caplog.records)
+    both = _ifs("lo=127.0.0.1", "eth0=10.1.1.1", "eth0=fd00::2")
+    monkeypatch.setattr(broker_config, "host_interfaces", lambda: both)
+    assert BrokerConfig(listen_host="::", broker_ip1="").broker_ip1 == "[fd00::2]"
+    assert BrokerConfig(listen_host="0.0.0.0", broker_ip1="").broker_ip1 == "10.1.1.1"
+
+
 def test_an_ipv6_only_host_starts_a_wildcard_broker_and_stores_its_address(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A broker on 0.0.0.0 whose host has only IPv6 beyond loopback: it raised ValueError ('[fd00::2]'
-    does not appear to be an IPv4 or IPv6 address) opening its store, a traceback at start."""
+    """A broker on :: whose host has only IPv6 beyond loopback: it raised ValueError ('[fd00::2]' does
+    not appear to be an IPv4 or IPv6 address) opening its store, a traceback at start."""
+    if not socket.has_ipv6 or not _binds("::1"):
+        pytest.skip("no IPv6 loopback here")
     monkeypatch.setattr(broker_config, "host_interfaces", lambda: _ifs("lo=::1", "eth0=fd00::2"))
-    with local_cluster(tmp_path, listen_host="0.0.0.0", broker_ip1="", grpc_listen_port=0) as cluster:
+    with local_cluster(tmp_path, listen_host="::", broker_ip1="", grpc_listen_port=0) as cluster:
         assert cluster.broker.config.broker_addr.startswith("[fd00::2]:")
         client = handle(cluster)
-        client.addr = f"127.0.0.1:{cluster.broker.server.port}"
+        client.addr = f"[::1]:{cluster.broker.server.port}"
         cluster.loop.run(client.create_topic("Six", 1))
         sent = cluster.loop.run(client.send("Six", b"hello"))
         assert sent.code == ResponseCode.SUCCESS, sent.remark
         assert sent.ext_fields["msgId"].upper().startswith("FD00" + "0" * 26 + "02")
+
+
+def _binds(host: str) -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+    except OSError:
+        return False
+    return True
