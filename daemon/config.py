@@ -90,15 +90,27 @@ def _inert_defaults(cls_or_obj: Any) -> Mapping[str, str]:
     return getattr(cls_or_obj, "ROCKETMQ_DEFAULTS", {})
 
 
-def read_properties_file(path: Path) -> tuple[str, str]:
-    """``path``'s text and the encoding it was read in: UTF-8, else ISO-8859-1, as Java's
-    ``Properties.load`` reads a stream (a 4.9.8 broker.conf with a Latin-1 comment loads there); non-ASCII
-    beyond Latin-1 comes as ``\\uXXXX`` escapes either way. OSError when it cannot be read."""
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return raw.decode("iso-8859-1"), "iso-8859-1"
+def read_properties_file(path: Path) -> str:
+    """``path``'s text, each line decoded as UTF-8, else as ISO-8859-1 (as Java's ``Properties.load``
+    reads a stream: a 4.9.8 broker.conf with a Latin-1 comment loads there) with a WARNING naming the line:
+    one Latin-1 byte does not turn the file's other UTF-8 lines into mojibake. OSError when unreadable."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    out: list[str] = []
+    for number, line in enumerate(lines, 1):
+        try:
+            out.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            log.warning("%s:%d is not UTF-8: read as ISO-8859-1", path, number)
+            out.append(line.decode("iso-8859-1"))
+    return "".join(out)
+
+
+def edit_properties_file(path: Path, updates: Mapping[str, str]) -> bytes:
+    """``path`` (empty when missing) with ``updates`` set, as bytes: the lines not updated stay byte for
+    byte whatever their encoding, the updated ones UTF-8. OSError when unreadable."""
+    raw = path.read_bytes() if path.exists() else b""
+    text = raw.decode("utf-8", "surrogateescape")  # a Latin-1 byte comes back as it was
+    return update_properties(text, updates).encode("utf-8", "surrogateescape")
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -242,7 +254,7 @@ def load_config(
     if file is not None:
         path = Path(file)
         try:
-            text, _ = read_properties_file(path)
+            text = read_properties_file(path)
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
         try:

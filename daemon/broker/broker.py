@@ -203,7 +203,8 @@ class Broker:
         store_factory: Callable[[BrokerConfig], MessageStore] | None = None,
         client: Transport | None = None,
     ) -> None:
-        refuse_inert_semantics(config)  # before any port opens or file is touched
+        config.check_store_roles()  # before any port opens or file is touched
+        refuse_inert_semantics(config)
         if config.enable_dleger_commit_log:
             check_dledger(config)
         self.config = config
@@ -631,7 +632,7 @@ class Broker:
                 ssl=ha_tls.client_context(verify=True) if ha_tls else None,
                 after_registration=bool(c.namesrv_addrs),
                 ask_master=self._ask_master_ha if c.namesrv_addrs else None,
-                source_host=c.broker_ip1,
+                source_host=c.ip1,
             )
             self.store.add_arrival_listener(self._note_replicated)
             self.ha_slave.on_dispatched = self._derive_replicated_topics
@@ -940,7 +941,7 @@ class Broker:
         group = self.dledger
         assert group is not None
         c = self.config
-        host = (c.broker_ip1, c.listen_port)
+        host = (c.ip1, c.listen_port)
         record = Message(
             DLEDGER_TERM_TOPIC,
             f"term={term} leader={c.dleger_self_id}".encode(),
@@ -1753,6 +1754,6 @@ def _uptime(boot_ms: int) -> str:
 def _default_store(config: BrokerConfig) -> MessageStore:
     return DefaultMessageStore(
         config.store_config(),
-        store_host=(config.broker_ip1, config.listen_port),
+        store_host=(config.ip1, config.listen_port),
         broker_name=config.broker_name,
     )

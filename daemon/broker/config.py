@@ -203,32 +203,44 @@ class Interface:
 
     name: str
     address: str
-    #: A Linux bridge (``/sys/class/net/<name>/bridge`` exists): 4.9.8 skips its addresses.
+    #: A Linux bridge (``/sys/class/net/<name>/bridge`` exists): 4.9.8 skips its addresses, and those of
+    #: its alias labels (``br0:1``).
     bridge: bool = False
 
 
-def pick_local_address(interfaces: Iterable[Interface]) -> str | None:
-    """The address 4.9.8's ``RemotingUtil.getLocalAddress`` advertises, from the interfaces alone (no DNS).
+def pick_local_address(interfaces: Iterable[Interface], routed: str | None = None) -> str | None:
+    """The address a broker listening on every interface advertises, from the interfaces alone (no DNS).
 
-    Bridges and loopback addresses skipped; IPv4 first: the first address not in 127.0 or 192.168, else
-    the last IPv4 address; else the first IPv6 address, in brackets (link-local ones skipped: their scope
-    means nothing to another host). None when only loopback is left (4.9.8 then asks DNS for the host name).
+    Bridges (and their aliases), loopback and link-local addresses (169.254/16, fe80::/10: their scope
+    means nothing to another host) are skipped. Of the rest, ``routed`` (the default route's source
+    address) when it is one: a service IP, a VPN's or an overlay's address is not where other hosts reach
+    this one. Otherwise 4.9.8's ``RemotingUtil.getLocalAddress`` rule over the kernel's order (Java
+    enumerates the interfaces in another order, so where several qualify a Java broker may pick another):
+    the first IPv4 address not in 127.0 or 192.168, else the last IPv4 address, else the first IPv6
+    address, in brackets. None when nothing is left (4.9.8 then asks DNS for the host name).
     """
+    listed = list(interfaces)
+    bridges = {i.name for i in listed if i.bridge}
     ipv4: list[str] = []
     ipv6: list[str] = []
-    for iface in interfaces:
-        if iface.bridge:
+    for iface in listed:
+        if iface.bridge or iface.name.split(":", 1)[0] in bridges:
             continue
         try:
             addr = ipaddress.ip_address(iface.address.split("%")[0])
         except ValueError:
             continue
-        if addr.is_loopback:
+        if addr.is_loopback or addr.is_link_local:
             continue
         if addr.version == 4:
             ipv4.append(str(addr))
-        elif not addr.is_link_local:
+        else:
             ipv6.append(f"[{addr}]")
+    if routed is not None:
+        with contextlib.suppress(ValueError):
+            bare = str(ipaddress.ip_address(routed.split("%")[0]))
+            if bare in ipv4 or f"[{bare}]" in ipv6:
+                return bare if bare in ipv4 else f"[{bare}]"
     for ip in ipv4:
         if not ip.startswith(("127.0", "192.168")):
             return ip
@@ -246,7 +258,7 @@ def host_interfaces() -> list[Interface]:
     with contextlib.suppress(OSError):
         out.extend(_ipv4_interfaces())
     try:
-        with open("/proc/net/if_inet6", encoding="ascii") as f:
+        with open("/proc/net/if_inet6", encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
                 fields = line.split()
                 if len(fields) >= 6 and len(fields[0]) == 32:
@@ -255,7 +267,7 @@ def host_interfaces() -> list[Interface]:
     except (OSError, ValueError):
         pass
     return [
-        dataclasses.replace(i, bridge=os.path.exists(f"/sys/class/net/{i.name}/bridge"))
+        dataclasses.replace(i, bridge=os.path.exists(f"/sys/class/net/{i.name.split(':', 1)[0]}/bridge"))
         for i in out
         if "/" not in i.name
     ]
@@ -276,7 +288,7 @@ def _ipv4_interfaces() -> list[Interface]:
     data = buf.tobytes()[:used]
     return [
         Interface(
-            data[i : i + 16].split(b"\0", 1)[0].decode("ascii", "replace"),
+            os.fsdecode(data[i : i + 16].split(b"\0", 1)[0]),  # a name is bytes: undecodable ones kept
             socket.inet_ntoa(data[i + 20 : i + 24]),
         )
         for i in range(0, used, size)
@@ -284,24 +296,39 @@ def _ipv4_interfaces() -> list[Interface]:
 
 
 def _routed_address() -> list[Interface]:
+    routed = routed_source() or routed_source(ipv6=True)
+    return [Interface("route", routed)] if routed is not None else []
+
+
+def routed_source(*, ipv6: bool = False) -> str | None:
+    """The source address of this host's default IPv4 (IPv6) route: an unconnected UDP socket's
+    "connect" to a documentation address picks the route and sends nothing. None: no such route."""
+    family, target = (socket.AF_INET6, "2001:db8::1") if ipv6 else (socket.AF_INET, "192.0.2.1")
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect(("192.0.2.1", 9))  # TEST-NET: only picks the route's source address
-            return [Interface("route", str(sock.getsockname()[0]))]
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((target, 9))
+            return str(sock.getsockname()[0])
     except OSError:
-        return []
+        return None
 
 
-def local_ip() -> str:
-    """The address a broker listening on every interface advertises (:func:`pick_local_address`); 127.0.0.1
-    with a WARNING when this host has only loopback, as other hosts then cannot reach it there."""
-    ip = pick_local_address(host_interfaces())
+def local_ip(*, ipv6: bool = False) -> str:
+    """The address a broker listening on every interface advertises (:func:`pick_local_address`), of the
+    family its wildcard serves: 0.0.0.0 IPv4, ``::`` IPv6 (bound IPv6-only). Loopback with a WARNING when
+    this host has no other address of that family, as other hosts then cannot reach it there."""
+    ip = pick_local_address(
+        [i for i in host_interfaces() if (":" in i.address) == ipv6], routed_source(ipv6=ipv6)
+    )
     if ip is None:
+        loopback, wildcard = ("[::1]", "::") if ipv6 else ("127.0.0.1", "0.0.0.0")
         logging.getLogger(__name__).warning(
-            "listening on every interface, but this host has no address beyond loopback: advertising "
-            "127.0.0.1, which other hosts cannot reach; set brokerIP1 to the address clients connect to"
+            "listening on every interface (%s), but this host has no address of its family beyond loopback: "
+            "advertising %s, which other hosts cannot reach; set brokerIP1 to the address clients connect "
+            "to (an IPv6 one needs listenHost=::)",
+            wildcard,
+            loopback,
         )
-        return "127.0.0.1"
+        return loopback
     return ip
 
 
@@ -318,8 +345,11 @@ def resolve_listen(listen_host: str, broker_ip1: str) -> tuple[str, str, str]:
     ip = broker_ip1.strip()
     if host:
         why = f"listenHost={host}"
+    elif ip.removeprefix("[").removesuffix("]") == "::1":
+        host, why = "::1", f"brokerIP1={ip} and no listenHost: IPv6 loopback"
     elif ip and not ip.startswith("127.") and ip != "localhost":
-        host, why = "0.0.0.0", f"brokerIP1={ip} and no listenHost: every interface, as RocketMQ binds"
+        host = "::" if ":" in ip else "0.0.0.0"  # an IPv6 brokerIP1 is reached over IPv6
+        why = f"brokerIP1={ip} and no listenHost: every interface, as RocketMQ binds"
     else:
         host, why = (
             "127.0.0.1",
@@ -327,7 +357,7 @@ def resolve_listen(listen_host: str, broker_ip1: str) -> tuple[str, str, str]:
         )
     if not ip:
         if host in ("0.0.0.0", "::"):
-            ip = local_ip()
+            ip = local_ip(ipv6=host == "::")
         elif host in ("localhost", "::1"):
             ip = "127.0.0.1"
         else:
@@ -500,8 +530,7 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
                 "(grpcEnable=false turns the gRPC front off)"
             )
         check_choices(self.broker_role, self.flush_disk_type, self.delete_when)
-        self.check_ports()
-        self.check_store_roles()
+        self.check_ports()  # at every read: a port past 65535 is no address for status to probe either
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
         self.listen_why = self.listen_why or why
         self.inner_credentials()  # a malformed value fails the start, not the first signed request
@@ -520,7 +549,9 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
         """4.9.8's start-up rules (BrokerStartup, MessageStoreConfig): a slave's id is above 0, a master's
         is 0 (4.9.8 sets it; said in a WARNING here), ``diskMaxUsedSpaceRatio`` within 10..95 (4.9.8's
         getter clamps it; said too). A negative ``fileReservedTime``, which 4.9.8 takes as every file
-        expired, is refused. DLedger members take their roles from the group, not from these keys."""
+        expired, is refused. DLedger members take their roles from the group, not from these keys.
+        Checked by ``broker start`` and the broker, not at every read: ``broker status|stop`` reach a
+        broker whose file an earlier version took (a slave with id 0), and a CLI read says no WARNING."""
         log = logging.getLogger(__name__)
         if not self.enable_dleger_commit_log:
             if self.broker_role == SLAVE and self.broker_id <= 0:
@@ -564,6 +595,13 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
                 'innerClientAuthenticationCredentials is a JSON {"accessKey": "...", "secretKey": "..."}'
             )
         return access, secret
+
+    @property
+    def ip1(self) -> str:
+        """``brokerIP1`` as a bare IP (``[fd00::2]`` -> ``fd00::2``): the store host of every message, the
+        gRPC endpoints and the own-address checks take it so. 4.9.8 registers an IPv6 ``brokerIP1`` in
+        brackets (``broker_addr``, ``ha_server_addr``), and a bracketed ``brokerIP1`` is accepted."""
+        return self.broker_ip1.strip().removeprefix("[").removesuffix("]")
 
     @property
     def broker_addr(self) -> str:

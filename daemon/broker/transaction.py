@@ -171,7 +171,7 @@ class TransactionService:
             TRANS_OP_HALF_TOPIC,
             str(half_offset).encode(),
             properties={PROPERTY_TAGS: OP_TAG},
-            store_host=(self.broker.config.broker_ip1, self.broker.config.listen_port),
+            store_host=(self.broker.config.ip1, self.broker.config.listen_port),
             wait_store_msg_ok=False,
         )
         result = await self.broker.put(op)

@@ -234,7 +234,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         #: cannot tell which one a connection reached, so `brokerIP1` when it is this machine's, else none
         #: (loopback alone is this machine). Behind a NAT or a forwarding load balancer `brokerIP1` is the
         #: device's, and every client it forwards arrives from it.
-        ip1 = broker.config.broker_ip1
+        ip1 = broker.config.ip1
         self._own_ip = ip1 if is_own_address(ip1) else ""
 
     # ------------------------------------------------------------------ clients and checks
@@ -457,7 +457,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             own = self.broker.topics.get(topic)
             if own is not None:
                 perm = own.perm & config.broker_permission
-                here = endpoints(config.broker_ip1, self.port)
+                here = endpoints(config.ip1, self.port)
                 out.append((config.broker_name, here, own.read_queue_nums, own.write_queue_nums, perm))
         return out
 

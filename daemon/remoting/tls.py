@@ -125,7 +125,7 @@ def _file_keys(path: str) -> dict[str, str]:
     from daemon.config import ConfigError, parse_properties, read_properties_file
 
     try:
-        props = parse_properties(read_properties_file(Path(path))[0])
+        props = parse_properties(read_properties_file(Path(path)))
     except OSError as exc:
         raise ConfigError(f"cannot read tls.config.file {path}: {exc.strerror}") from None
     return {k: v for k, v in props.items() if k in FILE_KEYS}

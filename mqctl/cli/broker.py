@@ -135,6 +135,7 @@ def start(
             "grpc_listen_port": grpc_port,
         },
     )
+    cfg.check_store_roles()  # only here: 'broker status|stop' read the same file without refusing it
     if print_config:
         typer.echo(to_properties(cfg, mark_inert=True, mask_secrets=True, derived=cfg.derived()), nl=False)
         return

@@ -6,7 +6,9 @@ what the detached one said, then exits), hold a pidfile, and serve until SIGINT/
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import itertools
 import logging
 import os
 import re
@@ -113,24 +115,53 @@ def note_up(root: Path, daemons: list[str]) -> Path:
     return path
 
 
+def is_up(pid: int | None) -> bool:
+    """Whether process ``pid`` is an ``mqctl up`` (its command line's command), whatever it was found by."""
+    from mqctl.cli.app import VALUED_OPTIONS
+    from mqctl.services.processes import command_line, mqctl_words
+
+    args = command_line(pid) if pid is not None else None
+    return args is not None and mqctl_words(args, VALUED_OPTIONS)[:1] == ("up",)
+
+
 def hosted_by_up(state_dir: Path, running: Running, *, what: str, whole: bool) -> list[str] | None:
-    """The daemons of the ``mqctl up`` that ``running`` is, when it hosts ``state_dir`` (None: it is not
-    one); refuses (ConflictError) to stop one of them, which stops them all, unless ``whole`` says so."""
+    """The daemons of the ``mqctl up`` that ``running`` is (None: it is no up), by its pid, however it was
+    found (a store reached through a link, another store's config naming up's port); refuses
+    (ConflictError) to stop one of them, which stops them all, unless ``whole`` says so."""
     from mqctl.errors import ConflictError
 
-    try:
-        pid, *daemons = (state_dir.parent / UP_FILE).read_text().splitlines()
-    except (OSError, ValueError):
+    if not is_up(running.pid):
         return None
-    if not pid.strip().isdigit() or int(pid) != running.pid:
-        return None
+    daemons = _up_daemons(state_dir, running.pid) or ["its NameServer and every broker it runs"]
     if not whole:
         raise ConflictError(
-            f"{state_dir} is a {what} of 'mqctl up' (pid {running.pid}), which would stop with all it "
-            f"runs: {', '.join(daemons)}; not stopping it",
+            f"the {what} {state_dir} is served by 'mqctl up' (pid {running.pid}, found by "
+            f"{running.detected_by}), which would stop with all it runs: {', '.join(daemons)}; not stopping it",
             hint=f"stop it all with --whole-up, kill -INT {running.pid}, or Ctrl-C where it runs",
         )
     return daemons
+
+
+def _up_daemons(state_dir: Path, pid: int | None) -> list[str]:
+    """What up ``pid`` runs, from its :data:`UP_FILE`: beside ``state_dir`` (links resolved) or in the
+    ``--data`` dir of its command line; [] when neither is that up's."""
+    from mqctl.services.processes import command_line
+
+    places = [state_dir.resolve().parent, state_dir.parent]
+    args = command_line(pid) if pid is not None else None
+    given = [b for a, b in itertools.pairwise(args or []) if a == "--data"]
+    given += [a.removeprefix("--data=") for a in args or [] if a.startswith("--data=")]
+    for data in given[:1]:
+        with contextlib.suppress(OSError):
+            places.append(Path(os.readlink(f"/proc/{pid}/cwd")) / data)
+    for place in places:
+        try:
+            first, *daemons = (place / UP_FILE).read_text().splitlines()
+        except (OSError, ValueError):
+            continue
+        if first.strip() == str(pid):
+            return daemons
+    return []
 
 
 def local_host(listen_host: str) -> str:
@@ -140,8 +171,8 @@ def local_host(listen_host: str) -> str:
 
 def terminate(running: Running, port: int, *, main_class: str, name: str, what: str, timeout: float) -> None:
     """SIGTERM the daemon ``running`` found (by pid file, store lock or ``port``) and wait for its exit;
-    refuses a process found only by the port unless its command line names the daemon (``main_class``,
-    Java's, or ``name``, ours)."""
+    refuses a process found only by the port unless its command line runs the daemon (``main_class``,
+    Java's, or ``mqctl NAME start``, or an ``mqctl up``, which :func:`hosted_by_up` has let through)."""
     from daemon.lifecycle import terminate_pid
     from mqctl.errors import ConflictError, DaemonError
 
@@ -150,7 +181,9 @@ def terminate(running: Running, port: int, *, main_class: str, name: str, what: 
             f"port {port} is open but its process cannot be identified",
             hint="stop it as the user that started it",
         )
-    if not running.stoppable(main_class, name):
+    from mqctl.cli.app import VALUED_OPTIONS
+
+    if not running.stoppable(main_class, [(name, "start"), ("up",)], VALUED_OPTIONS):
         raise ConflictError(
             f"port {port} is held by pid {running.pid} ({running.process}), which does not look "
             f"like a {what}: not stopping it"

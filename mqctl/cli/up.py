@@ -406,7 +406,7 @@ def up(
         root_logger.setLevel(logging.INFO)
     wildcard = listen in ("0.0.0.0", "::", "")
     # where clients (and the broker, registering) connect: this host's address when listening everywhere
-    host = local_ip() if wildcard else listen
+    host = local_ip(ipv6=listen == "::") if wildcard else listen
     tls_keys = _tls_settings(root / "tls") if tls else {}
     acl_keys = _acl_settings(root / "acl") if acl else {}
     namesrv = NamesrvController(

@@ -27,7 +27,7 @@ from typing import Any, NotRequired, TypedDict, TypeVar
 
 from daemon.remoting.bodies import TopicConfig
 from daemon.remoting.codes import RequestCode, ResponseCode
-from daemon.remoting.errors import RemotingCommandError
+from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, MqctlError, NotFoundError, UsageError
 from mqctl.output import Rows
@@ -577,15 +577,14 @@ async def apply(
         )
     # everything that can fail while only reading, before the first write: a refusal then changes nothing
     acl_rows = await _compare_acl(admin, meta, masters, renames)
-    created = {
-        (addr, spec.name): spec.read_queues
-        if spec.read_queues is not None
-        else TopicConfig(spec.name).read_queue_nums
+    # each file topic's read queue count once this apply has written it (created, grown or shrunk)
+    after = {
+        (addr, spec.name): spec.apply_to(topic_tables[addr].get(spec.name)).read_queue_nums
         for spec, names in specs
         for addr in _resolve(names, masters, renames)
-        if spec.name not in topic_tables[addr]
+        if spec.name not in system_topics[addr]
     }
-    offset_plan = await _plan_offsets(admin, meta, masters, renames, blocked, created) if offsets else []
+    offset_plan = await _plan_offsets(admin, meta, masters, renames, blocked, after) if offsets else []
     try:
         for spec, names in specs:
             chosen = {a: topic_tables[a] for a in _resolve(names, masters, renames)}
@@ -604,7 +603,7 @@ async def apply(
                 rows.append(_row("group", gspec.name, names_of[change["broker"]], change))
         for planned in offset_plan:
             rows.append(await _commit_offsets(admin, planned, dry_run=dry_run))
-    except (MqctlError, RemotingCommandError):
+    except (MqctlError, RemotingError):  # a refusal, a lost connection or a timeout part-way
         if not dry_run and applied is not None:
             applied(list(rows))
         raise
@@ -669,14 +668,16 @@ async def _plan_offsets(
     masters: dict[str, str],
     renames: dict[str, str],
     blocked: dict[str, list[str]],
-    created: dict[tuple[str, str], int],
+    after: dict[tuple[str, str], int],
 ) -> list[_OffsetPlan]:
     """The file's offsets per group, topic and broker, as ``offset reset`` would commit them where no
     consumer is online; a group with live consumers is shown as blocked. An offset past its queue's end is
     clamped to that end, as 4.9.8's offset reset does, and said so: another cluster's offsets are not
     positions in this one's queues, and a consumer would skip what arrives up to it. One for a queue id
-    the target topic lacks is said so and skipped. A topic this apply creates (``created``: its read
-    queue count by master and name) ends at 0 in every queue."""
+    the target topic lacks is said so and skipped, and every one of a topic the target lacks (one not in
+    the file's topics: ``%RETRY%G`` in a hand-edited file). The file's topics are planned with the read
+    queue count this apply leaves them (``after``, by master and name): a queue it adds or creates ends
+    at 0."""
     out: list[_OffsetPlan] = []
     current: dict[str, dict[tuple[str, str, int], int]] = {}
     ends: dict[tuple[str, str], dict[int, int] | None] = {}
@@ -686,26 +687,21 @@ async def _plan_offsets(
             current[addr] = await admin.all_consumer_offsets(addr)
         group, topic = entry["group"], entry["topic"]
         if (addr, topic) not in ends:
-            new_queues = created.get((addr, topic))
-            ends[addr, topic] = (
-                dict.fromkeys(range(new_queues), 0)
-                if new_queues is not None
-                else await _queue_ends(admin, addr, topic)
-            )
-        end = ends[addr, topic]
-        missing = [] if end is None else [q for q in sorted(entry["queues"]) if q not in end]
-        wanted = {
-            q: offset if end is None else min(offset, end[q])
-            for q, offset in sorted(entry["queues"].items())
-            if q not in missing
-        }
+            read = await _queue_ends(admin, addr, topic)
+            count = after.get((addr, topic))
+            ends[addr, topic] = read if count is None else {q: (read or {}).get(q, 0) for q in range(count)}
+        end = ends[addr, topic] or {}
+        missing = [q for q in sorted(entry["queues"]) if q not in end]
+        wanted = {q: min(offset, end[q]) for q, offset in sorted(entry["queues"].items()) if q not in missing}
         commits = {q: o for q, o in wanted.items() if current[addr].get((group, topic, q)) != o}
         notes = [
             f"queue {q} beyond the queue's end (max {end[q]}): {end[q]}, not {entry['queues'][q]}"
             for q in wanted
-            if end is not None and entry["queues"][q] > end[q]
-        ] + [f"queue {q}: no such queue, skipped" for q in missing]
-        if not commits:
+            if entry["queues"][q] > end[q]
+        ] + [f"queue {q}: no such queue, skipped" for q in missing if ends[addr, topic] is not None]
+        if ends[addr, topic] is None:
+            action = "skipped: no such topic on the target"
+        elif not commits:
             action = "unchanged"
         elif group in blocked:
             action = f"blocked: live consumers {', '.join(blocked[group])}"

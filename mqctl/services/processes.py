@@ -13,6 +13,7 @@ import contextlib
 import os
 import socket
 import time
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
@@ -44,19 +45,62 @@ class Running:
     def fields(self) -> RunningFields:
         return {"pid": self.pid, "detected_by": self.detected_by, "process": self.process}
 
-    def stoppable(self, *markers: str) -> bool:
+    def stoppable(
+        self, main_class: str, commands: Collection[tuple[str, ...]], valued: Collection[str]
+    ) -> bool:
         """Whether `stop` may signal it: found by our pid file or the store lock (it is the daemon of
-        that store), or found by the port and its command line names the daemon (one of `markers`,
-        e.g. `BrokerStartup`); a stranger that happens to hold the port is left alone."""
+        that store), or found by the port and its command line runs the daemon: Java's ``main_class``
+        (``BrokerStartup``) or one of our ``commands`` (``('broker', 'start')``; ``valued``: the root
+        options taking a value), matched as whole words. A stranger that happens to hold the port is left
+        alone, one with "broker" somewhere in its arguments too."""
         if self.pid is None:
             return False
         if self.detected_by != "port":
             return True
-        try:
-            args = Path(f"/proc/{self.pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
+        args = command_line(self.pid)
+        if args is None:
             return False
-        return any(marker in arg for arg in args for marker in markers)
+        if any(a.startswith("org.apache.rocketmq.") and a.rsplit(".", 1)[1] == main_class for a in args):
+            return True
+        words = mqctl_words(args, valued)
+        return any(words[: len(c)] == c for c in commands if c)
+
+
+def command_line(pid: int) -> list[str] | None:
+    """The arguments of process ``pid`` (None: gone, or not ours to read)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return (
+        raw.decode(errors="replace").split("\0")[:-1]
+        if raw.endswith(b"\0")
+        else [raw.decode(errors="replace")]
+    )
+
+
+def mqctl_words(args: Sequence[str], valued: Collection[str]) -> tuple[str, ...]:
+    """The command an mqctl command line runs (``mqctl``, ``python -m mqctl``), as its words: the first
+    argument after the root's options (``valued``: those taking a value), and the next one unless it is an
+    option: ``('broker', 'start')``, ``('up', ...)``; () for another program."""
+    # the program: a console script (``python .../bin/mqctl``, ``mqctl``) or the package (``-m mqctl``)
+    start = next((i + 1 for i, arg in enumerate(args[:3]) if os.path.basename(arg) == "mqctl"), None)
+    if start is None:
+        return ()
+    words: list[str] = []
+    skip = False
+    for arg in args[start:]:
+        if skip:
+            skip = False
+        elif arg.startswith("-"):
+            if words:
+                break
+            skip = arg in valued
+        else:
+            words.append(arg)
+            if len(words) == 2:
+                break
+    return tuple(words)
 
 
 def process_name(pid: int) -> str | None:

@@ -184,3 +184,21 @@ def test_status_of_an_acl_broker_without_credentials_is_reachable_and_says_it_re
         assert signed["reachable"] is True and signed["version"] == "V4_9_8" and "refused" not in signed
     finally:
         cli("broker", "stop", "-c", str(broker_conf))
+
+
+def test_the_command_of_a_command_line_is_matched_by_whole_words() -> None:
+    """`stop` signals a process found by the port only when it runs the daemon: 'broker' inside an
+    argument (up's --broker-port, a path, a topic) made any process pass for a broker."""
+    from mqctl.cli.app import VALUED_OPTIONS
+    from mqctl.services.processes import mqctl_words
+
+    def words(line: str) -> tuple[str, ...]:
+        return mqctl_words(line.split(), VALUED_OPTIONS)
+
+    assert words("/venv/bin/python -m mqctl broker start -c b.conf") == ("broker", "start")
+    assert words("/venv/bin/python /venv/bin/mqctl -n 127.0.0.1:9876 -o json up --broker-port 1") == ("up",)
+    assert words("mqctl --context prod namesrv start") == ("namesrv", "start")
+    assert words("/venv/bin/python -m mqctl up --data broker") == ("up",)
+    assert words("/venv/bin/python -m mqctl msg send -t broker x") == ("msg", "send")
+    assert words("python3 serve.py --broker broker start") == ()
+    assert words("") == ()

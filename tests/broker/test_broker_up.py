@@ -108,6 +108,31 @@ async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str,
 
 
 @pytest.mark.slow
+async def test_up_is_refused_by_its_pid_however_its_store_is_named(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The guard looked for up.hosts beside the path given: a link to up's store, or a config naming up's
+    slave port with another store, stopped the whole up (and 'broker' in up's --broker-port argument made
+    the port's process pass for a broker)."""
+    ns_port, broker_port = free_port(), free_port()
+    mqctl = functools.partial(run_mqctl, cli_env)
+    data = tmp_path / "data"
+    async with mqctl_up(data, cli_env, ns_port, "--broker-port", str(broker_port), "--no-metrics") as up:
+        (tmp_path / "alias").mkdir()
+        (tmp_path / "alias" / "store2").symlink_to(data / "store")
+        by_port = tmp_path / "byport.conf"
+        by_port.write_text(f"listenPort={broker_port}\nstorePathRootDir={tmp_path / 'other'}\n")
+        for stop in (("--store", str(tmp_path / "alias" / "store2")), ("-c", str(by_port))):
+            refused = await asyncio.to_thread(mqctl, "broker", "stop", *stop)
+            assert refused.returncode == 4, (stop, refused.stderr)
+            assert f"NameServer 127.0.0.1:{ns_port}" in refused.stderr and "--whole-up" in refused.stderr
+        assert up.proc.returncode is None
+        stopped = await asyncio.to_thread(mqctl, "broker", "stop", "-c", str(by_port), "--whole-up")
+        assert stopped.returncode == 0, stopped.stderr
+    assert up.code == 0
+
+
+@pytest.mark.slow
 async def test_up_acl_starts_an_acl_cluster_and_says_how_to_sign(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:

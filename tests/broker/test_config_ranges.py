@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -82,34 +83,61 @@ def test_port_flags_are_range_checked(cli: RunCli, args: tuple[str, ...], tmp_pa
     assert f"bad {args[-2]} {args[-1]}: a port is 0..65535" in result.stderr
 
 
+def _started(**fields: object) -> BrokerConfig:
+    """A config as ``broker start`` takes it: read, then its start-up rules applied."""
+    config = BrokerConfig(**fields)  # type: ignore[arg-type]
+    config.check_store_roles()
+    return config
+
+
 def test_a_slave_with_id_0_is_refused_as_4_9_8_refuses(tmp_path: Path) -> None:
     """It started and registered as id 0: listed as the MASTER, refusing topic creation as a slave."""
     conf = tmp_path / "broker.conf"
     for broker_id in ("0", "-3"):
         conf.write_text(f"brokerRole=SLAVE\nbrokerId={broker_id}\n")
         with pytest.raises(ConfigError, match="Slave's brokerId must be > 0"):
-            load_config(BrokerConfig, conf, environ={})
+            load_config(BrokerConfig, conf, environ={}).check_store_roles()
     conf.write_text("brokerRole=SLAVE\nbrokerId=2\n")
-    assert load_config(BrokerConfig, conf, environ={}).broker_id == 2
+    assert _started(broker_role="SLAVE", broker_id=2).broker_id == 2
+
+
+def test_the_start_up_rules_are_checked_at_broker_start_only(cli: RunCli, tmp_path: Path) -> None:
+    """'broker status|stop -c' of a slave with id 0 (which an earlier version started) exited 2, and a
+    master's id said a WARNING at every read."""
+    slave = tmp_path / "slave0.conf"
+    slave.write_text(f"brokerRole=SLAVE\nbrokerId=0\nstorePathRootDir={tmp_path / 's0'}\nlistenPort=0\n")
+    master = tmp_path / "master3.conf"
+    master.write_text(
+        f"brokerRole=ASYNC_MASTER\nbrokerId=3\nstorePathRootDir={tmp_path / 'm3'}\nlistenPort=0\n"
+    )
+    for conf in (slave, master):
+        for verb in ("status", "stop"):
+            result = cli("broker", verb, "-c", str(conf))
+            assert result.code in (0, 3), (verb, result.stderr)  # not running: said, no refusal
+            assert "brokerId" not in result.stderr, result.stderr
+    refused = cli("broker", "start", "-c", str(slave), "--print-config")
+    assert refused.code == UsageError.exit_code and "Slave's brokerId must be > 0" in refused.stderr
+    printed = cli("broker", "start", "-c", str(master), "--print-config")
+    assert printed.code == 0 and "brokerId=0" in printed.stdout.splitlines(), printed.stdout
 
 
 def test_a_masters_id_is_0_as_4_9_8_sets_it(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("WARNING"):
-        config = BrokerConfig(broker_role="SYNC_MASTER", broker_id=-3)
+        config = _started(broker_role="SYNC_MASTER", broker_id=-3)
     assert config.broker_id == 0
     assert any("brokerId=-3 with brokerRole=SYNC_MASTER: 0" in r.getMessage() for r in caplog.records)
 
 
 def test_disk_ratio_is_clamped_and_a_negative_reserved_time_refused(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("WARNING"):
-        assert BrokerConfig(disk_max_used_space_ratio=150).disk_max_used_space_ratio == 95
-        assert BrokerConfig(disk_max_used_space_ratio=3).disk_max_used_space_ratio == 10
+        assert _started(disk_max_used_space_ratio=150).disk_max_used_space_ratio == 95
+        assert _started(disk_max_used_space_ratio=3).disk_max_used_space_ratio == 10
     said = [r.getMessage() for r in caplog.records]
     assert any("diskMaxUsedSpaceRatio=150: 95, as 4.9.8 clamps it to 10..95" in m for m in said), said
-    assert BrokerConfig(disk_max_used_space_ratio=80).disk_max_used_space_ratio == 80
+    assert _started(disk_max_used_space_ratio=80).disk_max_used_space_ratio == 80
     with pytest.raises(ConfigError, match=r"fileReservedTime is hours .* not -1"):
-        BrokerConfig(file_reserved_time=-1)
-    assert BrokerConfig(file_reserved_time=0).file_reserved_time == 0
+        _started(file_reserved_time=-1)
+    assert _started(file_reserved_time=0).file_reserved_time == 0
 
 
 def test_a_latin_1_broker_conf_loads_as_javas_properties_load_reads_it(tmp_path: Path) -> None:
@@ -124,14 +152,26 @@ def test_a_latin_1_broker_conf_loads_as_javas_properties_load_reads_it(tmp_path:
     assert load_config(BrokerConfig, conf, environ={}).broker_name == "broker-\u00e9"
 
 
-def test_a_config_update_keeps_a_latin_1_file_latin_1(tmp_path: Path) -> None:
-    from daemon.config import read_properties_file, update_properties
+def test_a_config_update_keeps_every_line_it_does_not_update_byte_for_byte(tmp_path: Path) -> None:
+    from daemon.config import edit_properties_file
 
     conf = tmp_path / "broker.conf"
-    conf.write_bytes(b"# caf\xe9\nfileReservedTime=72\n")
-    text, encoding = read_properties_file(conf)
-    assert encoding == "iso-8859-1"
-    assert (
-        update_properties(text, {"fileReservedTime": "48"}).encode(encoding)
-        == b"# caf\xe9\nfileReservedTime=48\n"
+    conf.write_bytes(b"# caf\xe9\nbrokerClusterName=Cl\xc3\xbcster\nfileReservedTime=72\n")
+    assert edit_properties_file(conf, {"fileReservedTime": "48", "brokerName": "b-\u00e9"}) == (
+        b"# caf\xe9\nbrokerClusterName=Cl\xc3\xbcster\nfileReservedTime=48\nbrokerName=b-\\u00e9\n"
     )
+    assert edit_properties_file(tmp_path / "new.conf", {"brokerName": "b"}) == b"brokerName=b\n"
+
+
+def test_one_latin_1_line_is_read_as_latin_1_alone_and_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One Latin-1 byte in a comment decoded the whole file as ISO-8859-1: brokerClusterName 'Clüster'
+    (UTF-8) became 'ClÃ¼ster', and the broker registered in another cluster unsaid."""
+    conf = tmp_path / "broker.conf"
+    conf.write_bytes("# r\xe9seau\n".encode("latin-1") + "brokerClusterName=Cl\u00fcster\n".encode())
+    with caplog.at_level(logging.WARNING):
+        config = load_config(BrokerConfig, conf, environ={})
+    assert config.broker_cluster_name == "Cl\u00fcster"
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == [f"{conf}:1 is not UTF-8: read as ISO-8859-1"], said

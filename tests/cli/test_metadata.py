@@ -411,6 +411,72 @@ def test_offsets_past_a_queue_end_or_for_a_missing_queue_are_flagged(
     assert {q: o for (g, t, q), o in offsets.items() if g == "Billing"} == {0: 0, 1: 0}
 
 
+def _file(tmp_path: Path, body: str) -> Path:
+    """A metadata file of ``body`` (its YAML after the kind and version lines)."""
+    path = tmp_path / "f.yaml"
+    path.write_text(f"kind: mqctl-metadata\nversion: 1\n{body}")
+    return path
+
+
+def _committed(target: LocalCluster, group: str) -> dict[tuple[str, int], int]:
+    async def read() -> dict[tuple[str, str, int], int]:
+        async with Admin([target.namesrv_addr]) as admin:
+            return await admin.all_consumer_offsets(target.broker_addr)
+
+    return {(t, q): o for (g, t, q), o in asyncio.run(read()).items() if g == group}
+
+
+def test_offsets_of_queues_the_same_apply_adds_are_committed(
+    cli: RunCli, target: LocalCluster, tmp_path: Path
+) -> None:
+    """The queue ends were read before the topic grew from 2 to 4 queues: queues 2 and 3 'no such queue'."""
+    ns = target.namesrv_addr
+    _ok(run(cli, ns, "topic", "create", "-t", "Grow", "-r", "2", "-w", "2"))
+    path = _file(
+        tmp_path,
+        "topics:\n- {name: Grow, read_queues: 4, write_queues: 4}\n"
+        "offsets:\n- {group: G, topic: Grow, broker: broker-a, queues: {0: 0, 1: 0, 2: 0, 3: 0}}\n",
+    )
+    done = run(cli, ns, "apply", "-f", str(path), "--offsets", "--execute", "--yes", "-o", "json")
+    assert done.json()[-1]["action"] == "committed", done.stdout
+    assert _committed(target, "G") == {("Grow", q): 0 for q in range(4)}
+
+
+def test_a_topic_without_queue_counts_plans_the_queues_it_gets(
+    cli: RunCli, target: LocalCluster, tmp_path: Path
+) -> None:
+    """The plan counted 16 queues (TopicConfig's default), the apply creates 8: queue 12 'would commit',
+    and --execute failed part-way (queueId[12] is illegal) after committing queue 0."""
+    ns = target.namesrv_addr
+    path = _file(
+        tmp_path,
+        "topics:\n- {name: NoCount}\noffsets:\n- {group: G, topic: NoCount, broker: broker-a, queues: {0: 3, 12: 3}}\n",
+    )
+    plan = run(cli, ns, "apply", "-f", str(path), "--offsets", "-o", "json")
+    assert "queue 12: no such queue" in plan.json()[-1]["action"], plan.stdout
+    done = run(cli, ns, "apply", "-f", str(path), "--offsets", "--execute", "--yes", "-o", "json")
+    assert done.code == 0, done.stderr
+    assert _committed(target, "G") == {("NoCount", 0): 0}
+
+
+def test_offsets_for_a_topic_the_target_lacks_are_skipped_and_said(
+    cli: RunCli, target: LocalCluster, tmp_path: Path
+) -> None:
+    """The plan said 'would commit'; --execute wrote the topics, then failed: topic[%RETRY%G] not exist."""
+    ns = target.namesrv_addr
+    path = _file(
+        tmp_path,
+        "topics:\n- {name: T1, read_queues: 1, write_queues: 1}\n"
+        "offsets:\n- {group: G, topic: '%RETRY%G', broker: broker-a, queues: {0: 500}}\n",
+    )
+    plan = run(cli, ns, "apply", "-f", str(path), "--offsets", "-o", "json")
+    assert plan.json()[-1]["action"] == "skipped: no such topic on the target", plan.stdout
+    done = run(cli, ns, "apply", "-f", str(path), "--offsets", "--execute", "--yes", "-o", "json")
+    assert done.code == 0, done.stderr
+    assert done.json()[-1]["action"] == "skipped: no such topic on the target"
+    assert _committed(target, "G") == {}
+
+
 def test_acl_off_on_the_target_is_a_plan_row_and_nothing_is_written_first(
     cli: RunCli, target: LocalCluster, tmp_path: Path
 ) -> None:
@@ -431,26 +497,30 @@ def test_acl_off_on_the_target_is_a_plan_row_and_nothing_is_written_first(
         ]
 
 
+@pytest.mark.parametrize("lost", [False, True])
 def test_a_failure_part_way_says_what_was_applied(
-    cli: RunCli, target: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: RunCli, target: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: bool
 ) -> None:
-    """The rows written before a refusal, then the refusal's message and exit code."""
+    """The rows written before a refusal, then the refusal's message and exit code; a connection lost
+    (not a broker's refusal) escaped without the rows."""
+    from daemon.remoting.errors import RemotingConnectError
     from mqctl.errors import BrokerError
     from mqctl.services import groups
 
     async def refused(*args: object, **kwargs: object) -> list[object]:
+        if lost:
+            raise RemotingConnectError("127.0.0.1:1", "connection closed")
         raise BrokerError("request failed: no", code=1)
 
     monkeypatch.setattr(groups, "apply_on", refused)
-    path = tmp_path / "cluster.yaml"
-    path.write_text(
-        "kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: TNEW, read_queues: 2, write_queues: 2}\n"
-        "groups:\n- {name: GNEW}\n"
+    path = _file(
+        tmp_path, "topics:\n- {name: TNEW, read_queues: 2, write_queues: 2}\ngroups:\n- {name: GNEW}\n"
     )
     result = run(cli, target.namesrv_addr, "apply", "-f", str(path), "--execute", "-o", "json")
-    assert result.code == BrokerError.exit_code
-    assert [(r["name"], r["action"]) for r in result.json()] == [("TNEW", "created")]
-    assert "applied before the failure" in result.stderr and "request failed: no" in result.stderr
+    assert result.code != 0 if lost else result.code == BrokerError.exit_code
+    assert [(r["name"], r["action"]) for r in result.json()] == [("TNEW", "created")], result
+    said = "connection closed" if lost else "request failed: no"
+    assert "applied before the failure" in result.stderr and said in result.stderr
 
 
 @pytest.mark.slow  # two clusters

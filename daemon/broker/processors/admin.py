@@ -48,10 +48,9 @@ from daemon.config import (
     ConfigError,
     coerce_properties,
     config_file_mode,
+    edit_properties_file,
     parse_properties,
     property_key,
-    read_properties_file,
-    update_properties,
     wire_properties,
     write_atomically,
 )
@@ -567,11 +566,8 @@ class AdminProcessor:
         that is answered survives a restart (4.9.8 rewrites the whole file; we keep its comments)."""
         path = Path(self.broker.config.config_path)
         try:
-            text, encoding = read_properties_file(path) if path.exists() else ("", "utf-8")
-            write_atomically(  # in the encoding it was read in: the lines not updated stay byte for byte
-                path,
-                update_properties(text, updates).encode(encoding),
-                config_file_mode(path, self.broker.config),
+            write_atomically(
+                path, edit_properties_file(path, updates), config_file_mode(path, self.broker.config)
             )
         except OSError as exc:
             raise system_error(f"cannot write the broker config {path}: {exc.strerror}") from None

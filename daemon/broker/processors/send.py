@@ -318,7 +318,7 @@ class QueueSlot(QueueHandle):
 class SendProcessor:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
-        self.store_host = (broker.config.broker_ip1, broker.config.listen_port)
+        self.store_host = (broker.config.ip1, broker.config.listen_port)
         #: the connection whose send is being processed (None: a 5.x client's, through the gRPC front)
         self._conn: Connection | None = None
         #: DLedger sends answered in this pass, written in the next loop round (`_write_replies`)
