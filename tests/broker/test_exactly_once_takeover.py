@@ -13,9 +13,11 @@ from daemon.broker.schedule import SCHEDULE_GROUP, delivered_copy
 from daemon.broker.transaction import committed_copy
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
-from store.message import StoredMessage
-from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from store.commitlog import PutMessageStatus
+from store.message import Message, StoredMessage
+from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from store.record import decode_msg_id, decode_records
+from store.results import PutResult
 from tests.support.broker import BrokerHandle, start_broker
 
 LEVEL = 3  # 10 s: nothing falls due while a test runs
@@ -84,6 +86,41 @@ async def test_an_end_of_a_half_committed_before_the_start_commits_nothing_again
         ).code == ResponseCode.SUCCESS
         assert await _count(handle, "TxE") == [b"once"]
         assert 0 in b.transactions.resolved
+    finally:
+        await client.close()
+        await b.stop()
+
+
+async def test_a_half_whose_op_record_put_failed_after_its_commit_is_not_committed_again(
+    tmp_path: Path,
+) -> None:
+    """The committed copy is stored, then its op record's put fails (a quorum timeout on the second round,
+    a full disk): the half is checked again, and the producer's COMMIT answer stored a second copy."""
+    b = await start_broker(tmp_path / "s", transaction_time_out=0, transaction_check_interval=3_600_000)
+    client = RemotingClient()
+    try:
+        handle = BrokerHandle(b.addr, client, b)
+        props = {"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": "U9"}
+        sent = await handle.send("TxOp", b"once", props=props)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        phys = decode_msg_id(sent.ext_fields["msgId"])[1]
+        real_put, failed = b.put, []
+
+        async def put(msg: Message) -> PutResult:
+            if msg.topic == TRANS_OP_HALF_TOPIC and not failed:  # the op record's put fails once
+                failed.append(msg)
+                return PutResult(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+            return await real_put(msg)
+
+        b.put = put  # type: ignore[method-assign]
+        h = EndTransactionRequestHeader("PG", 0, phys, 8, "id", True)
+        first = await handle.call(RequestCode.END_TRANSACTION, h.to_ext_fields())
+        assert first.code == ResponseCode.SYSTEM_ERROR and failed
+        assert await b.transactions.check_once() == 0  # nothing to ask: committed already
+        assert 0 in b.transactions.resolved
+        again = await handle.call(RequestCode.END_TRANSACTION, h.to_ext_fields())  # a late COMMIT
+        assert again.code == ResponseCode.SUCCESS
+        assert await _count(handle, "TxOp") == [b"once"]
     finally:
         await client.close()
         await b.stop()
