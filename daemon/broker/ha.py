@@ -65,6 +65,7 @@ from store.config_files import (
     ConsumerOffsetManager,
     DelayOffsetManager,
     JsonConfigFile,
+    SubscriptionGroupFile,
     TopicConfigFile,
 )
 from store.ha import (
@@ -1823,13 +1824,17 @@ async def sync_metadata(
     may_apply: Callable[[], bool] | None = None,
     held: Callable[[], Iterable[tuple[str, int]]] | None = None,
 ) -> list[str]:
-    """4.9.8 ``SlaveSynchronize.syncAll``: topic configs (21), consumer offsets (43), delay offsets (45)
-    and subscription groups (201) from the master, each persisted when it changed. Returns what changed.
+    """4.9.8 ``SlaveSynchronize.syncAll``: topic configs (21), subscription groups (201), consumer offsets
+    (43) and delay offsets (45) from the master, each persisted when it changed. Returns what changed.
 
     Topic and group tables are replaced when the master's ``dataVersion`` differs; consumer offsets are
     merged per ``topic@group`` (Java's ``putAll``), so a slave keeps offsets only it has seen, but unlike
-    Java an entry an earlier sync took that the master no longer holds is dropped (deleted there: a failover
-    would bring it back). Since this process started only: a deletion made while it was down stays here.
+    Java an entry an earlier sync took that the master no longer holds is dropped when the master no longer
+    has its group or its topic either (deleted there: a failover would bring it back); one whose group and
+    topic the master still has is kept (the master lost its offsets: restored from an older copy, or its
+    offset files unreadable), each logged at WARNING. Java asks for the groups last; here they are asked
+    for before the offsets, which are judged by this sync's topic and group tables (without both, nothing
+    is dropped). Since this process started only: a deletion made while it was down stays here.
 
     ``slave_commits`` (group, topic, queue id -> offset) are what clients committed to this slave, which
     they do when they find no master. 4.9.8 (``SlaveSynchronize.syncConsumerOffset``) overwrites them
@@ -1852,10 +1857,11 @@ async def sync_metadata(
     changed: list[str] = []
     steps: list[tuple[int, JsonConfigFile]] = [
         (RequestCode.GET_ALL_TOPIC_CONFIG, configs.topics),
+        (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, configs.subscription_groups),
         (RequestCode.GET_ALL_CONSUMER_OFFSET, configs.consumer_offsets),
         (RequestCode.GET_ALL_DELAY_OFFSET, configs.delay_offsets),
-        (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, configs.subscription_groups),
     ]
+    masters: dict[int, set[str]] = {}  # this sync's answers: the master's topic and group names
     for code, manager in steps:
         if asking is not None:
             asking(code)
@@ -1871,6 +1877,8 @@ async def sync_metadata(
             continue
         try:
             data = fastjson.loads(response.body)
+            if isinstance(manager, TopicConfigFile | SubscriptionGroupFile):
+                masters[code] = set(data.get(manager.TABLE) or ())
             if slave_commits and isinstance(manager, ConsumerOffsetManager):
                 await _hand_on_commits(client, master_addr, data, slave_commits)
             if may_apply is not None and not may_apply():
@@ -1878,7 +1886,7 @@ async def sync_metadata(
                     "slave metadata sync from %s stopped: this member may no longer take it", master_addr
                 )
                 return changed
-            if not _apply(manager, data, held or tuple):
+            if not _apply(manager, data, held or tuple, _deleted_on(master_addr, masters)):
                 continue
         except (ValueError, TypeError, AttributeError) as exc:
             log.warning("slave metadata sync (%d) from %s: bad body: %s", code, master_addr, exc)
@@ -1948,15 +1956,66 @@ async def _queue_end(client: Transport, master_addr: str, topic: str, queue_id: 
         return None
 
 
+def _deleted_on(
+    master_addr: str, masters: dict[int, set[str]]
+) -> Callable[[ConsumerOffsetManager, set[str]], set[str]]:
+    """Of the offset keys a master's table no longer holds, the ones it deleted: their group or topic is
+    gone there too (``group delete``, ``topic delete``). The others are kept (a master that lost its
+    offsets would otherwise wipe the only copy left); both are logged at WARNING, a kept key once."""
+
+    def deleted(manager: ConsumerOffsetManager, unheld: set[str]) -> set[str]:
+        topics = masters.get(RequestCode.GET_ALL_TOPIC_CONFIG)
+        groups = masters.get(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        if topics is None or groups is None:
+            return set()  # not judged without both tables: kept for the next sync
+        gone: set[str] = set()
+        for key in unheld:
+            topic, at, group = key.partition("@")
+            if at and (topic not in topics or group not in groups):
+                gone.add(key)
+        if gone:
+            log.warning(
+                "dropped %d consumer offset entries that master %s deleted with their group or topic: %s",
+                len(gone),
+                master_addr,
+                _some(gone),
+            )
+        kept = unheld - gone
+        if kept - manager.kept:  # (said once: the master may never take them again)
+            log.warning(
+                "keeping %d consumer offset entries master %s no longer holds although it has their group"
+                " and topic (restored from an older copy, or its offset files unreadable?): %s",
+                len(kept),
+                master_addr,
+                _some(kept),
+            )
+        return gone
+
+    return deleted
+
+
+def _some(keys: set[str], shown: int = 5) -> str:
+    """Up to ``shown`` of ``keys``, sorted, and how many more."""
+    first = sorted(keys)[:shown]
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return ", ".join(first) + more
+
+
 def _apply(
-    manager: JsonConfigFile, data: dict[str, object], held: Callable[[], Iterable[tuple[str, int]]] = tuple
+    manager: JsonConfigFile,
+    data: dict[str, object],
+    held: Callable[[], Iterable[tuple[str, int]]] = tuple,
+    deleted: Callable[[ConsumerOffsetManager, set[str]], set[str]] | None = None,
 ) -> bool:
-    """Take the master's table into ``manager``, a topic table's counts clamped above the queues ``held``;
+    """Take the master's table into ``manager``, a topic table's counts clamped above the queues ``held``,
+    an offset table's entries dropped that ``deleted`` picks of the ones the master no longer holds;
     whether anything changed."""
     if isinstance(manager, ConsumerOffsetManager):
         incoming = ConsumerOffsetManager(None)
         incoming.decode(data)
-        return manager.merge(incoming.table)
+        unheld = manager.unheld(incoming.table)
+        drop = deleted(manager, unheld) if deleted is not None and unheld else set()
+        return manager.merge(incoming.table, drop)
     if isinstance(manager, DelayOffsetManager):
         incoming_delay = DelayOffsetManager(None)
         incoming_delay.decode(data)

@@ -4,6 +4,7 @@ ack watermark may stand past a message whose ack the quorum never held."""
 
 from __future__ import annotations
 
+import logging
 from typing import cast
 
 import pytest
@@ -14,6 +15,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store import fastjson
 from store.config_files import ConfigFiles
+from store.models import SubscriptionGroupConfig, TopicConfig
 
 
 class OldLeader:
@@ -53,26 +55,48 @@ async def test_a_member_elected_during_a_sync_keeps_its_own_offset_table() -> No
 
 
 class Leader:
-    """Answers the offset request with its table, the other requests with an error."""
+    """Answers the topic, group and offset requests with its tables (``tables`` of them), the others with
+    an error."""
 
-    def __init__(self, configs: ConfigFiles) -> None:
+    TABLES = (
+        RequestCode.GET_ALL_TOPIC_CONFIG,
+        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        RequestCode.GET_ALL_CONSUMER_OFFSET,
+    )
+
+    def __init__(self, configs: ConfigFiles, tables: tuple[int, ...] = TABLES) -> None:
         self.configs = configs
+        self.tables = tables
 
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
-        if request.code != RequestCode.GET_ALL_CONSUMER_OFFSET:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, "only offsets here")
-        return request.make_response(body=fastjson.dumps(self.configs.consumer_offsets.encode()))
+        if request.code not in self.tables:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "not here")
+        table = {
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.configs.topics,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.configs.subscription_groups,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.configs.consumer_offsets,
+        }[request.code]
+        return request.make_response(body=fastjson.dumps(table.encode()))
+
+
+def _leader(groups: tuple[str, ...] = ("G", "H"), topic: str = "T") -> ConfigFiles:
+    """A leader with ``topic``, the subscription ``groups`` and their offsets of queue 0 at 7."""
+    leader = ConfigFiles(None)
+    leader.topics.update(TopicConfig(topic, 1, 1), persist=False)
+    for g in groups:
+        leader.subscription_groups.update(SubscriptionGroupConfig(g), persist=False)
+        leader.consumer_offsets.commit_offset(g, topic, 0, 7)
+    return leader
 
 
 async def test_offsets_deleted_on_the_leader_stay_deleted_on_a_follower_elected_after_a_failover() -> None:
     """A DLedger group: the leader deletes a group's offsets; a follower that synced before and after
     leads next with the leader's table, not with the deleted entries (4.9.8's ``putAll`` kept them)."""
-    leader, follower, third = ConfigFiles(None), ConfigFiles(None), ConfigFiles(None)
-    for g in ("G", "H"):
-        leader.consumer_offsets.commit_offset(g, "T", 0, 7)
+    leader, follower, third = _leader(), ConfigFiles(None), ConfigFiles(None)
     for member in (follower, third):
         await sync_metadata(cast(Transport, Leader(leader)), "n0", member)
         assert member.consumer_offsets.query_offset("G", "T", 0) == 7
+    leader.subscription_groups.delete("G")  # group delete --remove-offset
     leader.consumer_offsets.delete_group("G")
     await sync_metadata(cast(Transport, Leader(leader)), "n0", follower)
     assert follower.consumer_offsets.query_offset("G", "T", 0) == -1
@@ -80,6 +104,61 @@ async def test_offsets_deleted_on_the_leader_stay_deleted_on_a_follower_elected_
     # n0 dies; the follower is elected and the third member syncs from it: G is gone there too
     await sync_metadata(cast(Transport, Leader(follower)), "n1", third)
     assert third.consumer_offsets.snapshot() == leader.consumer_offsets.snapshot()
+
+
+async def test_offsets_of_a_topic_deleted_on_the_master_are_dropped_on_its_slave(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    master, slave = _leader(), ConfigFiles(None)
+    await sync_metadata(cast(Transport, Leader(master)), "m", slave)
+    master.topics.delete("T")  # topic delete: its offsets with it
+    master.consumer_offsets.delete_topic("T")
+    caplog.set_level(logging.WARNING, logger="daemon.broker.ha")
+    assert "ConsumerOffsetManager" in await sync_metadata(cast(Transport, Leader(master)), "m", slave)
+    assert slave.consumer_offsets.snapshot() == {}
+    (line,) = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert "2 consumer offset entries" in line and "T@G, T@H" in line
+
+
+async def test_a_master_that_lost_its_offsets_does_not_wipe_its_slaves_copy(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A master restored from an older copy, or whose consumerOffset.json and .bak were unreadable (it
+    loads nothing), still has the groups and topics: the slave held the only copy of their offsets, and
+    the sync dropped it silently. It is kept, said once at WARNING; a deletion later still drops it."""
+    master, slave = _leader(), ConfigFiles(None)
+    await sync_metadata(cast(Transport, Leader(master)), "m", slave)
+    master.consumer_offsets.table.clear()
+    caplog.set_level(logging.WARNING, logger="daemon.broker.ha")
+    for _ in range(2):
+        assert await sync_metadata(cast(Transport, Leader(master)), "m", slave) == []
+        assert slave.consumer_offsets.query_offset("G", "T", 0) == 7
+        assert slave.consumer_offsets.query_offset("H", "T", 0) == 7
+    (line,) = [r.getMessage() for r in caplog.records if "keeping" in r.getMessage()]
+    assert "2 consumer offset entries" in line and "T@G, T@H" in line
+    master.subscription_groups.delete("G")
+    await sync_metadata(cast(Transport, Leader(master)), "m", slave)
+    assert slave.consumer_offsets.query_offset("G", "T", 0) == -1
+    assert slave.consumer_offsets.query_offset("H", "T", 0) == 7
+
+
+@pytest.mark.parametrize(
+    "lacking", [RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG]
+)
+async def test_nothing_is_dropped_without_the_masters_topic_and_group_tables_of_the_sync(
+    lacking: int,
+) -> None:
+    """An offset entry is dropped by what this sync read of the master: a table it could not read (a
+    timeout) judges nothing, and the slave's own copy may be older than the master's."""
+    master, slave = _leader(), ConfigFiles(None)
+    await sync_metadata(cast(Transport, Leader(master)), "m", slave)
+    master.subscription_groups.delete("G")
+    master.consumer_offsets.delete_group("G")
+    tables = tuple(c for c in Leader.TABLES if c != lacking)
+    await sync_metadata(cast(Transport, Leader(master, tables)), "m", slave)
+    assert slave.consumer_offsets.query_offset("G", "T", 0) == 7
+    await sync_metadata(cast(Transport, Leader(master)), "m", slave)  # judged at the next full sync
+    assert slave.consumer_offsets.query_offset("G", "T", 0) == -1
 
 
 class RestoredMaster:
