@@ -1896,6 +1896,11 @@ async def sync_metadata(
     return changed
 
 
+#: Seconds all of one sync's GET_MAX_OFFSET lookups may take together (asked at once, a few at a time).
+END_LOOKUP_BUDGET = 3.0
+END_LOOKUPS_AT_ONCE = 16
+
+
 async def _hand_on_commits(
     client: Transport,
     master_addr: str,
@@ -1903,28 +1908,41 @@ async def _hand_on_commits(
     slave_commits: dict[tuple[str, str, int], int],
 ) -> None:
     """Commit to the master each offset committed to this slave that is ahead of the master's (never one
-    behind it), and put it into the master's table ``data`` so the sync keeps it; each is handed on once
-    (a refusal, such as an ACL denial of the slave's unsigned request, is logged and dropped)."""
+    behind it, nor one past the end of the master's queue), and put it into the master's table ``data``
+    so the sync keeps it; each is handed on once (a refusal, such as an ACL denial of the slave's unsigned
+    request, is logged and dropped). One the master did not answer about is kept for the next sync."""
     table = data.setdefault("offsetTable", {})
+    ahead: list[tuple[str, str, int, int]] = []
     for (group, topic, queue_id), offset in list(slave_commits.items()):
         queues = table.setdefault(f"{topic}@{group}", {})
         key = str(queue_id) if str(queue_id) in queues else queue_id  # as the JSON decoder gave it
         if offset > int(queues.get(key, -1)):
-            where = f"offset {group}/{topic}/{queue_id} = {offset}"
-            end = await _queue_end(client, master_addr, topic, queue_id)
-            if end is not None and offset > end:
-                # a master restored from an older copy: its queue ends before what the slave's consumers
-                # acknowledged, and the messages it takes next would be skipped up to this offset
-                log.warning(
-                    "not handing %s to master %s: past its queue's end %d (restored from an older copy?);"
-                    " the master's offset stands",
-                    where,
-                    master_addr,
-                    end,
-                )
-                if slave_commits.get((group, topic, queue_id)) == offset:
-                    del slave_commits[(group, topic, queue_id)]
-                continue
+            ahead.append((group, topic, queue_id, offset))
+        elif slave_commits.get((group, topic, queue_id)) == offset:
+            del slave_commits[(group, topic, queue_id)]
+    ends = await _queue_ends(client, master_addr, {(topic, queue_id) for _, topic, queue_id, _ in ahead})
+    for group, topic, queue_id, offset in ahead:
+        queues = table[f"{topic}@{group}"]
+        key = str(queue_id) if str(queue_id) in queues else queue_id
+        where = f"offset {group}/{topic}/{queue_id} = {offset}"
+        if (topic, queue_id) not in ends:
+            log.warning(
+                "not handing %s to master %s yet: it did not tell its queue's end", where, master_addr
+            )
+            queues[key] = offset  # kept here, handed on at the next sync
+            continue
+        end = ends[(topic, queue_id)]
+        if end is not None and offset > end:
+            # a master restored from an older copy: its queue ends before what the slave's consumers
+            # acknowledged, and the messages it takes next would be skipped up to this offset
+            log.warning(
+                "not handing %s to master %s: past its queue's end %d (restored from an older copy?);"
+                " the master's offset stands",
+                where,
+                master_addr,
+                end,
+            )
+        else:
             header = UpdateConsumerOffsetRequestHeader(group, topic, queue_id, offset)
             request = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext_fields())
             try:
@@ -1942,18 +1960,38 @@ async def _hand_on_commits(
             del slave_commits[(group, topic, queue_id)]
 
 
-async def _queue_end(client: Transport, master_addr: str, topic: str, queue_id: int) -> int | None:
-    """The master's GET_MAX_OFFSET for a queue; ``None`` when it does not tell (down, refused)."""
-    request = RemotingCommand.request(
-        RequestCode.GET_MAX_OFFSET, QueueHeader(topic, queue_id).to_ext_fields()
-    )
-    try:
-        response = await client.invoke(master_addr, request, 3.0)
-        if response.code != ResponseCode.SUCCESS:
-            return None
-        return OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
-    except (RemotingError, ValueError, TypeError, KeyError):
-        return None
+async def _queue_ends(
+    client: Transport, master_addr: str, wanted: set[tuple[str, int]]
+) -> dict[tuple[str, int], int | None]:
+    """The master's GET_MAX_OFFSET of each queue ``wanted``: asked at once (at most
+    ``END_LOOKUPS_AT_ONCE`` in flight), all within ``END_LOOKUP_BUDGET`` seconds, so that a slow master
+    does not stretch the sync by a timeout per queue. ``None`` where the master refused to tell (handed
+    on unchecked, as before the check); a queue it did not answer about in time is left out."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + END_LOOKUP_BUDGET
+    slots = asyncio.Semaphore(END_LOOKUPS_AT_ONCE)
+    ends: dict[tuple[str, int], int | None] = {}
+
+    async def end_of(topic: str, queue_id: int) -> None:
+        async with slots:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            request = RemotingCommand.request(
+                RequestCode.GET_MAX_OFFSET, QueueHeader(topic, queue_id).to_ext_fields()
+            )
+            try:
+                response = await client.invoke(master_addr, request, left)
+            except RemotingError:
+                return
+            end: int | None = None
+            if response.code == ResponseCode.SUCCESS:
+                with contextlib.suppress(ValueError, TypeError, KeyError):
+                    end = OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+            ends[(topic, queue_id)] = end
+
+    await asyncio.gather(*(end_of(topic, queue_id) for topic, queue_id in sorted(wanted)))
+    return ends
 
 
 def _deleted_on(

@@ -4,15 +4,19 @@ ack watermark may stand past a message whose ack the quorum never held."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from typing import cast
 
 import pytest
 
-from daemon.broker.ha import sync_metadata
+from daemon.broker import ha
+from daemon.broker.ha import END_LOOKUP_BUDGET, END_LOOKUPS_AT_ONCE, sync_metadata
 from daemon.remoting.client import Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingTimeoutError
 from store import fastjson
 from store.config_files import ConfigFiles
 from store.models import SubscriptionGroupConfig, TopicConfig
@@ -197,3 +201,73 @@ async def test_an_offset_committed_to_the_slave_past_the_masters_queue_end_is_no
     else:
         assert [c["commitOffset"] for c in master.commits] == ["4"]
         assert mine.consumer_offsets.query_offset("BG", "Back", 0) == 4
+
+
+class SlowMaster:
+    """A master holding no offsets whose queues of ``Slow`` end at 100: it answers GET_MAX_OFFSET once
+    ``together`` of them are in flight (at most ``patience`` seconds), never for the queues ``mute``."""
+
+    def __init__(self, together: int, mute: frozenset[int] = frozenset(), patience: float = 0.5) -> None:
+        self.together, self.mute, self.patience = together, mute, patience
+        self.in_flight = self.most_in_flight = 0
+        self.all_in = asyncio.Event()
+        self.timeouts: list[float] = []
+        self.commits: list[str] = []
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        if request.code == RequestCode.GET_ALL_CONSUMER_OFFSET:
+            return request.make_response(body=fastjson.dumps({"offsetTable": {}}))
+        if request.code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            self.commits.append(request.ext_fields["queueId"])
+            return request.make_response()
+        if request.code != RequestCode.GET_MAX_OFFSET:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "not here")
+        self.timeouts.append(timeout)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.in_flight >= self.together:
+                self.all_in.set()
+            if int(request.ext_fields["queueId"]) in self.mute:
+                await asyncio.sleep(timeout)
+                raise RemotingTimeoutError(addr, timeout, request.code)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(timeout, self.patience)):
+                    await self.all_in.wait()
+            return request.make_response(ext_fields={"offset": "100"})
+        finally:
+            self.in_flight -= 1
+
+
+def _committed_to_the_slave(queues: int) -> tuple[ConfigFiles, dict[tuple[str, str, int], int]]:
+    mine = ConfigFiles(None)
+    for q in range(queues):
+        mine.consumer_offsets.commit_offset("SG", "Slow", q, 5)
+    return mine, {("SG", "Slow", q): 5 for q in range(queues)}
+
+
+async def test_the_queue_ends_are_asked_for_at_once() -> None:
+    """One GET_MAX_OFFSET at a time, each with its own 3 s timeout, stretched a sync with many offsets
+    committed to the slave by a timeout per queue when the master was slow."""
+    mine, commits = _committed_to_the_slave(20)
+    master = SlowMaster(together=END_LOOKUPS_AT_ONCE)
+    await sync_metadata(cast(Transport, master), "master", mine, commits)
+    assert master.most_in_flight == END_LOOKUPS_AT_ONCE
+    assert sorted(master.commits, key=int) == [str(q) for q in range(20)] and commits == {}
+    assert max(master.timeouts) <= END_LOOKUP_BUDGET
+
+
+async def test_an_offset_whose_queue_end_the_master_did_not_tell_in_time_waits_for_the_next_sync(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """All of a sync's lookups share one time budget: one the master does not answer within it is not
+    handed on unchecked (it may be past a restored master's queue end), and is kept to be handed on."""
+    monkeypatch.setattr(ha, "END_LOOKUP_BUDGET", 0.2)
+    mine, commits = _committed_to_the_slave(2)
+    master = SlowMaster(together=1, mute=frozenset({1}))
+    await sync_metadata(cast(Transport, master), "master", mine, commits)
+    assert master.commits == ["0"] and commits == {("SG", "Slow", 1): 5}
+    assert mine.consumer_offsets.query_offset("SG", "Slow", 1) == 5
+    master.mute = frozenset()
+    await sync_metadata(cast(Transport, master), "master", mine, commits)
+    assert master.commits == ["0", "1"] and commits == {}
