@@ -232,10 +232,16 @@ async def test_the_takeover_pass_tells_a_consumers_next_send_back_from_a_deliver
     assert await _count(broker, "%RETRY%RG") == [b"retry-me"]
 
 
-async def test_a_second_send_back_of_one_message_is_delivered_too(tmp_path: Path) -> None:
-    """The same stored message sent back twice by its group (two consumers during a rebalance): two
-    identical entries. The first was delivered before the unclean exit; the pass took the second for
-    delivered too (one copy found for both), and it was never delivered."""
+@pytest.mark.parametrize(
+    ("levels", "left"), [((LEVEL, LEVEL), 1), ((2, LEVEL), 0)], ids=["twice-at-one-level", "at-two-levels"]
+)
+async def test_each_send_back_of_one_message_is_delivered(
+    tmp_path: Path, levels: tuple[int, int], left: int
+) -> None:
+    """The same stored message sent back twice by its group: at one level (two consumers during a
+    rebalance), two identical entries; or at level 2 (the listener's delayLevelWhenNextConsume) and level
+    3 (an expired consume's send-back). The first was delivered before the unclean exit; the pass took
+    level 3's other entry for delivered too (one copy found for both), and it was never delivered."""
     root = tmp_path / "s"
     b = await start_broker(root)
     client = RemotingClient()
@@ -243,35 +249,16 @@ async def test_a_second_send_back_of_one_message_is_delivered_too(tmp_path: Path
         handle = BrokerHandle(b.addr, client, b)
         sent = await handle.send("RT", b"retry-me", props={"UNIQ_KEY": "R1"})
         phys = decode_msg_id(sent.ext_fields["msgId"])[1]
-        for _ in range(2):
-            h = ConsumerSendMsgBackRequestHeader(phys, "RG", LEVEL, None, None, False, None)
-            assert (await handle.call(RequestCode.CONSUMER_SEND_MSG_BACK, h.to_ext_fields())).code == 0
-        assert (await b.put(delivered_copy(_parked(b, LEVEL, 0)))).ok
-    finally:
-        await client.close()
-        await b.stop()
-    assert await _offset_after_the_pass(root, LEVEL) == 1
-
-
-async def test_a_send_back_at_another_level_is_not_taken_for_delivered(tmp_path: Path) -> None:
-    """One message sent back at level 2 (the listener's delayLevelWhenNextConsume) and at level 3 (an
-    expired consume's send-back): level 2's delivered copy was taken for level 3's too."""
-    root = tmp_path / "s"
-    b = await start_broker(root)
-    client = RemotingClient()
-    try:
-        handle = BrokerHandle(b.addr, client, b)
-        sent = await handle.send("RT", b"retry-me", props={"UNIQ_KEY": "R2"})
-        phys = decode_msg_id(sent.ext_fields["msgId"])[1]
-        for level in (2, 3):
+        for level in levels:
             h = ConsumerSendMsgBackRequestHeader(phys, "RG", level, None, None, False, None)
             assert (await handle.call(RequestCode.CONSUMER_SEND_MSG_BACK, h.to_ext_fields())).code == 0
-        assert (await b.put(delivered_copy(_parked(b, 2, 0)))).ok
-        b.schedule.offsets.set_offset(2, 1)
+        assert (await b.put(delivered_copy(_parked(b, levels[0], 0)))).ok
+        if levels[0] != LEVEL:
+            b.schedule.offsets.set_offset(levels[0], 1)  # its progress written
     finally:
         await client.close()
         await b.stop()
-    assert await _offset_after_the_pass(root, 3) == 0
+    assert await _offset_after_the_pass(root, LEVEL) == left
 
 
 def _order(body: bytes, *, born: int = 1_700_000_000_000, reconsume_times: int = 0) -> Message:
