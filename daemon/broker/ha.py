@@ -2013,7 +2013,8 @@ def _deleted_on(
                 gone.add(key)
         if gone:
             log.warning(
-                "dropped %d consumer offset entries that master %s deleted with their group or topic: %s",
+                "dropped %d consumer offset entries master %s no longer holds, nor their group or topic"
+                " (deleted there): %s",
                 len(gone),
                 master_addr,
                 _some(gone),
