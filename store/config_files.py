@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
 from store import fastjson
@@ -538,8 +538,10 @@ class ConsumerOffsetManager(JsonConfigFile):
     def __init__(self, path: str | None, *, read_only: bool = False) -> None:
         super().__init__(path, read_only=read_only)
         self.table: dict[str, dict[int, int]] = {}
-        #: the ``topic@group`` keys the last :meth:`merge` took from a master (this process's only)
+        #: the ``topic@group`` keys :meth:`merge` took from a master and kept (this process's only)
         self.synced: set[str] = set()
+        #: of those, the ones the master's last table lacked, kept all the same
+        self.kept: set[str] = set()
 
     def encode(self) -> dict[str, Any]:
         return {"offsetTable": {k: dict(v) for k, v in self.table.items()}}
@@ -623,15 +625,24 @@ class ConsumerOffsetManager(JsonConfigFile):
                 queues[queue_id] = offset
                 self._changes += 1
 
-    def merge(self, table: dict[str, dict[int, int]]) -> bool:
-        """Take every entry of ``table`` (a master's, on a slave) and drop each entry an earlier merge took
-        that ``table`` no longer holds: the master deleted it, and a failover must not bring it back. An
-        entry never taken from a master (committed to this member alone) is kept. Whether anything changed."""
+    def unheld(self, table: dict[str, dict[int, int]]) -> set[str]:
+        """The keys an earlier :meth:`merge` took from a master that ``table`` (its table now) lacks."""
+        with self.lock:
+            return self.synced - table.keys()
+
+    def merge(self, table: dict[str, dict[int, int]], drop: Collection[str] = ()) -> bool:
+        """Take every entry of ``table`` (a master's, on a slave) and drop the entries ``drop`` names, which
+        an earlier merge took and ``table`` no longer holds (the master deleted them: a failover must not
+        bring them back). Such an entry not in ``drop`` is kept, and still counts as taken from the master;
+        an entry never taken from a master (committed to this member alone) is kept. Whether anything
+        changed."""
         with self.lock:
             before = {k: dict(v) for k, v in self.table.items()}
-            for key in self.synced - table.keys():
+            unheld = self.synced - table.keys()
+            for key in unheld.intersection(drop):
                 self.table.pop(key, None)
-            self.synced = set(table)
+            self.kept = unheld.difference(drop)
+            self.synced = set(table) | self.kept
             self.table.update(table)
             if self.table == before:
                 return False

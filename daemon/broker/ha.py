@@ -65,6 +65,7 @@ from store.config_files import (
     ConsumerOffsetManager,
     DelayOffsetManager,
     JsonConfigFile,
+    SubscriptionGroupFile,
     TopicConfigFile,
 )
 from store.ha import (
@@ -1823,13 +1824,17 @@ async def sync_metadata(
     may_apply: Callable[[], bool] | None = None,
     held: Callable[[], Iterable[tuple[str, int]]] | None = None,
 ) -> list[str]:
-    """4.9.8 ``SlaveSynchronize.syncAll``: topic configs (21), consumer offsets (43), delay offsets (45)
-    and subscription groups (201) from the master, each persisted when it changed. Returns what changed.
+    """4.9.8 ``SlaveSynchronize.syncAll``: topic configs (21), subscription groups (201), consumer offsets
+    (43) and delay offsets (45) from the master, each persisted when it changed. Returns what changed.
 
     Topic and group tables are replaced when the master's ``dataVersion`` differs; consumer offsets are
     merged per ``topic@group`` (Java's ``putAll``), so a slave keeps offsets only it has seen, but unlike
-    Java an entry an earlier sync took that the master no longer holds is dropped (deleted there: a failover
-    would bring it back). Since this process started only: a deletion made while it was down stays here.
+    Java an entry an earlier sync took that the master no longer holds is dropped when the master no longer
+    has its group or its topic either (deleted there: a failover would bring it back); one whose group and
+    topic the master still has is kept (the master lost its offsets: restored from an older copy, or its
+    offset files unreadable), each logged at WARNING. Java asks for the groups last; here they are asked
+    for before the offsets, which are judged by this sync's topic and group tables (without both, nothing
+    is dropped). Since this process started only: a deletion made while it was down stays here.
 
     ``slave_commits`` (group, topic, queue id -> offset) are what clients committed to this slave, which
     they do when they find no master. 4.9.8 (``SlaveSynchronize.syncConsumerOffset``) overwrites them
@@ -1852,10 +1857,11 @@ async def sync_metadata(
     changed: list[str] = []
     steps: list[tuple[int, JsonConfigFile]] = [
         (RequestCode.GET_ALL_TOPIC_CONFIG, configs.topics),
+        (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, configs.subscription_groups),
         (RequestCode.GET_ALL_CONSUMER_OFFSET, configs.consumer_offsets),
         (RequestCode.GET_ALL_DELAY_OFFSET, configs.delay_offsets),
-        (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, configs.subscription_groups),
     ]
+    masters: dict[int, set[str]] = {}  # this sync's answers: the master's topic and group names
     for code, manager in steps:
         if asking is not None:
             asking(code)
@@ -1871,6 +1877,8 @@ async def sync_metadata(
             continue
         try:
             data = fastjson.loads(response.body)
+            if isinstance(manager, TopicConfigFile | SubscriptionGroupFile):
+                masters[code] = set(data.get(manager.TABLE) or ())
             if slave_commits and isinstance(manager, ConsumerOffsetManager):
                 await _hand_on_commits(client, master_addr, data, slave_commits)
             if may_apply is not None and not may_apply():
@@ -1878,7 +1886,7 @@ async def sync_metadata(
                     "slave metadata sync from %s stopped: this member may no longer take it", master_addr
                 )
                 return changed
-            if not _apply(manager, data, held or tuple):
+            if not _apply(manager, data, held or tuple, _deleted_on(master_addr, masters)):
                 continue
         except (ValueError, TypeError, AttributeError) as exc:
             log.warning("slave metadata sync (%d) from %s: bad body: %s", code, master_addr, exc)
@@ -1888,6 +1896,11 @@ async def sync_metadata(
     return changed
 
 
+#: Seconds all of one sync's GET_MAX_OFFSET lookups may take together (asked at once, a few at a time).
+END_LOOKUP_BUDGET = 3.0
+END_LOOKUPS_AT_ONCE = 16
+
+
 async def _hand_on_commits(
     client: Transport,
     master_addr: str,
@@ -1895,28 +1908,41 @@ async def _hand_on_commits(
     slave_commits: dict[tuple[str, str, int], int],
 ) -> None:
     """Commit to the master each offset committed to this slave that is ahead of the master's (never one
-    behind it), and put it into the master's table ``data`` so the sync keeps it; each is handed on once
-    (a refusal, such as an ACL denial of the slave's unsigned request, is logged and dropped)."""
+    behind it, nor one past the end of the master's queue), and put it into the master's table ``data``
+    so the sync keeps it; each is handed on once (a refusal, such as an ACL denial of the slave's unsigned
+    request, is logged and dropped). One the master did not answer about is kept for the next sync."""
     table = data.setdefault("offsetTable", {})
+    ahead: list[tuple[str, str, int, int]] = []
     for (group, topic, queue_id), offset in list(slave_commits.items()):
         queues = table.setdefault(f"{topic}@{group}", {})
         key = str(queue_id) if str(queue_id) in queues else queue_id  # as the JSON decoder gave it
         if offset > int(queues.get(key, -1)):
-            where = f"offset {group}/{topic}/{queue_id} = {offset}"
-            end = await _queue_end(client, master_addr, topic, queue_id)
-            if end is not None and offset > end:
-                # a master restored from an older copy: its queue ends before what the slave's consumers
-                # acknowledged, and the messages it takes next would be skipped up to this offset
-                log.warning(
-                    "not handing %s to master %s: past its queue's end %d (restored from an older copy?);"
-                    " the master's offset stands",
-                    where,
-                    master_addr,
-                    end,
-                )
-                if slave_commits.get((group, topic, queue_id)) == offset:
-                    del slave_commits[(group, topic, queue_id)]
-                continue
+            ahead.append((group, topic, queue_id, offset))
+        elif slave_commits.get((group, topic, queue_id)) == offset:
+            del slave_commits[(group, topic, queue_id)]
+    ends = await _queue_ends(client, master_addr, {(topic, queue_id) for _, topic, queue_id, _ in ahead})
+    for group, topic, queue_id, offset in ahead:
+        queues = table[f"{topic}@{group}"]
+        key = str(queue_id) if str(queue_id) in queues else queue_id
+        where = f"offset {group}/{topic}/{queue_id} = {offset}"
+        if (topic, queue_id) not in ends:
+            log.warning(
+                "not handing %s to master %s yet: it did not tell its queue's end", where, master_addr
+            )
+            queues[key] = offset  # kept here, handed on at the next sync
+            continue
+        end = ends[(topic, queue_id)]
+        if end is not None and offset > end:
+            # a master restored from an older copy: its queue ends before what the slave's consumers
+            # acknowledged, and the messages it takes next would be skipped up to this offset
+            log.warning(
+                "not handing %s to master %s: past its queue's end %d (restored from an older copy?);"
+                " the master's offset stands",
+                where,
+                master_addr,
+                end,
+            )
+        else:
             header = UpdateConsumerOffsetRequestHeader(group, topic, queue_id, offset)
             request = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext_fields())
             try:
@@ -1934,29 +1960,101 @@ async def _hand_on_commits(
             del slave_commits[(group, topic, queue_id)]
 
 
-async def _queue_end(client: Transport, master_addr: str, topic: str, queue_id: int) -> int | None:
-    """The master's GET_MAX_OFFSET for a queue; ``None`` when it does not tell (down, refused)."""
-    request = RemotingCommand.request(
-        RequestCode.GET_MAX_OFFSET, QueueHeader(topic, queue_id).to_ext_fields()
-    )
-    try:
-        response = await client.invoke(master_addr, request, 3.0)
-        if response.code != ResponseCode.SUCCESS:
-            return None
-        return OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
-    except (RemotingError, ValueError, TypeError, KeyError):
-        return None
+async def _queue_ends(
+    client: Transport, master_addr: str, wanted: set[tuple[str, int]]
+) -> dict[tuple[str, int], int | None]:
+    """The master's GET_MAX_OFFSET of each queue ``wanted``: asked at once (at most
+    ``END_LOOKUPS_AT_ONCE`` in flight), all within ``END_LOOKUP_BUDGET`` seconds, so that a slow master
+    does not stretch the sync by a timeout per queue. ``None`` where the master refused to tell (handed
+    on unchecked, as before the check); a queue it did not answer about in time is left out."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + END_LOOKUP_BUDGET
+    slots = asyncio.Semaphore(END_LOOKUPS_AT_ONCE)
+    ends: dict[tuple[str, int], int | None] = {}
+
+    async def end_of(topic: str, queue_id: int) -> None:
+        async with slots:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            request = RemotingCommand.request(
+                RequestCode.GET_MAX_OFFSET, QueueHeader(topic, queue_id).to_ext_fields()
+            )
+            try:
+                response = await client.invoke(master_addr, request, left)
+            except RemotingError:
+                return
+            end: int | None = None
+            if response.code == ResponseCode.SUCCESS:
+                with contextlib.suppress(ValueError, TypeError, KeyError):
+                    end = OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+            ends[(topic, queue_id)] = end
+
+    await asyncio.gather(*(end_of(topic, queue_id) for topic, queue_id in sorted(wanted)))
+    return ends
+
+
+def _deleted_on(
+    master_addr: str, masters: dict[int, set[str]]
+) -> Callable[[ConsumerOffsetManager, set[str]], set[str]]:
+    """Of the offset keys a master's table no longer holds, the ones it deleted: their group or topic is
+    gone there too (``group delete``, ``topic delete``). The others are kept (a master that lost its
+    offsets would otherwise wipe the only copy left); both are logged at WARNING, a kept key once."""
+
+    def deleted(manager: ConsumerOffsetManager, unheld: set[str]) -> set[str]:
+        topics = masters.get(RequestCode.GET_ALL_TOPIC_CONFIG)
+        groups = masters.get(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        if topics is None or groups is None:
+            return set()  # not judged without both tables: kept for the next sync
+        gone: set[str] = set()
+        for key in unheld:
+            topic, at, group = key.partition("@")
+            if at and (topic not in topics or group not in groups):
+                gone.add(key)
+        if gone:
+            log.warning(
+                "dropped %d consumer offset entries master %s no longer holds, nor their group or topic"
+                " (deleted there): %s",
+                len(gone),
+                master_addr,
+                _some(gone),
+            )
+        kept = unheld - gone
+        if kept - manager.kept:  # (said once: the master may never take them again)
+            log.warning(
+                "keeping %d consumer offset entries master %s no longer holds although it has their group"
+                " and topic (restored from an older copy, or its offset files unreadable?): %s",
+                len(kept),
+                master_addr,
+                _some(kept),
+            )
+        return gone
+
+    return deleted
+
+
+def _some(keys: set[str], shown: int = 5) -> str:
+    """Up to ``shown`` of ``keys``, sorted, and how many more."""
+    first = sorted(keys)[:shown]
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return ", ".join(first) + more
 
 
 def _apply(
-    manager: JsonConfigFile, data: dict[str, object], held: Callable[[], Iterable[tuple[str, int]]] = tuple
+    manager: JsonConfigFile,
+    data: dict[str, object],
+    held: Callable[[], Iterable[tuple[str, int]]] = tuple,
+    deleted: Callable[[ConsumerOffsetManager, set[str]], set[str]] | None = None,
 ) -> bool:
-    """Take the master's table into ``manager``, a topic table's counts clamped above the queues ``held``;
+    """Take the master's table into ``manager``, a topic table's counts clamped above the queues ``held``,
+    an offset table's entries dropped that ``deleted`` picks of the ones the master no longer holds;
     whether anything changed."""
     if isinstance(manager, ConsumerOffsetManager):
         incoming = ConsumerOffsetManager(None)
         incoming.decode(data)
-        return manager.merge(incoming.table)
+        unheld = manager.unheld(incoming.table)
+        drop = deleted(manager, unheld) if deleted is not None and unheld else set()
+        return manager.merge(incoming.table, drop)
     if isinstance(manager, DelayOffsetManager):
         incoming_delay = DelayOffsetManager(None)
         incoming_delay.decode(data)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from daemon.broker.retry import copy_of
 from daemon.lifecycle import cancel_tasks, supervise
 from store.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -32,7 +33,7 @@ from store.message import (
     StoredMessage,
 )
 from store.names import SCHEDULE_TOPIC
-from store.results import GetMessageStatus
+from store.results import GetMessageStatus, GetResult
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -72,6 +73,8 @@ class ScheduleMessageService:
         self._verify = False
         #: Entries the takeover pass found delivered already (not put again).
         self.found = 0
+        #: CommitLog offsets of the delivered copies the takeover pass matched: one copy, one entry.
+        self._claimed: set[int] = set()
 
     def take_over(self) -> None:
         """Before start: the stored progress may be older than the deliveries (an elected member's synced
@@ -92,6 +95,7 @@ class ScheduleMessageService:
                 except Exception:
                     log.exception("checking delay level %d for delivered messages failed", level)
             self._verify = False
+            self._claimed.clear()
         while True:
             for level in range(1, self.levels + 1):
                 try:
@@ -107,15 +111,9 @@ class ScheduleMessageService:
         while True:
             offset = self.offsets.offset(level)
             result = store.get_messages(SCHEDULE_GROUP, SCHEDULE_TOPIC, level - 1, offset, BATCH)
-            if result.status in (
-                GetMessageStatus.OFFSET_TOO_SMALL,
-                GetMessageStatus.OFFSET_OVERFLOW_BADLY,
-                GetMessageStatus.OFFSET_FOUND_NULL,
-                GetMessageStatus.MESSAGE_WAS_REMOVING,
-            ):
-                self.offsets.set_offset(level, result.next_begin_offset)
-                continue
             if not result.messages:
+                if self._moved_past(level, offset, result):
+                    continue
                 return moved
             now = int(time.time() * 1000)
             for selected in result.messages:
@@ -143,6 +141,8 @@ class ScheduleMessageService:
             offset = self.offsets.offset(level)
             result = store.get_messages(SCHEDULE_GROUP, SCHEDULE_TOPIC, level - 1, offset, BATCH)
             if not result.messages:
+                if self._moved_past(level, offset, result):
+                    continue
                 break
             for selected in result.messages:
                 if selected.queue_offset < offset:
@@ -161,22 +161,66 @@ class ScheduleMessageService:
             await asyncio.sleep(0)  # a batch at a time: requests are served between them
         return skipped
 
+    def _moved_past(self, level: int, offset: int, result: GetResult) -> bool:
+        """After a read of `level` at `offset` that returned no entry: move the offset to where 4.9.8's
+        ScheduleMessageService resumes (the queue's first entry when it is below it, its end when it is
+        past it, the next file past removed or damaged entries); whether it moved."""
+        if result.status == GetMessageStatus.OFFSET_OVERFLOW_BADLY:
+            resume = result.max_offset  # (a pull's correction to 0 would deliver the level again)
+        elif result.status in _NOTHING_THERE:
+            resume = result.next_begin_offset
+        else:
+            return False  # at the end of the queue, or no queue
+        if resume == offset:
+            return False
+        log.warning(
+            "delay level %d: no entry at offset %d (%s): resumes at %d",
+            level,
+            offset,
+            result.status.value,
+            resume,
+        )
+        self.offsets.set_offset(level, resume)
+        return True
+
     def _delivered_before(self, parked: StoredMessage) -> bool:
-        """Whether the real topic holds this parked message's delivered copy: stored after it, with its
-        unique key, born time and reconsume times (a consumer's next send-back of the same message is
-        parked again with one more reconsume time: its own entry)."""
+        """Whether the real topic holds this parked message's delivered copy: one stored after it, with its
+        unique key, born time, reconsume times, body and level (the copy keeps ``DELAY``), and not matched to
+        another entry by this pass. A consumer's next send-back of the same message is parked again with one
+        more reconsume time; a client may set one key on different messages; the same message sent back
+        twice is two entries, each delivered."""
         key = parked.uniq_key
         if not key:
             return False  # nothing to find it by: delivered again at worst (at-least-once)
+        level = parked.properties.get(PROPERTY_DELAY_TIME_LEVEL)
         topic = parked.properties.get(PROPERTY_REAL_TOPIC, parked.topic)
         begin = parked.store_timestamp - 1000  # the index keeps times to the second only
-        for selected in self.broker.store.query_message(topic, key, 32, begin, 2**62).messages:
-            m = selected.stored
+        found = self.broker.store.query_message(topic, key, 32, begin, 2**62).messages
+        for m in sorted((selected.stored for selected in found), key=_in_log_order):
             if (
                 m.commit_log_offset > parked.commit_log_offset
                 and m.uniq_key == key
                 and m.born_timestamp == parked.born_timestamp
                 and m.reconsume_times == parked.reconsume_times
+                and m.body_crc == parked.body_crc
+                and m.properties.get(PROPERTY_DELAY_TIME_LEVEL) == level
+                and m.commit_log_offset not in self._claimed
             ):
+                self._claimed.add(m.commit_log_offset)  # (the earliest: one level delivers in order)
                 return True
         return False
+
+
+def _in_log_order(m: StoredMessage) -> int:
+    return m.commit_log_offset
+
+
+#: Reads that return no entry at an offset although the queue goes on past it.
+_NOTHING_THERE = frozenset(
+    {
+        GetMessageStatus.OFFSET_TOO_SMALL,
+        GetMessageStatus.OFFSET_FOUND_NULL,
+        GetMessageStatus.MESSAGE_WAS_REMOVING,
+        GetMessageStatus.NO_MATCHED_MESSAGE,  # (damaged records skipped)
+    }
+)

@@ -13,9 +13,10 @@ Progress through the half queue is kept as the offset of group `CID_RMQ_SYS_TRAN
 The committed copy and the op record are two puts (two quorum rounds on DLedger): a leader killed between
 them, or a broker SIGKILLed there, leaves a committed half with no op record, which 4.9.8 checks and commits
 again. So a half stored before this service started (another leader's, or an earlier incarnation's), or
-one whose commit put failed here, is looked up before it is committed or checked: its committed copy in
-the real topic (its ``UNIQ_KEY`` in the IndexFile, and ``TRAN_PREPARED_QUEUE_OFFSET`` naming the half)
-marks it resolved, and only the missing op record is written.
+one whose commit put or op record's put failed here, is looked up before it is committed or checked: its
+committed copy in the real topic (its ``UNIQ_KEY`` in the IndexFile, and ``TRAN_PREPARED_QUEUE_OFFSET``
+naming the half) marks it resolved, and only the missing op record is written (at once for a copy stored
+here: its index entry may lag).
 """
 
 from __future__ import annotations
@@ -75,8 +76,11 @@ class TransactionService:
         self._verify_below = 0
         #: Halves looked up and found not committed (nothing but this service commits them since).
         self._looked_up: set[int] = set()
-        #: Halves whose commit put failed here: the copy may be stored all the same (a quorum timeout).
+        #: Halves whose commit put was made here, until their op record is written: a failed put may be
+        #: stored all the same (a quorum timeout).
         self._maybe_committed: set[int] = set()
+        #: Halves whose committed copy this service stored and whose op record is not written yet.
+        self._committed: set[int] = set()
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -155,11 +159,13 @@ class TransactionService:
             committed.topic, committed.queue_id = self.broker.timers.park(
                 committed.topic, committed.queue_id, committed.properties
             )
+            # maybe stored (a failed put may be stored all the same, a quorum timeout) until its op record
+            # is: a failed op put must not lead to a second copy
+            self._maybe_committed.add(half.queue_offset)
             result = await self.broker.put(committed)
             if not result.ok:
-                self._maybe_committed.add(half.queue_offset)
                 raise system_error(result.status.value)
-            self._maybe_committed.discard(half.queue_offset)
+            self._committed.add(half.queue_offset)  # stored: no lookup (its index entry may lag)
             self.broker.stats.on_put(
                 half.properties.get(PROPERTY_REAL_TOPIC, half.topic), 1, result.wrote_bytes
             )
@@ -181,11 +187,14 @@ class TransactionService:
         self.check_times.pop(half_offset, None)
         self._looked_up.discard(half_offset)
         self._maybe_committed.discard(half_offset)
+        self._committed.discard(half_offset)
 
     def _committed_before(self, half: StoredMessage) -> bool:
         """Whether the half's committed copy is stored already, where it may be without this service
-        knowing: the half predates its start, or a commit put of it failed here. Looked up once."""
+        knowing: the half predates its start, or a put of its copy or op record failed here. Looked up once."""
         qoff = half.queue_offset
+        if qoff in self._committed:
+            return True
         if qoff not in self._maybe_committed and (
             half.commit_log_offset >= self._verify_below or qoff in self._looked_up
         ):

@@ -7,15 +7,19 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from daemon.broker.broker import Broker
 from daemon.broker.headers import ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader
 from daemon.broker.schedule import SCHEDULE_GROUP, delivered_copy
 from daemon.broker.transaction import committed_copy
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
-from store.message import StoredMessage
-from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from store.commitlog import PutMessageStatus
+from store.message import PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, Message, StoredMessage
+from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from store.record import decode_msg_id, decode_records
+from store.results import PutResult
 from tests.support.broker import BrokerHandle, start_broker
 
 LEVEL = 3  # 10 s: nothing falls due while a test runs
@@ -89,6 +93,81 @@ async def test_an_end_of_a_half_committed_before_the_start_commits_nothing_again
         await b.stop()
 
 
+async def test_a_half_whose_op_record_put_failed_after_its_commit_is_not_committed_again(
+    tmp_path: Path,
+) -> None:
+    """The committed copy is stored, then its op record's put fails (a quorum timeout on the second round,
+    a full disk): the half is checked again, and the producer's COMMIT answer stored a second copy."""
+    b = await start_broker(tmp_path / "s", transaction_time_out=0, transaction_check_interval=3_600_000)
+    client = RemotingClient()
+    try:
+        handle = BrokerHandle(b.addr, client, b)
+        props = {"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": "U9"}
+        sent = await handle.send("TxOp", b"once", props=props)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        phys = decode_msg_id(sent.ext_fields["msgId"])[1]
+        real_put, failed = b.put, []
+
+        async def put(msg: Message) -> PutResult:
+            if msg.topic == TRANS_OP_HALF_TOPIC and not failed:  # the op record's put fails once
+                failed.append(msg)
+                return PutResult(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+            return await real_put(msg)
+
+        b.put = put  # type: ignore[method-assign]
+        h = EndTransactionRequestHeader("PG", 0, phys, 8, "id", True)
+        first = await handle.call(RequestCode.END_TRANSACTION, h.to_ext_fields())
+        assert first.code == ResponseCode.SYSTEM_ERROR and failed
+        assert await b.transactions.check_once() == 0  # nothing to ask: committed already
+        assert 0 in b.transactions.resolved
+        again = await handle.call(RequestCode.END_TRANSACTION, h.to_ext_fields())  # a late COMMIT
+        assert again.code == ResponseCode.SUCCESS
+        assert await _count(handle, "TxOp") == [b"once"]
+    finally:
+        await client.close()
+        await b.stop()
+
+
+@pytest.mark.parametrize("names", ["both", "queue-offset", "commitlog-offset"])
+async def test_a_committed_copy_is_a_halfs_only_when_it_names_it_by_both_offsets(
+    tmp_path: Path, names: str
+) -> None:
+    """A producer's retry stored one half twice (one UNIQ_KEY): the second's committed copy is found by
+    the first's lookup too. It is the first's only when it names the first by its queue offset
+    (TRAN_PREPARED_QUEUE_OFFSET) and its CommitLog offset; a record naming it by one of them is another's
+    (a copy of a half from a rebuilt half queue, or a forged record)."""
+    root = tmp_path / "s"
+    b = await start_broker(root)
+    client = RemotingClient()
+    try:
+        handle = BrokerHandle(b.addr, client, b)
+        props = {"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": "SAME"}
+        phys = []
+        for _ in range(2):
+            sent = await handle.send("TxS", b"once", props=props)
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            phys.append(decode_msg_id(sent.ext_fields["msgId"])[1])
+        first, second = (b.indexed_message(p) for p in phys)
+        assert first is not None and second is not None
+        copy = committed_copy(second)
+        if names == "queue-offset":
+            copy.properties[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(first.queue_offset)
+        elif names == "commitlog-offset":
+            copy.prepared_transaction_offset = first.commit_log_offset
+        assert (await b.put(copy)).ok  # the op record lost with the broker
+    finally:
+        await client.close()
+        await b.stop()
+    b = await start_broker(root)
+    try:
+        first, second = (b.indexed_message(p) for p in phys)
+        assert first is not None and second is not None
+        assert not b.transactions._committed_before(first)
+        assert b.transactions._committed_before(second) is (names == "both")
+    finally:
+        await b.stop()
+
+
 async def _wait_pass(b: Broker, level: int, offset: int) -> None:
     for _ in range(100):
         if b.schedule.offsets.offset(level) >= offset and not b.schedule._verify:
@@ -151,3 +230,98 @@ async def test_the_takeover_pass_tells_a_consumers_next_send_back_from_a_deliver
     assert await b.schedule.skip_delivered(LEVEL) == 1
     assert b.schedule.offsets.offset(LEVEL) == 1  # the second retry is delivered when due
     assert await _count(broker, "%RETRY%RG") == [b"retry-me"]
+
+
+@pytest.mark.parametrize(
+    ("levels", "left"), [((LEVEL, LEVEL), 1), ((2, LEVEL), 0)], ids=["twice-at-one-level", "at-two-levels"]
+)
+async def test_each_send_back_of_one_message_is_delivered(
+    tmp_path: Path, levels: tuple[int, int], left: int
+) -> None:
+    """The same stored message sent back twice by its group: at one level (two consumers during a
+    rebalance), two identical entries; or at level 2 (the listener's delayLevelWhenNextConsume) and level
+    3 (an expired consume's send-back). The first was delivered before the unclean exit; the pass took
+    level 3's other entry for delivered too (one copy found for both), and it was never delivered."""
+    root = tmp_path / "s"
+    b = await start_broker(root)
+    client = RemotingClient()
+    try:
+        handle = BrokerHandle(b.addr, client, b)
+        sent = await handle.send("RT", b"retry-me", props={"UNIQ_KEY": "R1"})
+        phys = decode_msg_id(sent.ext_fields["msgId"])[1]
+        for level in levels:
+            h = ConsumerSendMsgBackRequestHeader(phys, "RG", level, None, None, False, None)
+            assert (await handle.call(RequestCode.CONSUMER_SEND_MSG_BACK, h.to_ext_fields())).code == 0
+        assert (await b.put(delivered_copy(_parked(b, levels[0], 0)))).ok
+        if levels[0] != LEVEL:
+            b.schedule.offsets.set_offset(levels[0], 1)  # its progress written
+    finally:
+        await client.close()
+        await b.stop()
+    assert await _offset_after_the_pass(root, LEVEL) == left
+
+
+def _order(body: bytes, *, born: int = 1_700_000_000_000, reconsume_times: int = 0) -> Message:
+    """A delayed message whose producer set its UNIQ_KEY itself (a business id, which a 4.x producer's
+    MessageClientIDSetter keeps)."""
+    return Message(
+        "Orders",
+        body,
+        properties={"DELAY": str(LEVEL), "UNIQ_KEY": "ORDER-1"},
+        born_timestamp=born,
+        born_host=("127.0.0.1", 1),
+        store_host=("127.0.0.1", 2),
+        reconsume_times=reconsume_times,
+    )
+
+
+DELIVER_FIRST = -1  # a step of _parked_and_delivered: deliver entry 0
+
+
+@pytest.mark.parametrize("progress", [0, 1], ids=["progress-before-both", "progress-written-after-one"])
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [_order(b"order-1 created"), _order(b"order-1 paid"), DELIVER_FIRST],
+        [_order(b"paid"), _order(b"paid", born=1_700_000_000_001), DELIVER_FIRST],
+        [_order(b"retry", reconsume_times=1), _order(b"retry", reconsume_times=2), DELIVER_FIRST],
+        [_order(b"paid"), DELIVER_FIRST, _order(b"paid")],
+    ],
+    ids=["another-body", "another-born-time", "more-reconsume-times", "copy-older-than-the-entry"],
+)
+async def test_the_pass_skips_an_entry_for_its_own_copy_only(
+    tmp_path: Path, steps: list[Message | int], progress: int
+) -> None:
+    """Two entries with one UNIQ_KEY, the first delivered: the second is no delivery of that copy when its
+    body, born time or reconsume times differ, or when it was parked after the copy was stored (the same
+    message parked again). Taken for delivered, it was never delivered: lost. With the progress written
+    after the first's delivery, only the entry's own conditions keep it; before both, the copy is also
+    the first's."""
+    root = tmp_path / "s"
+    b = await start_broker(root)
+    client = RemotingClient()
+    try:
+        await BrokerHandle(b.addr, client, b).create_topic("Orders", 1)
+        for step in steps:
+            put = step if isinstance(step, Message) else delivered_copy(_parked(b, LEVEL, 0))
+            assert (await b.put(put)).ok
+        b.schedule.offsets.set_offset(LEVEL, progress)
+    finally:
+        await client.close()
+        await b.stop()
+    assert await _offset_after_the_pass(root, LEVEL) == 1
+
+
+async def _offset_after_the_pass(root: Path, level: int) -> int:
+    """The level's offset after the takeover pass of a start after an unclean exit."""
+    (root / "abort").write_bytes(b"")
+    b = await start_broker(root)
+    try:
+        for _ in range(200):
+            if not b.schedule._verify:
+                break
+            await asyncio.sleep(0.05)
+        assert not b.schedule._verify, "the takeover pass did not end"
+        return b.schedule.offsets.offset(level)
+    finally:
+        await b.stop()

@@ -38,6 +38,7 @@ from store.config import SLAVE, SYNC_MASTER
 from store.engine import DefaultMessageStore
 from store.ha import encode_frame, encode_report
 from store.memory import InMemoryMessageStore
+from store.models import SubscriptionGroupConfig
 from store.record import decode_records
 from tests.support.broker import BrokerClient, broker_config, start_broker
 from tests.support.load import Acked, send_until_dead
@@ -325,6 +326,21 @@ async def test_a_groups_offsets_deleted_on_the_master_are_deleted_on_its_slave(g
     assert group.slave.offsets.query_offset("OWN", "Del", 0) == 1
 
 
+async def test_a_master_that_lost_its_offsets_does_not_wipe_its_slaves_copy(group: Group) -> None:
+    """A master restarted on an older copy of its store (or with its offset files unreadable) still has
+    the group and the topic: the slave's copy of the group's offsets, the only one left, was dropped."""
+    master = group.on(group.master)
+    assert (await master.send("Ord", b"m", queue_id=0)).code == ResponseCode.SUCCESS
+    group.master.groups.put(SubscriptionGroupConfig("G1"))
+    commit = {"consumerGroup": "G1", "topic": "Ord", "queueId": "0", "commitOffset": "1"}
+    assert (await master.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    await group.slave.sync_from_master()
+    assert group.slave.offsets.query_offset("G1", "Ord", 0) == 1
+    group.master.store.configs.consumer_offsets.table.clear()
+    await group.slave.sync_from_master()
+    assert group.slave.offsets.query_offset("G1", "Ord", 0) == 1
+
+
 async def test_an_executed_offset_reset_says_its_slave_takes_it_at_the_next_sync(group: Group) -> None:
     """A failover before the slave's next metadata sync would serve the old offsets: the reset says so."""
     from mqctl.admin.client import Admin
@@ -359,8 +375,6 @@ async def test_metadata_sync_keeps_a_groups_5x_properties(group: Group) -> None:
     """A group made FIFO for 5.x clients (``consumeMessageOrderly``, a property 4.9.8 has not) stays FIFO
     on the slave, which a DLedger member elected later serves the group from."""
     import json
-
-    from store.models import SubscriptionGroupConfig
 
     made = {**json.loads(SubscriptionGroupConfig("OG").dumps()), "consumeMessageOrderly": True}
     body = json.dumps(made).encode()
