@@ -319,22 +319,11 @@ class TransactionService:
     async def _put_back(self, half: StoredMessage) -> bool:
         """Store a copy of an immune half at the half queue's end (4.9.8's `putImmunityMsgBackToHalfQueue`)
         naming it, so the check moves on; whether it was stored."""
-        props = dict(half.properties)
-        props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half.queue_offset)
-        copy = Message(
-            topic=TRANS_HALF_TOPIC,
-            body=half.stored_body,
-            queue_id=0,
-            flag=half.flag,
-            properties=props,
-            sys_flag=half.sys_flag,
-            born_timestamp=half.born_timestamp,
-            born_host=half.born_host,
-            store_host=half.store_host,
-            reconsume_times=half.reconsume_times,
-            prepared_transaction_offset=half.commit_log_offset,
-            wait_store_msg_ok=False,
-        )
+        copy = committed_copy(half)  # (its fields, but for these: a half, stored as a half is)
+        copy.topic, copy.queue_id, copy.sys_flag = TRANS_HALF_TOPIC, 0, half.sys_flag
+        copy.properties = dict(half.properties)
+        copy.properties[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half.queue_offset)
+        copy.wait_store_msg_ok = False
         result = await self.broker.put(copy)
         if not result.ok:
             log.warning("putting immune half message %s back failed: %s", half.msg_id, result.status.value)
