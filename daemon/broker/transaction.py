@@ -253,7 +253,7 @@ class TransactionService:
                     continue
                 seen.add(hoff)
                 immunity = half.properties.get(PROPERTY_CHECK_IMMUNITY_TIME)
-                # (a copy whose half's file is deleted is due: so is the half in 4.9.8, `needSkip`)
+                # (a copy whose half's file is deleted is checked as itself; 4.9.8 drops so old a half)
                 if now - half.store_timestamp < immunity_ms(immunity, config.transaction_time_out) and (
                     origin is None or origin[1] is not None
                 ):
@@ -355,8 +355,7 @@ def immunity_ms(seconds: str | None, timeout_ms: int) -> int:
     else (absent, -1, or not a Java long: Java's `getImmunityTime`) `transactionTimeOut`."""
     if seconds is None:
         return timeout_ms
-    number = _JAVA_LONG.fullmatch(seconds)  # (what Java's Long.parseLong takes, in ASCII)
-    if number is None:
+    if _JAVA_LONG.fullmatch(seconds) is None:  # (what Java's Long.parseLong takes, in ASCII)
         return timeout_ms
     value = int(seconds)
     if value == -1 or not -(2**63) <= value < 2**63:
