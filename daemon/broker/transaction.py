@@ -5,9 +5,11 @@ A half message waits in `RMQ_SYS_TRANS_HALF_TOPIC` queue 0. END_TRANSACTION comm
 `REAL_TOPIC`/`REAL_QID` with the commit sysFlag) or rolls it back, and either way writes an "op" record
 (body = the half's queue offset, tag `d`) to `RMQ_SYS_TRANS_OP_HALF_TOPIC`, as Java does. Every
 `transactionCheckInterval` the service asks a live producer of the half's group (`PGROUP`) about halves
-older than `transactionTimeOut` (or the half's own CHECK_IMMUNITY_TIME_IN_SECONDS, which leaves it alone
-but not the halves after it, as 4.9.8's `TransactionalMessageServiceImpl#check`) that have no op record, at
-most `transactionCheckMax` times each.
+older than `transactionTimeOut` (or the half's own CHECK_IMMUNITY_TIME_IN_SECONDS) that have no op record,
+at most `transactionCheckMax` times each. A half still immune by its own time is put back at the queue's
+end, as 4.9.8's `TransactionalMessageServiceImpl#check` does, so it holds back neither the halves after it
+nor the progress: the copy names its half (``TRAN_PREPARED_QUEUE_OFFSET``, and its CommitLog offset as
+`prepared_transaction_offset`), which the check goes on treating as the transaction.
 Progress through the half queue is kept as the offset of group `CID_RMQ_SYS_TRANS`, like Java.
 
 The committed copy and the op record are two puts (two quorum rounds on DLedger): a leader killed between
@@ -55,6 +57,7 @@ from store.names import TIMER_TOPIC, TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, TRANS_
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
+    from store.results import SelectedMessage
 
 log = logging.getLogger(__name__)
 
@@ -225,48 +228,70 @@ class TransactionService:
     # ------------------------------------------------------------------ CHECK_TRANSACTION_STATE
 
     async def check_once(self) -> int:
-        """One pass over the unresolved halves; returns how many checks were sent."""
+        """One pass over the unresolved halves stored before it began; returns how many checks were sent."""
         broker = self.broker
         config = broker.config
         offsets = broker.offsets
         progress = max(offsets.query_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0), 0)
         sent = 0
         offset = progress
+        stop = broker.store.get_max_offset(TRANS_HALF_TOPIC, 0)  # (not the copies this pass puts back)
+        seen: set[int] = set()  # the halves handled in this pass (a half put back twice has two copies)
         now = int(time.time() * 1000)
-        while True:
+        while offset < stop:
             result = broker.store.get_messages(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, offset, BATCH)
             if not result.messages:
                 break
             for selected in result.messages:
                 qoff = selected.queue_offset
-                if qoff in self.resolved:
+                if qoff >= stop:
+                    offset = -1
+                    break
+                half, raw = selected.stored, selected.raw
+                done = qoff in self.resolved
+                origin = None if done else self._origin(half)
+                if origin is not None:  # a copy put back: the transaction is its half's
+                    if origin[0] in self.resolved:
+                        done = True
+                    elif origin[1] is not None:
+                        half, raw = origin[1].stored, origin[1].raw
+                hoff = half.queue_offset
+                if done or hoff in seen:
                     if qoff == progress:
                         progress += 1
                     continue
-                half = selected.stored
+                seen.add(hoff)
                 immunity = half.properties.get(PROPERTY_CHECK_IMMUNITY_TIME)
-                if now - half.store_timestamp < immunity_ms(immunity, config.transaction_time_out):
+                # (a copy whose half's file is deleted is checked as itself; 4.9.8 drops so old a half)
+                if now - half.store_timestamp < immunity_ms(immunity, config.transaction_time_out) and (
+                    origin is None or origin[1] is not None
+                ):
                     if immunity is None:  # the halves after it are younger still
                         offset = -1
                         break
-                    continue  # its own time: the younger ones after it may be due (Java re-puts it)
-                if self._committed_before(half):  # its op record was lost: nothing to ask
-                    await self._write_op(qoff)
+                    if not await self._put_back(half):  # tried again at the next pass
+                        offset = -1
+                        break
                     if qoff == progress:
                         progress += 1
                     continue
-                if self.check_times.get(qoff, 0) >= config.transaction_check_max:
+                if self._committed_before(half):  # its op record was lost: nothing to ask
+                    await self._write_op(hoff)
+                    if qoff == progress:
+                        progress += 1
+                    continue
+                if self.check_times.get(hoff, 0) >= config.transaction_check_max:
                     log.warning(
                         "half message %s checked %d times: discarded",
                         half.msg_id,
                         config.transaction_check_max,
                     )
-                    await self._write_op(qoff)
+                    await self._write_op(hoff)
                     if qoff == progress:
                         progress += 1
                     continue
-                if self._ask_producer(half, bytes(selected.raw)):
-                    self.check_times[qoff] = self.check_times.get(qoff, 0) + 1
+                if self._ask_producer(half, bytes(raw)):
+                    self.check_times[hoff] = self.check_times.get(hoff, 0) + 1
                     sent += 1
             if offset < 0:
                 break
@@ -274,6 +299,44 @@ class TransactionService:
             await asyncio.sleep(0)  # a batch at a time: after a start each old half may be looked up
         offsets.commit_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, progress)
         return sent
+
+    def _origin(self, half: StoredMessage) -> tuple[int, SelectedMessage | None] | None:
+        """For a copy `_put_back` stored: its half's queue offset and the half (None once its file is
+        deleted); None for any other half. A producer's own ``TRAN_PREPARED_QUEUE_OFFSET`` names no half:
+        its `prepared_transaction_offset` is 0, the broker's to set."""
+        text = half.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
+        if text is None or not (text.isascii() and text.isdigit()) or len(text) > 19:
+            return None
+        origin = int(text)
+        if origin >= half.queue_offset:
+            return None
+        store = self.broker.store
+        found = store.get_messages(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, origin, 1).messages
+        if found and found[0].queue_offset == origin:
+            named = found[0].stored
+            if (  # (a half stored at CommitLog offset 0 has a copy with 0 too: the copy is its twin)
+                found[0].phys_offset == half.prepared_transaction_offset
+                and named.born_timestamp == half.born_timestamp
+                and named.properties.get(PROPERTY_UNIQ_KEY) == half.properties.get(PROPERTY_UNIQ_KEY)
+            ):
+                return origin, found[0]
+            return None
+        if half.prepared_transaction_offset > 0 and origin < store.get_min_offset(TRANS_HALF_TOPIC, 0):
+            return origin, None
+        return None
+
+    async def _put_back(self, half: StoredMessage) -> bool:
+        """Store a copy of an immune half at the half queue's end (4.9.8's `putImmunityMsgBackToHalfQueue`)
+        naming it, so the check moves on; whether it was stored."""
+        copy = committed_copy(half)  # (its fields, but for these: a half, stored as a half is)
+        copy.topic, copy.queue_id, copy.sys_flag = TRANS_HALF_TOPIC, 0, half.sys_flag
+        copy.properties = dict(half.properties)
+        copy.properties[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half.queue_offset)
+        copy.wait_store_msg_ok = False
+        result = await self.broker.put(copy)
+        if not result.ok:
+            log.warning("putting immune half message %s back failed: %s", half.msg_id, result.status.value)
+        return result.ok
 
     def _ask_producer(self, half: StoredMessage, raw: bytes) -> bool:
         group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
@@ -298,12 +361,19 @@ class TransactionService:
 
 def immunity_ms(seconds: str | None, timeout_ms: int) -> int:
     """How long after it was stored a half is left unchecked: its producer's CHECK_IMMUNITY_TIME_IN_SECONDS,
-    else (absent or no number: Java's `getImmunityTime`) `transactionTimeOut`."""
+    else (absent, -1, or not a Java long: Java's `getImmunityTime`) `transactionTimeOut`."""
     if seconds is None:
         return timeout_ms
-    if re.fullmatch(r"[+-]?[0-9]{1,18}", seconds) is None:  # (what Java's Long.parseLong takes)
+    if _JAVA_LONG.fullmatch(seconds) is None:  # (what Java's Long.parseLong takes, in ASCII)
         return timeout_ms
-    return int(seconds) * 1000
+    value = int(seconds)
+    if value == -1 or not -(2**63) <= value < 2**63:
+        return timeout_ms
+    return value * 1000
+
+
+#: A decimal Java long: a sign, leading zeros, then at most 19 digits (the range is checked apart).
+_JAVA_LONG = re.compile(r"[+-]?0*[0-9]{1,19}")
 
 
 def committed_copy(half: StoredMessage) -> Message:

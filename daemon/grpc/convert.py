@@ -145,6 +145,8 @@ def fifo_queue(group: str, queues: int) -> int:
 MAX_USER_PROPERTIES: Final = 128
 MAX_USER_PROPERTY_BYTES: Final = 16 * 1024
 MAX_MESSAGE_GROUP_BYTES: Final = 64
+#: The proxy's `maxTransactionRecoverySecond`: the longest `orphaned_transaction_recovery_duration`.
+MAX_TRANSACTION_RECOVERY_S: Final = 3600
 
 
 class MessageRefused(ValueError):
@@ -235,15 +237,22 @@ def parse_message(
         props[PROPERTY_TAGS] = tag
     if keys:
         props[PROPERTY_KEYS] = " ".join(keys)
+    if not sys.message_id or _blank(sys.message_id):  # (every official client sends one)
+        raise MessageRefused(pb.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
     if control_character(sys.message_id):
         raise MessageRefused(pb.ILLEGAL_MESSAGE_ID, "message id cannot contain control character")
-    if sys.message_id:
-        props[PROPERTY_UNIQ_KEY] = sys.message_id
+    props[PROPERTY_UNIQ_KEY] = sys.message_id
     kind = sys.message_type
     if kind == pb.TRANSACTION:
         props[PROPERTY_TRANSACTION_PREPARED] = "true"
-        recovery = sys.orphaned_transaction_recovery_duration.seconds
-        if recovery > 0:
+        if sys.HasField("orphaned_transaction_recovery_duration"):  # (else a user's own value stays)
+            recovery = sys.orphaned_transaction_recovery_duration.seconds  # (Durations.toSeconds)
+            if recovery > MAX_TRANSACTION_RECOVERY_S:
+                raise MessageRefused(
+                    pb.BAD_REQUEST,
+                    "the max transaction recovery time of message is too large, max is "
+                    f"{MAX_TRANSACTION_RECOVERY_S}",
+                )
             props[PROPERTY_CHECK_IMMUNITY_TIME] = str(recovery)
     if kind == pb.DELAY or sys.HasField("delivery_timestamp"):
         deliver_ms = millis(sys.delivery_timestamp)

@@ -546,23 +546,30 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def NotifyClientTermination(
         self, request: spb.NotifyClientTerminationRequest, context: Any
     ) -> spb.NotifyClientTerminationResponse:
-        """As the Proxy's `ClientActivity#notifyClientTermination`: checked first as 5.x's ACL checks it
-        (the signature, SUB on the request's group), so no other peer makes the broker forget a client;
-        then a client is known by the Settings its Telemetry stream brought; one without them (unknown
-        here) is answered UNRECOGNIZED_CLIENT_TYPE and nothing is added or removed, one of a type that
-        neither produces nor consumes is forgotten and answered the same with its type."""
+        """As the Proxy's `ClientActivity#notifyClientTermination`, checked first as 5.x's ACL checks it
+        (the signature, SUB on the request's group), then as the client's own registrations were (SUB on
+        a consumer's group, PUB on a producer's topics): a producer names no group, and a consumer's
+        request may name another, so a signature alone would let any account of the client's host make
+        the broker forget another's client. A client is known by the Settings its Telemetry stream
+        brought; one without them (unknown here) is answered UNRECOGNIZED_CLIENT_TYPE and nothing is added
+        or removed, one of a type that neither produces nor consumes is forgotten and answered the same
+        with its type."""
         meta = {m.key: m.value for m in context.invocation_metadata() or () if not m.key.startswith(":")}
         address = parse_peer(context.peer())
         client_id = meta.get("x-mq-client-id", "")
         known = self.clients.known(client_id, address)
-        try:  # (5.x's PlainAccessResource: SUB on the group; a producer names none, so its signature alone)
+        checked = known or GrpcClient(client_id, address, self._own_ip)
+        try:  # (5.x's PlainAccessResource: SUB on the group; a producer names none)
             group = request.group.name
             self._check(
-                known or GrpcClient(client_id, address, self._own_ip),
+                checked,
                 meta,
                 RequestCode.GET_CONSUMER_LIST_BY_GROUP,
                 {"consumerGroup": group} if group else {},
             )
+            settings = known.settings if known is not None else None
+            if settings is not None:
+                self._check_owner(checked, meta, settings, group)
         except Refused as refused:
             return spb.NotifyClientTerminationResponse(status=refused.status())
         client = known
@@ -576,6 +583,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             name = pb.ClientType.Name(kind)  # type: ignore[arg-type]
             return spb.NotifyClientTerminationResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE, name))
         return spb.NotifyClientTerminationResponse(status=status())
+
+    def _check_owner(
+        self, client: GrpcClient, meta: dict[str, str], settings: pb.Settings, named: str
+    ) -> None:
+        """Whether the request may end what the client's Settings registered (see `_register`): SUB on a
+        consumer's group (unless the request named it, checked already), PUB on each of a producer's
+        topics. Raises Refused."""
+        if settings.client_type == pb.PRODUCER:
+            for topic in settings.publishing.topics:
+                self._check(client, meta, RequestCode.SEND_MESSAGE_V2, {"b": topic.name})
+        group = settings.subscription.group.name
+        if CONSUME_TYPES.get(settings.client_type) is not None and group and group != named:
+            self._check(client, meta, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any) -> None:
         """Settings in, the complete Settings out; transaction checks pushed down while it is open. A host

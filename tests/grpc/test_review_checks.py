@@ -16,9 +16,9 @@ import grpc
 import pytest
 
 from tests.daemons import LocalCluster
-from tests.grpc.test_attacks import META, Metadatum, send_request, signed
+from tests.grpc.test_attacks import META, Metadatum, _authorization, send_request, signed
 from tests.grpc.test_transactions_acl import Checker
-from tests.support.acl import USER_AK, USER_SK
+from tests.support.acl import PLAIN_ACL, USER_AK, USER_SK, write_acl
 from tests.support.grpc5 import (
     MessagingServiceStub,
     create_topic,
@@ -81,6 +81,55 @@ def test_an_unsigned_termination_does_not_forget_a_signed_client(
         as_it = (*[m for m in signed() if m[0] != "x-mq-client-id"], ("x-mq-client-id", consumer.client_id))
         assert s.NotifyClientTermination(request, metadata=as_it, timeout=10).status.code == pb.OK
         assert not joined(cluster, "GA", consumer.client_id)
+
+
+OUTSIDER_ACL = (
+    PLAIN_ACL
+    + """  - accessKey: outsider
+    secretKey: outsider-secret
+    admin: false
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    groupPerms:
+      - GOther=SUB
+"""
+)
+
+
+def test_another_accounts_termination_forgets_no_client_it_names_no_group_of(tmp_path: Path) -> None:
+    """A producer names no group, and a request may name another group than its client's: the signature
+    alone was checked then, and any account of the client's host made the broker forget another
+    account's consumer or producer. Now the client's own group and topics are checked as well."""
+    home = tmp_path / "home"
+    write_acl(home, OUTSIDER_ACL)
+    with (
+        grpc_cluster(tmp_path / "c", acl_enable=True, rocketmq_home=str(home)) as cluster,
+        grpc.insecure_channel(endpoint(cluster)) as channel,
+    ):
+        create_topic(cluster, "TopicA")
+        s = MessagingServiceStub(channel)
+        now = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+        def end(client_id: str, group: str = "", ak: str = "outsider", sk: str = "outsider-secret") -> str:
+            metadata = (*_authorization(ak, sk, now).items(), ("x-mq-client-id", client_id))
+            request = spb.NotifyClientTerminationRequest(group=pb.Resource(name=group) if group else None)
+            answer = s.NotifyClientTermination(request, metadata=metadata, timeout=10)
+            return str(pb.Code.Name(answer.status.code))
+
+        with (
+            simple_consumer(cluster, "GA", "TopicA", listed=True, ak=USER_AK, sk=USER_SK) as consumer,
+            producer(cluster, ("TopicA",), ak=USER_AK, sk=USER_SK) as made,
+        ):
+            wait_for(lambda: joined(cluster, "TopicA", made.client_id, producer=True))
+            assert end(consumer.client_id, "GA") == end(consumer.client_id) == "FORBIDDEN"
+            assert end(consumer.client_id, "GOther") == "FORBIDDEN"  # (it may SUB on GOther)
+            assert joined(cluster, "GA", consumer.client_id)
+            assert end(made.client_id) == "FORBIDDEN"
+            assert joined(cluster, "TopicA", made.client_id, producer=True)
+            assert end(made.client_id, ak=USER_AK, sk=USER_SK) == "OK"
+            assert not joined(cluster, "TopicA", made.client_id, producer=True)
+            assert end(consumer.client_id, ak=USER_AK, sk=USER_SK) == "OK"
+            assert not joined(cluster, "GA", consumer.client_id)
 
 
 class StreamContext:

@@ -11,6 +11,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from daemon.grpc.convert import (
     MAX_MESSAGE_GROUP_BYTES,
+    MAX_TRANSACTION_RECOVERY_S,
     MAX_USER_PROPERTY_BYTES,
     RESERVED_PROPERTIES,
     MessageRefused,
@@ -19,16 +20,17 @@ from daemon.grpc.convert import (
     to_proto,
 )
 from store.message import Message
-from store.record import decode_record, encode_record
+from store.record import decode_properties, decode_record, encode_properties, encode_record
 
 NOW = 1_700_000_000_000
 MAX_BODY = 4 * 1024 * 1024
 MAX_DELAY = 3 * 86_400_000
+ID = "01" + "AB" * 16
 
 
 def message(**system: Any) -> pb.Message:
     msg = pb.Message(topic=pb.Resource(name="T"), body=b"x")
-    msg.system_properties.message_id = "01" + "AB" * 16
+    msg.system_properties.message_id = ID
     msg.system_properties.message_type = system.pop("message_type", pb.NORMAL)
     for key, value in system.items():
         if key == "keys":
@@ -112,6 +114,9 @@ REFUSED: list[tuple[str, Callable[[], pb.Message], int]] = [
     ("delivery past the timer's reach", lambda: delivered_in(MAX_DELAY + 1000), pb.ILLEGAL_DELIVERY_TIME),
     ("DELAY without a delivery time", lambda: message(message_type=pb.DELAY), pb.BAD_REQUEST),
     ("\\x01 in the message id", lambda: message(message_id="01\x01"), pb.ILLEGAL_MESSAGE_ID),
+    ("empty message id", lambda: message(message_id=""), pb.ILLEGAL_MESSAGE_ID),
+    ("blank message id", lambda: message(message_id="   "), pb.ILLEGAL_MESSAGE_ID),
+    ("recovery past the proxy's max", lambda: _recovering(MAX_TRANSACTION_RECOVERY_S + 1), pb.BAD_REQUEST),
     ("\\x02 in the trace context", lambda: message(trace_context="a\x02b"), pb.BAD_REQUEST),
     ("\\x01 in the born host", lambda: message(born_host="h\x01"), pb.BAD_REQUEST),
     # the proxy's order: the body first, then the user properties, then the tag
@@ -123,6 +128,12 @@ REFUSED: list[tuple[str, Callable[[], pb.Message], int]] = [
 def _empty_tagged() -> pb.Message:
     msg = message(tag="a|b")
     msg.body = b""
+    return msg
+
+
+def _recovering(seconds: int) -> pb.Message:
+    msg = message(message_type=pb.TRANSACTION)
+    msg.system_properties.orphaned_transaction_recovery_duration.FromSeconds(seconds)
     return msg
 
 
@@ -165,6 +176,33 @@ def test_a_transaction_keeps_its_recovery_duration_as_the_checker_reads_it() -> 
     msg.system_properties.orphaned_transaction_recovery_duration.FromSeconds(600)
     props, _ = parse_message(msg, NOW, MAX_BODY, MAX_DELAY)
     assert props["TRAN_MSG"] == "true" and props["CHECK_IMMUNITY_TIME_IN_SECONDS"] == "600"
+
+
+def test_a_transactions_recovery_duration_overwrites_a_users_immunity_as_the_proxy_does() -> None:
+    """`buildMessageProperty` puts the duration's seconds over the user's property whenever the field is
+    set (0 too: checked at the next pass); without the field the user's value stays, as there (no
+    official client sets the field, a 4.x producer sets the property)."""
+    user = {"CHECK_IMMUNITY_TIME_IN_SECONDS": "999999999999"}
+    for seconds in (0, MAX_TRANSACTION_RECOVERY_S):
+        msg = _recovering(seconds)
+        msg.user_properties.update(user)
+        assert parse_message(msg, NOW, MAX_BODY, MAX_DELAY)[0]["CHECK_IMMUNITY_TIME_IN_SECONDS"] == str(
+            seconds
+        )
+    msg = message(message_type=pb.TRANSACTION)
+    msg.user_properties.update(user)
+    assert parse_message(msg, NOW, MAX_BODY, MAX_DELAY)[0]["CHECK_IMMUNITY_TIME_IN_SECONDS"] == "999999999999"
+
+
+def test_an_empty_key_and_an_empty_property_name_are_taken_as_the_proxy_takes_them() -> None:
+    """The proxy refuses neither (`validateMessageKey` and `buildMessageProperty` skip an empty one); the
+    Go, Rust and C++ clients send them when asked to (Java's, Python's and C#'s builders refuse them).
+    The empty key joins KEYS as the proxy's `setKeys` joins it; the empty name is dropped from the stored
+    record as 4.x's `string2messageProperties` drops it."""
+    props, _ = parse_message(message(keys=["a", ""]), NOW, MAX_BODY, MAX_DELAY)
+    assert props["KEYS"] == "a "
+    props, _ = parse_message(with_user({"": "v", "k": "w"}), NOW, MAX_BODY, MAX_DELAY)
+    assert props[""] == "v" and decode_properties(encode_properties(props)) == {"k": "w", "UNIQ_KEY": ID}
 
 
 def test_the_reserved_set_is_javas_string_hash_set() -> None:
