@@ -6,15 +6,18 @@ election rules are tests/dledger/test_machines.py's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from daemon.config import parse_properties
+from daemon.dledger import server as server_module
 from daemon.dledger.machines import Timings
 from daemon.dledger.protocol import (
     DLedgerRequestCode,
@@ -145,6 +148,72 @@ async def test_a_promise_that_cannot_be_kept_is_said_and_the_heartbeat_acknowled
             assert HeartBeatResponse.decode(await _ask(_beat())).code == DLedgerResponseCode.SUCCESS
         assert "cannot keep until when it refuses candidates" in caplog.text
         assert server.node._kept[0] == ""  # (nothing kept: the next acknowledgement tries again)
+    finally:
+        await _stop(server)
+
+
+@contextlib.contextmanager
+def _stalled_disk(directory: Path) -> Iterator[None]:
+    """The member's `heard` file a FIFO nobody reads: its writer blocks (a hung device) until released."""
+    fifo = directory / HEARD_FILE
+    os.mkfifo(fifo)
+    try:
+        yield
+    finally:  # (released: the write ends, refused by the FIFO, and its thread with it)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        time.sleep(0.2)
+        os.close(reader)
+
+
+async def test_a_heartbeat_is_answered_all_the_same_while_its_promise_s_write_is_stalled(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A disk stalled longer than the follower timeout must not cost the leader its quorum: the
+    acknowledgement waits `keep_wait_ms` at most, then goes out as after a failed write, and says so."""
+    server = await _member(tmp_path)
+    try:
+        with _stalled_disk(tmp_path), caplog.at_level("WARNING"):
+            assert HeartBeatResponse.decode(await _ask(_beat())).code == DLedgerResponseCode.SUCCESS
+            assert server._keeper is not None  # (still writing)
+            assert "before it kept until when it refuses candidates" in caplog.text
+            assert server.node._kept[0] == ""
+    finally:
+        await _stop(server)
+
+
+async def test_a_member_stopping_during_a_write_cancels_the_acknowledgements_waiting_for_it(
+    tmp_path: Path,
+) -> None:
+    """Neither answered nor left pending: the member stops."""
+    server = await _member(tmp_path)
+    try:
+        with _stalled_disk(tmp_path):
+            waiting = server._kept(("n0", now_ms() + 9000))
+            await wait_until(lambda: not server._keeping, 5)  # (its write began)
+            await server.stop()
+            assert waiting.cancelled()
+            assert server._kept(("n0", now_ms() + 9000)).cancelled()  # (nothing written once stopped)
+    finally:
+        await _stop(server)
+
+
+@pytest.mark.pure_python
+async def test_a_writer_that_fails_otherwise_still_has_the_heartbeat_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not an OSError (a shut-down executor, MemoryError): answered as after a failed write, and said."""
+
+    def broken(directory: str, record: bytes) -> None:
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+    monkeypatch.setattr(server_module, "keep_heard", broken)
+    server = await _member(tmp_path)
+    try:
+        with caplog.at_level("WARNING"):
+            assert HeartBeatResponse.decode(await _ask(_beat())).code == DLedgerResponseCode.SUCCESS
+        await wait_until(lambda: server._keeper is None, 5)
+        assert "its writer failed: RuntimeError" in caplog.text
+        assert not server._keeping and server.node._kept[0] == ""
     finally:
         await _stop(server)
 
