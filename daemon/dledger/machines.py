@@ -932,10 +932,16 @@ class Node:
         """(at start) What it kept before its restart (`unkept`): until `until` it refuses every candidate
         but `leader` and stands for no election, as if it still heard that leader (whose lease its last
         acknowledgements may still hold up), unless it hears a leader first. A deadline further ahead than
-        these timings could have kept is cut to that (its timings changed meanwhile)."""
+        these timings could have kept is cut to that (its timings changed meanwhile); a leader that is
+        none of its peers keeps nothing (its peers changed, or the file is another group's)."""
         timeout = self.follower_timeout()
         until = min(until, now + timeout + timeout // 2)
         if until <= now:
+            return
+        if leader not in self.m.peers or leader == self.m.self_id:
+            log.info(
+                "[%s] restarted with a promise to %r, none of its peers: keeps none", self.m.self_id, leader
+            )
             return
         self._remembered = self._kept = (leader, until)
         log.info(

@@ -293,14 +293,22 @@ class DLedgerServer:
             node.abstain(CHECKING, "restarted on its store")
 
     def _remember_at_start(self, boot: str) -> None:
-        """The promise its last start kept (`Node.remember`), if made in this boot and not over: it may have
-        acknowledged a leader's heartbeats until its restart, and that leader may lend on them. Another
-        boot's (a reboot takes longer than a lease at the usual timings), or a file missing or damaged:
-        none."""
+        """The promise its last start kept (`Node.remember`), if made in this boot by this member of this
+        group and not over: it may have acknowledged a leader's heartbeats until its restart, and that
+        leader may lend on them. Another boot's (a reboot takes longer than a lease at the usual timings),
+        another group's or member's (a directory reused), or a file missing or damaged: none."""
         kept = load_heard(self.settings.directory)
         if kept is None or kept[0] != boot:
             return
-        _boot, leader, until_boot = kept
+        _boot, group, self_id, leader, until_boot = kept
+        if (group, self_id) != (self.settings.group, self.settings.self_id):
+            log.info(
+                "[%s] its heard file is member %r's of group %r: keeps no promise from it",
+                self.settings.self_id,
+                self_id,
+                group,
+            )
+            return
         now = now_ms()
         self.node.remember(leader, now + until_boot - boot_ms(), now)
 
@@ -337,7 +345,7 @@ class DLedgerServer:
                     # on this boot's clock (the machine's is the process's), a millisecond over for the
                     # two clocks' roundings
                     until_boot = until - now_ms() + boot_ms() + 1
-                    record = encode_heard(self._boot, leader, until_boot)
+                    record = encode_heard(self._boot, settings.group, settings.self_id, leader, until_boot)
                     await loop.run_in_executor(self._keep_thread, keep_heard, settings.directory, record)
                 except (OSError, ValueError) as exc:
                     # (acknowledged all the same: a member that refused them would cost the group its

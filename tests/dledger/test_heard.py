@@ -94,8 +94,8 @@ async def test_a_heartbeat_is_answered_once_its_promise_is_kept_and_a_restart_ke
     try:
         assert HeartBeatResponse.decode(await _ask(_beat())).code == DLedgerResponseCode.SUCCESS
         kept = load_heard(str(tmp_path))
-        assert kept is not None and kept[:2] == (BOOT, "n0")
-        left = kept[2] - boot_ms()
+        assert kept is not None and kept[:4] == (BOOT, "g", "n1", "n0")
+        left = kept[4] - boot_ms()
         assert timeout < left <= timeout + timeout // 2 + 2, left
         assert HeartBeatResponse.decode(await _ask(_beat())).code == DLedgerResponseCode.SUCCESS
         assert load_heard(str(tmp_path)) == kept
@@ -115,12 +115,15 @@ async def test_a_heartbeat_is_answered_once_its_promise_is_kept_and_a_restart_ke
 @pytest.mark.parametrize(
     "record",
     [
-        encode_heard("another-boot", "n0", 10**15),  # (a reboot outlasts any lease)
-        encode_heard(BOOT or "", "n0", 10**15)[:40],  # (cut short)
-        encode_heard(BOOT or "", "n0", 10**15).replace(b"n0", b"n2"),  # (damaged)
-        encode_heard(BOOT or "", "n0", 0),  # (over)
+        encode_heard("another-boot", "g", "n1", "n0", 10**15),  # (a reboot outlasts any lease)
+        encode_heard(BOOT or "", "g", "n1", "n0", 10**15)[:40],  # (cut short)
+        encode_heard(BOOT or "", "g", "n1", "n0", 10**15).replace(b"n0", b"n2"),  # (damaged)
+        encode_heard(BOOT or "", "g", "n1", "n0", 0),  # (over)
+        encode_heard(BOOT or "", "other", "n1", "n0", 10**15),  # (a directory another group used)
+        encode_heard(BOOT or "", "g", "n2", "n0", 10**15),  # (another member's)
+        encode_heard(BOOT or "", "g", "n1", "n9", 10**15),  # (dLegerPeers changed: no such leader now)
     ],
-    ids=["another-boot", "short", "damaged", "over"],
+    ids=["another-boot", "short", "damaged", "over", "another-group", "another-member", "not-a-peer"],
 )
 async def test_a_member_whose_kept_promise_is_of_another_boot_or_damaged_waits_for_nothing(
     tmp_path: Path, record: bytes
@@ -250,7 +253,7 @@ async def test_a_follower_killed_and_started_again_refuses_a_candidate_until_its
 
             def kept() -> bool:
                 record = load_heard(str(heard.parent))
-                return record is not None and record[:2] == (BOOT, leader_id)
+                return record is not None and (record[0], record[3]) == (BOOT, leader_id)
 
             await wait_until(kept, 60)
             pids = [member_pid(data, a) for a in (follower, leader_addr, other)]
@@ -258,7 +261,7 @@ async def test_a_follower_killed_and_started_again_refuses_a_candidate_until_its
                 os.kill(pid, signal.SIGKILL)
             record = load_heard(str(heard.parent))
             assert record is not None
-            deadline = record[2]
+            deadline = record[4]
             argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
             member = Daemon(argv, env, conf.parent / "restarted.log")
             member.start()

@@ -1606,6 +1606,15 @@ def test_a_member_restarted_remembers_no_deadline_further_than_its_timings_could
     assert node._remembered == ("n0", 5000 + timeout + timeout // 2)
 
 
+@pytest.mark.parametrize("leader", ["n9", "n1", ""], ids=["not-a-peer", "itself", "none"])
+def test_a_member_restarted_with_a_promise_to_none_of_its_peers_keeps_none(leader: str) -> None:
+    """A leader its peers do not name (dLegerPeers changed, or another group's file): it waits for nobody,
+    rather than hold a whole group's election up for a leader that cannot come."""
+    node = _restarted(10**9, now=5000, leader=leader)
+    assert node._remembered is None
+    assert _ask(node, "n2", 4, 5100) is VoteResult.REJECT_TERM_NOT_READY
+
+
 def _restarted_during_a_lease(seed: int, keeps: bool) -> Cluster:
     """A group whose leader lends on a lease acknowledged by one follower (A) while the other (B), cut off
     the leader, stands and asks A, which hears the leader and refuses; A then crashes just after
