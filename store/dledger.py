@@ -560,24 +560,33 @@ def persist_abstention(dledger_dir: str, state: str) -> None:
 
 
 #: The first line of a `HEARD_FILE` record, and the size it is padded to (rewritten in place, never grown).
-HEARD_MAGIC = b"mqctl-heard 1\n"
-HEARD_SIZE = 160
+#: (Version 1 named no group nor member: read as none.)
+HEARD_MAGIC = b"mqctl-heard 2\n"
+HEARD_SIZE = 256
+#: A `HEARD_FILE` record's fields after the first line, in order (the deadline's last).
+HEARD_KEYS = ("bootId", "group", "selfId", "leader", "untilBootMs")
+
+#: (boot id, group, self id, leader, deadline): what a `HEARD_FILE` record holds (:func:`encode_heard`)
+Heard = tuple[str, str, str, str, int]
 
 
-def encode_heard(boot_id: str, leader: str, until_boot_ms: int) -> bytes:
-    """A `HEARD_FILE` record: the boot it counts in, the leader let through, the deadline (CLOCK_BOOTTIME
-    milliseconds), then a CRC-32 of what precedes it; padded with newlines to `HEARD_SIZE` so that a rewrite
-    in place leaves nothing of an earlier record behind."""
-    for name, value in (("bootId", boot_id), ("leader", leader)):
+def encode_heard(boot_id: str, group: str, self_id: str, leader: str, until_boot_ms: int) -> bytes:
+    """A `HEARD_FILE` record: the boot it counts in, the group and member that wrote it (a directory reused
+    by another group, or a member renamed, is not held to it), the leader let through, the deadline
+    (CLOCK_BOOTTIME milliseconds), then a CRC-32 of what precedes it; padded with newlines to `HEARD_SIZE`
+    so that a rewrite in place leaves nothing of an earlier record behind."""
+    values = (boot_id, group, self_id, leader)
+    for name, value in zip(HEARD_KEYS[:4], values, strict=True):
         if "\n" in value or "\r" in value:
             raise ValueError(f"{name} holds a line break: {value!r}")
-    head = HEARD_MAGIC + f"bootId={boot_id}\nleader={leader}\nuntilBootMs={until_boot_ms}\n".encode()
+    lines = "".join(f"{k}={v}\n" for k, v in zip(HEARD_KEYS, (*values, str(until_boot_ms)), strict=True))
+    head = HEARD_MAGIC + lines.encode()
     record = head + b"crc=%d\n" % zlib.crc32(head)
     return record.ljust(HEARD_SIZE, b"\n")
 
 
-def decode_heard(data: bytes) -> tuple[str, str, int] | None:
-    """(boot id, leader, deadline) of a `HEARD_FILE` record; None for anything else (short, torn, damaged,
+def decode_heard(data: bytes) -> Heard | None:
+    """What a `HEARD_FILE` record holds (:data:`Heard`); None for anything else (short, torn, damaged,
     another version): the member then keeps no promise, as after a reboot."""
     cut = data.find(b"\ncrc=")
     end = data.find(b"\n", cut + 1) if cut >= 0 else -1
@@ -587,18 +596,24 @@ def decode_heard(data: bytes) -> tuple[str, str, int] | None:
     try:
         crc = int(data[cut + 5 : end].decode("ascii"))
         lines = head[len(HEARD_MAGIC) :].decode().split("\n")
-        boot = lines[0].removeprefix("bootId=")
-        leader = lines[1].removeprefix("leader=")
-        until = int(lines[2].removeprefix("untilBootMs="))
-    except (ValueError, IndexError):  # (UnicodeDecodeError is a ValueError)
+    except ValueError:  # (UnicodeDecodeError is a ValueError)
         return None
-    names = (lines[0][:7], lines[1][:7], lines[2][:12])
-    if crc != zlib.crc32(head) or len(lines) != 4 or names != ("bootId=", "leader=", "untilBootMs="):
+    if crc != zlib.crc32(head) or len(lines) != len(HEARD_KEYS) + 1 or lines[-1]:
         return None
-    return boot, leader, until
+    values: list[str] = []
+    for key, line in zip(HEARD_KEYS, lines[:-1], strict=True):
+        name, eq, value = line.partition("=")
+        if name != key or not eq:
+            return None
+        values.append(value)
+    try:
+        until = int(values[4])
+    except ValueError:
+        return None
+    return values[0], values[1], values[2], values[3], until
 
 
-def load_heard(dledger_dir: str) -> tuple[str, str, int] | None:
+def load_heard(dledger_dir: str) -> Heard | None:
     """The member's `HEARD_FILE` (:func:`decode_heard`); None when it is missing or unreadable."""
     try:
         with open(os.path.join(dledger_dir, HEARD_FILE), "rb") as f:
@@ -611,8 +626,9 @@ def keep_heard(dledger_dir: str, record: bytes) -> None:
     """`record` (:func:`encode_heard`) written over the member's `HEARD_FILE`, in place and not synced: the
     file counts only within the boot that wrote it, and what a process wrote survives its crash (kill -9)
     in the page cache; only a crash of the host loses it, which is a reboot. Written in place, a full disk
-    cannot refuse it once the file exists. It blocks on the disk at times (dirty-page throttling): never
-    called on the event loop."""
+    cannot refuse it once the file exists, but on a copy-on-write filesystem (btrfs, ZFS), where every
+    rewrite takes new blocks. It blocks on the disk at times (dirty-page throttling, a hung device): never
+    called on the event loop, and an answer waits for it only briefly (the DLedger server's)."""
     fd = os.open(os.path.join(dledger_dir, HEARD_FILE), os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.pwrite(fd, record, 0)

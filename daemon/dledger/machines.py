@@ -131,6 +131,15 @@ class Timings:
     leadership_transfer_wait_timeout: int = 1000
 
 
+def keep_wait_ms(t: Timings) -> int:
+    """How long a follower's acknowledgement waits at most for the write of the promise it makes (its
+    `heard` file), then goes out all the same: a tenth of the heartbeat interval. The leader counts an
+    answer only until its next round goes out, an interval after this one, and the network and a loaded
+    host need the rest; a write takes microseconds, so one that takes longer is a stalled disk, which must
+    not cost the leader its quorum (before the file, heartbeats never touched the disk)."""
+    return max(1, t.heart_beat_time_interval_ms // 10)
+
+
 def wire_entry(entry: Entry) -> DLedgerEntry:
     """A log entry as a PUSH carries it."""
     return DLedgerEntry(
@@ -367,10 +376,12 @@ class Node:
         #: every other candidate, as it promised then (`remember`); None once over, or once it hears a leader
         self._remembered: tuple[str, int] | None = None
         #: whether its owner keeps each promise on disk before the acknowledgement making it goes out: then
-        #: `unkept` says, after a heartbeat's answer, what to keep first, and `promise_kept` what was kept
+        #: `unkept` says, after a heartbeat's answer, what to keep first, `ahead` what to start keeping
+        #: without waiting (the next answers' need), and `promise_kept` what was kept
         self.keeps_promises = False
         self._kept: tuple[str, int] = ("", NO_LEASE)
         self.unkept: tuple[str, int] | None = None
+        self.ahead: tuple[str, int] | None = None
         #: (term, leader) it left for that leader's silence (its follower timeout ran out)
         self._left: tuple[int, str] | None = None
         #: (term, leader, until): it answered a candidate for that leader's silence, and acknowledges none
@@ -897,7 +908,9 @@ class Node:
         """(following) Its leader's heartbeat, acknowledged: whether it leases, and whom it hands over to.
         Acknowledging a leader of ours, it promises to refuse other candidates for its follower timeout: a
         promise its owner keeps on disk first when what is kept there does not cover it (`unkept`), with
-        half a timeout to spare, so that a restart keeps it too and the next writes come no oftener."""
+        half a timeout to spare, so that a restart keeps it too. Within a quarter timeout of falling short,
+        its owner starts the next write at once and nobody waits for it (`ahead`): the answers wait only
+        for a new leader's first promise, or for a disk stalled longer than what is left to spare."""
         self._leader_leases = req.mqctl_lease is True
         self._handover = req.mqctl_transferee
         # (a leader heard since its restart: the one it promised to, or one elected once that promise ran out)
@@ -905,8 +918,11 @@ class Node:
         if self._leader_leases and self.keeps_promises:
             leader, timeout = req.leader_id or "", self.follower_timeout()
             until = self._now + timeout
-            if self._kept[0] != leader or self._kept[1] < until:
+            kept_leader, kept_until = self._kept
+            if kept_leader != leader or kept_until < until:
                 self.unkept = (leader, until + timeout // 2)
+            elif kept_until < until + timeout // 4:
+                self.ahead = (leader, until + timeout // 2)
 
     def promise_kept(self, leader: str, until: int) -> None:
         """Its owner kept on disk that it refuses every candidate but `leader` until `until` (`unkept`)."""
@@ -916,10 +932,16 @@ class Node:
         """(at start) What it kept before its restart (`unkept`): until `until` it refuses every candidate
         but `leader` and stands for no election, as if it still heard that leader (whose lease its last
         acknowledgements may still hold up), unless it hears a leader first. A deadline further ahead than
-        these timings could have kept is cut to that (its timings changed meanwhile)."""
+        these timings could have kept is cut to that (its timings changed meanwhile); a leader that is
+        none of its peers keeps nothing (its peers changed, or the file is another group's)."""
         timeout = self.follower_timeout()
         until = min(until, now + timeout + timeout // 2)
         if until <= now:
+            return
+        if leader not in self.m.peers or leader == self.m.self_id:
+            log.info(
+                "[%s] restarted with a promise to %r, none of its peers: keeps none", self.m.self_id, leader
+            )
             return
         self._remembered = self._kept = (leader, until)
         log.info(

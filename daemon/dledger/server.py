@@ -24,7 +24,17 @@ from typing import Final
 
 from daemon.dledger import trace
 from daemon.dledger.gate import PeerGate
-from daemon.dledger.machines import CATCHING_UP, CHECKING, PROBING, MemberState, Node, Out, Role, Timings
+from daemon.dledger.machines import (
+    CATCHING_UP,
+    CHECKING,
+    PROBING,
+    MemberState,
+    Node,
+    Out,
+    Role,
+    Timings,
+    keep_wait_ms,
+)
 from daemon.dledger.protocol import (
     BEANS,
     BINARY_ANSWER_KEY,
@@ -182,10 +192,12 @@ class DLedgerServer:
         #: (keeping) the promise to write next, the acknowledgements waiting for it, the task writing, and
         #: the thread it writes on (its own: a busy shared executor would hold the heartbeats' answers up)
         self._to_keep: tuple[str, int] | None = None
-        self._keeping: list[asyncio.Future[None]] = []
+        self._keeping: list[asyncio.Future[bool | None]] = []
         self._keeper: asyncio.Task[None] | None = None
         self._keep_thread: concurrent.futures.ThreadPoolExecutor | None = None
         self._keep_failures = WarningGate(log)
+        #: how long an acknowledgement waits at most for its promise's write (`_reply_once_kept`), seconds
+        self._keep_wait = keep_wait_ms(settings.timings) / 1000
         if self._boot is not None:
             self.node.keeps_promises = True
             self._remember_at_start(self._boot)
@@ -281,61 +293,110 @@ class DLedgerServer:
             node.abstain(CHECKING, "restarted on its store")
 
     def _remember_at_start(self, boot: str) -> None:
-        """The promise its last start kept (`Node.remember`), if made in this boot and not over: it may have
-        acknowledged a leader's heartbeats until its restart, and that leader may lend on them. Another
-        boot's (a reboot takes longer than a lease at the usual timings), or a file missing or damaged:
-        none."""
+        """The promise its last start kept (`Node.remember`), if made in this boot by this member of this
+        group and not over: it may have acknowledged a leader's heartbeats until its restart, and that
+        leader may lend on them. Another boot's (a reboot takes longer than a lease at the usual timings),
+        another group's or member's (a directory reused), or a file missing or damaged: none."""
         kept = load_heard(self.settings.directory)
         if kept is None or kept[0] != boot:
             return
-        _boot, leader, until_boot = kept
+        _boot, group, self_id, leader, until_boot = kept
+        if (group, self_id) != (self.settings.group, self.settings.self_id):
+            log.info(
+                "[%s] its heard file is member %r's of group %r: keeps no promise from it",
+                self.settings.self_id,
+                self_id,
+                group,
+            )
+            return
         now = now_ms()
         self.node.remember(leader, now + until_boot - boot_ms(), now)
 
-    def _keep(self, promise: tuple[str, int]) -> asyncio.Future[None]:
-        """Done once `promise` (`Node.unkept`), or a later one, is on disk, or could not be written."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._keeping.append(fut)
-        self._to_keep = promise  # (a later one covers an earlier: the same leader, or one elected since)
-        if self._keeper is None:
+    def _keep(self, promise: tuple[str, int]) -> None:
+        """`promise` (`Node.unkept`, `Node.ahead`) written next on the member's own thread; a later one
+        covers an earlier (the same leader, or one elected since), so only the last asked is written."""
+        self._to_keep = promise
+        if self._keeper is None and not self._stopped:
             self._keeper = asyncio.create_task(self._keep_promises())
+
+    def _kept(self, promise: tuple[str, int]) -> asyncio.Future[bool | None]:
+        """:meth:`_keep`, and done once `promise` or a later one is written (True), or could not be
+        (False); cancelled when the member stops first."""
+        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        if self._stopped:
+            fut.cancel()
+            return fut
+        self._keeping.append(fut)
+        self._keep(promise)
         return fut
 
     async def _keep_promises(self) -> None:
         loop = asyncio.get_running_loop()
         if self._keep_thread is None:
             self._keep_thread = concurrent.futures.ThreadPoolExecutor(1, "dledger-heard")
+        waiting: list[asyncio.Future[bool | None]] = []
+        settings = self.settings
         try:
             while self._to_keep is not None and self._boot is not None:
                 (leader, until), waiting = self._to_keep, self._keeping
                 self._to_keep, self._keeping = None, []
+                kept = False
                 try:
                     # on this boot's clock (the machine's is the process's), a millisecond over for the
                     # two clocks' roundings
-                    record = encode_heard(self._boot, leader, until - now_ms() + boot_ms() + 1)
-                    await loop.run_in_executor(self._keep_thread, keep_heard, self.settings.directory, record)
+                    until_boot = until - now_ms() + boot_ms() + 1
+                    record = encode_heard(self._boot, settings.group, settings.self_id, leader, until_boot)
+                    await loop.run_in_executor(self._keep_thread, keep_heard, settings.directory, record)
                 except (OSError, ValueError) as exc:
                     # (acknowledged all the same: a member that refused them would cost the group its
                     # leader, for a file that only matters should it restart within the lease)
                     self._keep_failures.warning(
                         "[%s] cannot keep until when it refuses candidates (a restart now would vote at "
                         "once): %s",
-                        self.settings.self_id,
+                        settings.self_id,
                         exc,
+                    )
+                except Exception as broke:  # (any other: the acknowledgements are answered all the same)
+                    self._keep_failures.warning(
+                        "[%s] cannot keep until when it refuses candidates (a restart now would vote at "
+                        "once): its writer failed: %r",
+                        settings.self_id,
+                        broke,
                     )
                 else:
                     self.node.promise_kept(leader, until)
+                    kept = True
                 for fut in waiting:
                     if not fut.done():
-                        fut.set_result(None)
+                        fut.set_result(kept)
+                waiting = []
+        except asyncio.CancelledError:
+            for fut in waiting:  # (the member stops: acknowledgements never sent)
+                fut.cancel()
+            raise
         finally:
             self._keeper = None
 
     async def _reply_once_kept(
         self, request: RemotingCommand, resp: RequestOrResponse, promise: tuple[str, int]
     ) -> RemotingCommand:
-        """A heartbeat's acknowledgement, sent once the promise it makes is kept on disk (`Node.unkept`)."""
-        await self._keep(promise)
+        """A heartbeat's acknowledgement, sent once the promise it makes is kept on disk (`Node.unkept`),
+        or sent all the same, and said, after `keep_wait_ms` (a stalled disk must not cost the leader its
+        quorum: restarted then, the member votes at once, as after a failed write)."""
+        kept = self._kept(promise)
+        timer = asyncio.get_running_loop().call_later(self._keep_wait, _wake, kept)
+        try:
+            await kept
+        finally:
+            timer.cancel()
+        if kept.result() is None:
+            self._keep_failures.warning(
+                "[%s] acknowledges leader %s before it kept until when it refuses candidates (a restart now "
+                "would vote at once): its write took longer than %d ms",
+                self.settings.self_id,
+                promise[0],
+                keep_wait_ms(self.settings.timings),
+            )
         return self._reply(request, resp)
 
     @property
@@ -808,9 +869,14 @@ class DLedgerServer:
         resp = self._answer(code, bean)
         # (a follower answers a push before it dispatches what the push committed: the leader waits)
         self._effects(after_replies=True)
-        unkept = self.node.unkept
+        node = self.node
+        ahead = node.ahead
+        if ahead is not None:  # (the next answers' need: written now, nobody waiting for it)
+            node.ahead = None
+            self._keep(ahead)
+        unkept = node.unkept
         if unkept is not None:
-            self.node.unkept = None
+            node.unkept = None
             return self._reply_once_kept(request, resp, unkept)
         return self._reply(request, resp)
 
@@ -1011,7 +1077,7 @@ class DLedgerServer:
         return self._transfer_answer(code)
 
 
-def _wake(waiting: asyncio.Future[None]) -> None:
+def _wake(waiting: asyncio.Future[None] | asyncio.Future[bool | None]) -> None:
     if not waiting.done():
         waiting.set_result(None)
 

@@ -127,7 +127,7 @@ def test_a_running_members_own_files_change_nothing_offline(
     member = root / "dledger-n0"
     dl.persist_term(str(member), 3, "n1")
     dl.persist_abstention(str(member), "catching-up")
-    dl.keep_heard(str(member), dl.encode_heard("boot", "n1", 123))
+    dl.keep_heard(str(member), dl.encode_heard("boot", "broker-a", "n0", "n1", 123))
     assert _ageless(ok(cli("store", *command, "--store", str(root), "-o", "json"))) == before
 
 

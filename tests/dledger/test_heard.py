@@ -6,15 +6,18 @@ election rules are tests/dledger/test_machines.py's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from daemon.config import parse_properties
+from daemon.dledger import server as server_module
 from daemon.dledger.machines import Timings
 from daemon.dledger.protocol import (
     DLedgerRequestCode,
@@ -91,8 +94,8 @@ async def test_a_heartbeat_is_answered_once_its_promise_is_kept_and_a_restart_ke
     try:
         assert HeartBeatResponse.decode(await _ask(_beat())).code == DLedgerResponseCode.SUCCESS
         kept = load_heard(str(tmp_path))
-        assert kept is not None and kept[:2] == (BOOT, "n0")
-        left = kept[2] - boot_ms()
+        assert kept is not None and kept[:4] == (BOOT, "g", "n1", "n0")
+        left = kept[4] - boot_ms()
         assert timeout < left <= timeout + timeout // 2 + 2, left
         assert HeartBeatResponse.decode(await _ask(_beat())).code == DLedgerResponseCode.SUCCESS
         assert load_heard(str(tmp_path)) == kept
@@ -112,12 +115,15 @@ async def test_a_heartbeat_is_answered_once_its_promise_is_kept_and_a_restart_ke
 @pytest.mark.parametrize(
     "record",
     [
-        encode_heard("another-boot", "n0", 10**15),  # (a reboot outlasts any lease)
-        encode_heard(BOOT or "", "n0", 10**15)[:40],  # (cut short)
-        encode_heard(BOOT or "", "n0", 10**15).replace(b"n0", b"n2"),  # (damaged)
-        encode_heard(BOOT or "", "n0", 0),  # (over)
+        encode_heard("another-boot", "g", "n1", "n0", 10**15),  # (a reboot outlasts any lease)
+        encode_heard(BOOT or "", "g", "n1", "n0", 10**15)[:40],  # (cut short)
+        encode_heard(BOOT or "", "g", "n1", "n0", 10**15).replace(b"n0", b"n2"),  # (damaged)
+        encode_heard(BOOT or "", "g", "n1", "n0", 0),  # (over)
+        encode_heard(BOOT or "", "other", "n1", "n0", 10**15),  # (a directory another group used)
+        encode_heard(BOOT or "", "g", "n2", "n0", 10**15),  # (another member's)
+        encode_heard(BOOT or "", "g", "n1", "n9", 10**15),  # (dLegerPeers changed: no such leader now)
     ],
-    ids=["another-boot", "short", "damaged", "over"],
+    ids=["another-boot", "short", "damaged", "over", "another-group", "another-member", "not-a-peer"],
 )
 async def test_a_member_whose_kept_promise_is_of_another_boot_or_damaged_waits_for_nothing(
     tmp_path: Path, record: bytes
@@ -145,6 +151,72 @@ async def test_a_promise_that_cannot_be_kept_is_said_and_the_heartbeat_acknowled
             assert HeartBeatResponse.decode(await _ask(_beat())).code == DLedgerResponseCode.SUCCESS
         assert "cannot keep until when it refuses candidates" in caplog.text
         assert server.node._kept[0] == ""  # (nothing kept: the next acknowledgement tries again)
+    finally:
+        await _stop(server)
+
+
+@contextlib.contextmanager
+def _stalled_disk(directory: Path) -> Iterator[None]:
+    """The member's `heard` file a FIFO nobody reads: its writer blocks (a hung device) until released."""
+    fifo = directory / HEARD_FILE
+    os.mkfifo(fifo)
+    try:
+        yield
+    finally:  # (released: the write ends, refused by the FIFO, and its thread with it)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        time.sleep(0.2)
+        os.close(reader)
+
+
+async def test_a_heartbeat_is_answered_all_the_same_while_its_promise_s_write_is_stalled(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A disk stalled longer than the follower timeout must not cost the leader its quorum: the
+    acknowledgement waits `keep_wait_ms` at most, then goes out as after a failed write, and says so."""
+    server = await _member(tmp_path)
+    try:
+        with _stalled_disk(tmp_path), caplog.at_level("WARNING"):
+            assert HeartBeatResponse.decode(await _ask(_beat())).code == DLedgerResponseCode.SUCCESS
+            assert server._keeper is not None  # (still writing)
+            assert "before it kept until when it refuses candidates" in caplog.text
+            assert server.node._kept[0] == ""
+    finally:
+        await _stop(server)
+
+
+async def test_a_member_stopping_during_a_write_cancels_the_acknowledgements_waiting_for_it(
+    tmp_path: Path,
+) -> None:
+    """Neither answered nor left pending: the member stops."""
+    server = await _member(tmp_path)
+    try:
+        with _stalled_disk(tmp_path):
+            waiting = server._kept(("n0", now_ms() + 9000))
+            await wait_until(lambda: not server._keeping, 5)  # (its write began)
+            await server.stop()
+            assert waiting.cancelled()
+            assert server._kept(("n0", now_ms() + 9000)).cancelled()  # (nothing written once stopped)
+    finally:
+        await _stop(server)
+
+
+@pytest.mark.pure_python
+async def test_a_writer_that_fails_otherwise_still_has_the_heartbeat_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not an OSError (a shut-down executor, MemoryError): answered as after a failed write, and said."""
+
+    def broken(directory: str, record: bytes) -> None:
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+    monkeypatch.setattr(server_module, "keep_heard", broken)
+    server = await _member(tmp_path)
+    try:
+        with caplog.at_level("WARNING"):
+            assert HeartBeatResponse.decode(await _ask(_beat())).code == DLedgerResponseCode.SUCCESS
+        await wait_until(lambda: server._keeper is None, 5)
+        assert "its writer failed: RuntimeError" in caplog.text
+        assert not server._keeping and server.node._kept[0] == ""
     finally:
         await _stop(server)
 
@@ -181,7 +253,7 @@ async def test_a_follower_killed_and_started_again_refuses_a_candidate_until_its
 
             def kept() -> bool:
                 record = load_heard(str(heard.parent))
-                return record is not None and record[:2] == (BOOT, leader_id)
+                return record is not None and (record[0], record[3]) == (BOOT, leader_id)
 
             await wait_until(kept, 60)
             # caught up before the kill, or its restart abstains until a leader (none is left) pushes it
@@ -191,7 +263,7 @@ async def test_a_follower_killed_and_started_again_refuses_a_candidate_until_its
                 os.kill(pid, signal.SIGKILL)
             record = load_heard(str(heard.parent))
             assert record is not None
-            deadline = record[2]
+            deadline = record[4]
             argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
             member = Daemon(argv, env, conf.parent / "restarted.log")
             member.start()

@@ -33,6 +33,7 @@ from daemon.dledger.machines import (
     Out,
     Role,
     Timings,
+    keep_wait_ms,
 )
 from daemon.dledger.protocol import (
     DLedgerRequestCode,
@@ -87,11 +88,15 @@ class Cluster:
         refuse: bool = False,
         lease_check: bool = False,
         keeps: bool = False,
+        keep_wait: int | None = None,
     ) -> None:
         self.rng = random.Random(seed)
-        #: members keep their promises on disk as the server does (`Node.unkept`): a heartbeat's answer goes
-        #: out once the write is done, and a member restarted remembers what it kept (`Node.remember`)
+        #: members keep their promises on disk as the server does (`Node.unkept`, `Node.ahead`): a
+        #: heartbeat's answer goes out once the write is done, or after `keep_wait` ms all the same (the
+        #: server's `keep_wait_ms` by default), and a member restarted remembers what it kept (`Node.remember`)
         self.keeps = keeps
+        self.keep_wait = keep_wait_ms(timings or Timings()) if keep_wait is None else keep_wait
+        #: per member, when its writer is done with what it was given (a stalled disk: set it ahead)
         self.writes: dict[str, int] = {}
         #: every step, whether two members lead on a fresh lease at once (`overlaps`: when, and who)
         self.lease_check = lease_check
@@ -258,20 +263,25 @@ class Cluster:
                     self.transfers[out.peer] = (src, out)
                     continue
                 node = self.nodes[out.peer]
+                if node is not None and node.ahead is not None:
+                    promise, node.ahead = node.ahead, None
+                    self.send(self.write(out.peer), "kept", (node, out.peer, promise))  # (nobody waits)
                 if node is not None and node.unkept is not None:
-                    # its answer waits for the write (on a thread of the server's: a few ms, at times more)
+                    # its answer waits for the write, or `keep_wait` at most
                     promise, node.unkept = node.unkept, None
-                    write = self.rng.randint(1, 5) if self.rng.random() > 0.05 else self.rng.randint(50, 500)
-                    # (one write after another, as the server's one thread does them)
-                    at = self.writes[out.peer] = max(self.now + write, self.writes.get(out.peer, 0))
-                    self.send(at, "kept", (node, promise, src, out, resp))
+                    at = self.write(out.peer)
+                    self.send(at, "kept", (node, out.peer, promise))
+                    self.send(min(at, self.now + self.keep_wait), "reply", (node, src, out, resp))
                     continue
                 self.answer(src, out, resp)
             elif kind == "kept":
-                node, promise, src, out, resp = payload
-                if self.nodes[out.peer] is node:  # (crashed meanwhile: neither written nor answered)
-                    self.disks[out.peer].heard = promise
+                node, p, promise = payload
+                if self.nodes[p] is node:  # (crashed meanwhile: not written)
+                    self.disks[p].heard = promise
                     node.promise_kept(*promise)
+            elif kind == "reply":
+                node, src, out, resp = payload
+                if self.nodes[out.peer] is node:  # (crashed meanwhile: not answered)
                     self.answer(src, out, resp)
             else:
                 src, out, resp = payload
@@ -291,6 +301,13 @@ class Cluster:
             fresh = [p for p, n in self.nodes.items() if n is not None and n.lease_fresh(self.now)]
             if len(fresh) > 1:
                 self.overlaps.append((self.now, fresh))
+
+    def write(self, p: str) -> int:
+        """When `p`'s writer, handed a promise now, has it on disk: a few ms, at times more, after what it
+        was given before (one write after another, as the server's one thread does them)."""
+        took = self.rng.randint(1, 5) if self.rng.random() > 0.05 else self.rng.randint(50, 500)
+        at = self.writes[p] = max(self.now + took, self.writes.get(p, 0))
+        return at
 
     def answer(self, src: str, out: Out, resp: RequestOrResponse | None) -> None:
         """`out.peer`'s answer to `src`'s request, on its way back (or lost)."""
@@ -1483,6 +1500,47 @@ def test_an_acknowledgement_waits_for_its_promise_to_be_kept_only_when_what_is_k
     assert node.unkept is None  # (a 4.9.8 leader's follower votes as DLedger's does: it promises nothing)
 
 
+def test_a_follower_starts_keeping_its_next_promise_ahead_so_that_no_acknowledgement_waits() -> None:
+    """Within a quarter timeout of falling short, the next promise is started (`ahead`), nobody waiting for
+    it: with its writer keeping up, no acknowledgement waits (a write every heartbeat at the default
+    timings). Its writer stalled, the acknowledgements wait once what is kept falls short."""
+    node = _keeping_follower()
+    timeout = node.follower_timeout()
+    started = []
+    for at in [1000 + i * 500 for i in range(1, 25)]:
+        assert node.on_heartbeat(_beat("n0", 3), at).code == DLedgerResponseCode.SUCCESS
+        assert node.unkept is None, at
+        if node.ahead is not None:
+            started.append(at)
+            assert node.ahead == ("n0", at + timeout + timeout // 2)
+            node.promise_kept(*node.ahead)
+            node.ahead = None
+    assert started == [3000, 5000, 7000, 9000, 11000, 13000], started
+    node = _keeping_follower()  # (its writer stalled: nothing it starts is kept)
+    for at in [1500, 2000, 2500, 3000, 3500, 4000]:
+        node.on_heartbeat(_beat("n0", 3), at)
+        assert node.unkept is None and (node.ahead is not None) == (at >= 3000), at
+    node.on_heartbeat(_beat("n0", 3), 4500)
+    assert node.unkept == ("n0", 4500 + timeout + timeout // 2)
+
+
+def test_a_follower_whose_disk_stalls_keeps_its_leader_s_lease() -> None:
+    """Both followers' writers stalled for longer than a follower timeout (a hung device): each
+    acknowledgement waits `keep_wait_ms` at most, so the leader keeps its quorum and its lease throughout
+    (waiting for the writes, the leader lost it and elections churned until the disks came back)."""
+    for seed in range(3):
+        c = Cluster(seed=seed, loss=0.0, keeps=True, lease_check=True)
+        c.run(8000, append_every=100)
+        old = c.leader()
+        assert old is not None
+        for p in PEERS:
+            if p != old.m.self_id:
+                c.writes[p] = c.now + 20_000
+        for _ in range(25_000 // STEP):
+            c.run(STEP)
+            assert c.leader() is old and old.lease_fresh(c.now), (seed, c.now)
+
+
 def _restarted(until: int, now: int, leader: str = "n0", timings: Timings | None = None) -> Node:
     """n1 started again in term 3 at `now`, having kept that it refuses candidates but `leader` until then."""
     node = Node(MemberState("g", "n1", dict(PEERS), term=3, voted_for="n0"), MemoryRaftLog(), timings)
@@ -1546,6 +1604,15 @@ def test_a_member_restarted_remembers_no_deadline_further_than_its_timings_could
     timeout = node.follower_timeout()
     node = _restarted(10**12, now=5000)
     assert node._remembered == ("n0", 5000 + timeout + timeout // 2)
+
+
+@pytest.mark.parametrize("leader", ["n9", "n1", ""], ids=["not-a-peer", "itself", "none"])
+def test_a_member_restarted_with_a_promise_to_none_of_its_peers_keeps_none(leader: str) -> None:
+    """A leader its peers do not name (dLegerPeers changed, or another group's file): it waits for nobody,
+    rather than hold a whole group's election up for a leader that cannot come."""
+    node = _restarted(10**9, now=5000, leader=leader)
+    assert node._remembered is None
+    assert _ask(node, "n2", 4, 5100) is VoteResult.REJECT_TERM_NOT_READY
 
 
 def _restarted_during_a_lease(seed: int, keeps: bool) -> Cluster:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zlib
 
 import pytest
 from hypothesis import given, strategies as st
@@ -124,10 +125,10 @@ def test_properties_round_trip(end: int, committed: int, term: int, vote: str) -
 one_line = st.text(st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=40)
 
 
-@given(one_line, one_line, st.integers(-(2**63), 2**63 - 1))
-def test_heard_round_trip(boot: str, leader: str, until: int) -> None:
-    record = dl.encode_heard(boot, leader, until)
-    assert dl.decode_heard(record) == (boot, leader, until)
+@given(one_line, one_line, one_line, one_line, st.integers(-(2**63), 2**63 - 1))
+def test_heard_round_trip(boot: str, group: str, self_id: str, leader: str, until: int) -> None:
+    record = dl.encode_heard(boot, group, self_id, leader, until)
+    assert dl.decode_heard(record) == (boot, group, self_id, leader, until)
     assert len(record) >= dl.HEARD_SIZE  # (padded: a rewrite in place leaves nothing of the last)
 
 
@@ -136,7 +137,7 @@ def test_a_heard_record_short_or_damaged_keeps_no_promise(
     boot: str, leader: str, until: int, data: st.DataObject
 ) -> None:
     """Torn, cut short or a byte changed anywhere (its padding too): read as no record, as after a reboot."""
-    record = dl.encode_heard(boot, leader, until)
+    record = dl.encode_heard(boot, "g", "n1", leader, until)
     cut = data.draw(st.integers(0, len(record) - 1))
     assert dl.decode_heard(record[:cut]) is None or record[cut:].strip(b"\n") == b""
     at = data.draw(st.integers(0, len(record) - 1))
@@ -146,11 +147,15 @@ def test_a_heard_record_short_or_damaged_keeps_no_promise(
 
 
 def test_a_heard_record_of_another_form_keeps_no_promise() -> None:
-    good = dl.encode_heard("b", "n0", 5)
+    good = dl.encode_heard("b", "g", "n1", "n0", 5)
     assert dl.decode_heard(b"") is None
-    assert dl.decode_heard(good.replace(b"mqctl-heard 1", b"mqctl-heard 2")) is None
-    with pytest.raises(ValueError, match="line break"):
-        dl.encode_heard("b", "n\n0", 5)
+    assert dl.decode_heard(good.replace(b"mqctl-heard 2", b"mqctl-heard 3")) is None
+    # (version 1 named no group nor member: a record of it is none)
+    head = b"mqctl-heard 1\nbootId=b\nleader=n0\nuntilBootMs=5\n"
+    assert dl.decode_heard((head + b"crc=%d\n" % zlib.crc32(head)).ljust(160, b"\n")) is None
+    for fields in (("b", "g", "n1", "n\n0"), ("b", "g\r", "n1", "n0"), ("b", "g", "n\n1", "n0")):
+        with pytest.raises(ValueError, match="line break"):
+            dl.encode_heard(*fields, 5)
 
 
 def test_heard_file_written_in_place_and_read_back(tmp_path: object) -> None:
@@ -158,11 +163,11 @@ def test_heard_file_written_in_place_and_read_back(tmp_path: object) -> None:
     missing or damaged it reads as none."""
     d = str(tmp_path)
     assert dl.load_heard(d) is None
-    dl.keep_heard(d, dl.encode_heard("boot", "n" * 300, 7))
-    assert dl.load_heard(d) == ("boot", "n" * 300, 7)
-    dl.keep_heard(d, dl.encode_heard("boot", "n1", 9))
+    dl.keep_heard(d, dl.encode_heard("boot", "g", "n2", "n" * 300, 7))
+    assert dl.load_heard(d) == ("boot", "g", "n2", "n" * 300, 7)
+    dl.keep_heard(d, dl.encode_heard("boot", "g", "n2", "n1", 9))
     path = os.path.join(d, dl.HEARD_FILE)
-    assert dl.load_heard(d) == ("boot", "n1", 9) and os.path.getsize(path) == dl.HEARD_SIZE
+    assert dl.load_heard(d) == ("boot", "g", "n2", "n1", 9) and os.path.getsize(path) == dl.HEARD_SIZE
     with open(path, "r+b") as f:
         f.truncate(30)
     assert dl.load_heard(d) is None
