@@ -605,8 +605,8 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
 
     @property
     def broker_addr(self) -> str:
-        """The registered address, also the store host of every message
-        (docs/wire-protocol.md §message-ids)."""
+        """The registered address (an IPv6 ``brokerIP1`` bracketed, as 4.9.8 registers it); the store host
+        of every message is :attr:`ip1` with the port (docs/wire-protocol.md §message-ids)."""
         return f"{self.broker_ip1}:{self.listen_port}"
 
     @property

@@ -130,7 +130,7 @@ def is_slave(config: StoreConfig) -> bool:
 
 def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
-    return host, int(port)
+    return host.removeprefix("[").removesuffix("]"), int(port)  # (4.9.8 registers an IPv6 one bracketed)
 
 
 def _endpoint(peer: tuple[str, int]) -> str:

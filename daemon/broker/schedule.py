@@ -164,11 +164,15 @@ class ScheduleMessageService:
     def _moved_past(self, level: int, offset: int, result: GetResult) -> bool:
         """After a read of `level` at `offset` that returned no entry: move the offset to where 4.9.8's
         ScheduleMessageService resumes (the queue's first entry when it is below it, its end when it is
-        past it, the next file past removed or damaged entries); whether it moved."""
+        past it, 0 past an empty one, the next file past removed or damaged entries); whether it moved."""
         if result.status == GetMessageStatus.OFFSET_OVERFLOW_BADLY:
             resume = result.max_offset  # (a pull's correction to 0 would deliver the level again)
         elif result.status in _NOTHING_THERE:
             resume = result.next_begin_offset
+        elif result.status == GetMessageStatus.NO_MESSAGE_IN_QUEUE and offset > 0:
+            resume = (
+                0  # past an empty queue: its first entries must not be skipped when they come (4.9.8: max)
+            )
         else:
             return False  # at the end of the queue, or no queue
         if resume == offset:

@@ -143,6 +143,11 @@ class TransactionService:
         half = self.broker.indexed_message(h.commit_log_offset)  # not a record forged inside a body
         if half is None or half.topic != TRANS_HALF_TOPIC:
             raise system_error(f"Find prepared transaction message failed, offset {h.commit_log_offset}")
+        origin = self._origin(half)
+        if origin is not None and origin[1] is not None:  # a copy put back: the transaction is its half's
+            half = origin[1].stored
+        elif origin is not None and origin[0] in self.resolved:
+            return
         qoff = half.queue_offset
         while (ending := self._ending.get(qoff)) is not None:  # another END of it waits for its put
             await ending.wait()
@@ -269,6 +274,8 @@ class TransactionService:
                     if immunity is None:  # the halves after it are younger still
                         offset = -1
                         break
+                    if qoff != progress:  # held behind an earlier half: a copy would not move it
+                        continue
                     if not await self._put_back(half):  # tried again at the next pass
                         offset = -1
                         break

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import TypedDict
 
 from daemon.broker.bodies import ConnectionInfo, MessageQueue
+from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
-from mqctl.errors import ConflictError, NotFoundError, NothingReadError, UsageError
+from mqctl.errors import ConflictError, MqctlError, NotFoundError, NothingReadError, UsageError
 from mqctl.services.cluster import brokers
 from mqctl.services.fanout import Runner, direct, each_broker
 from mqctl.services.topics import queue_offsets
@@ -359,7 +360,7 @@ async def _replicas_note(admin: Admin, topic: str, rows: list[PlanRow]) -> str:
     names = {r.broker_name for r in rows}
     try:
         data = await admin.topic_route(topic)
-    except Exception:  # the reset is done: a route not read says it of every group (it may hold)
+    except (MqctlError, RemotingError, OSError):  # the reset is done: a route not read says it of every group
         replicated = sorted(names)
     else:
         replicated = sorted(

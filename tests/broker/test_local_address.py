@@ -13,6 +13,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from daemon.broker import config as broker_config
 from daemon.broker.config import BrokerConfig, Interface, pick_local_address
+from daemon.broker.ha import split_addr
 from daemon.grpc.convert import endpoints
 from daemon.remoting.codes import ResponseCode
 from tests.daemons import handle, local_cluster
@@ -155,3 +156,17 @@ def _binds(host: str) -> bool:
     except OSError:
         return False
     return True
+
+
+@pytest.mark.parametrize(
+    ("addr", "split"),
+    [
+        ("127.0.0.1:10912", ("127.0.0.1", 10912)),
+        ("[::1]:10912", ("::1", 10912)),
+        ("[fd00::3]:1", ("fd00::3", 1)),
+    ],
+)
+def test_an_ha_address_splits_into_a_host_a_socket_takes(addr: str, split: tuple[str, int]) -> None:
+    """A master registers an IPv6 HA address bracketed (as 4.9.8 does): the slave connects to, and the
+    master's HA gate compares, the bare host."""
+    assert split_addr(addr) == split

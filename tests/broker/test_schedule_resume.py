@@ -67,3 +67,11 @@ async def test_the_delivery_resumes_where_the_pass_does(start: int, answer: GetR
     service = _service(start, answer)
     assert await service.deliver_due(1) == 0
     assert service.offsets.offset(1) == END
+
+
+async def test_a_level_past_an_empty_queue_resumes_at_its_start() -> None:
+    """A progress past an empty level (synced from a leader, or a store's level queue gone) stayed there: once
+    entries came, the read past their end jumped to it, and the first ones were never delivered."""
+    service = _service(9, GetResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, next_begin_offset=0))
+    assert await service.deliver_due(1) == 0
+    assert service.offsets.offset(1) == 0

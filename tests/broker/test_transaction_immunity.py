@@ -191,3 +191,32 @@ async def test_a_producers_own_prepared_queue_offset_names_no_half(tmp_path: Pat
         assert await b.transactions.check_once() == 1
         await asyncio.wait_for(producer.arrived.wait(), 10)
         assert [body for _, body in producer.checks] == [b"second"]
+
+
+async def test_a_pass_held_behind_an_earlier_half_puts_no_copy_back(
+    tmp_path: Path, later: list[float]
+) -> None:
+    """An old half nobody answers for (its producer group is gone) holds the progress: a copy of an immune half
+    after it would not move it, so none is put back, and the half queue does not grow pass by pass."""
+    async with broker_with_producer(tmp_path / "s") as (b, producer):
+        props = {"TRAN_MSG": "true", "PGROUP": "GoneGroup"}
+        assert (await producer.handle.send("TxI", b"orphan", props=props)).code == ResponseCode.SUCCESS
+        await producer.half(b"immune", "600")
+        later[0] = 61
+        for _ in range(5):
+            await b.transactions.check_once()
+        assert progress(b) == 0
+        assert half_queue_end(b) == 2
+
+
+async def test_an_end_naming_a_put_back_copy_ends_its_half_once(tmp_path: Path) -> None:
+    """An END_TRANSACTION naming the copy (as a check about a copy does once its half's file is gone, and as
+    4.9.8's checks ask about its own copies) ends the half it stands for: a later END of the half commits
+    nothing more."""
+    async with broker_with_producer(tmp_path / "s") as (b, producer):
+        phys = await producer.half(b"once", "600", key="UK1")
+        assert await b.transactions.check_once() == 0
+        (copy,) = b.store.get_messages(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, 1, 1).messages
+        await producer.end(copy.phys_offset, COMMIT)
+        await producer.end(phys, COMMIT)
+        assert await producer.committed() == [b"once"]
