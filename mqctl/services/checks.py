@@ -679,14 +679,13 @@ async def ha(
                 verdicts.append(State.CRITICAL)
                 problems.append(f"{name} slave {s.addr} not connected to its master")
                 lag_unknown = True  # what it reports is where it stopped, not how far behind it is now
-                continue
             if s.held_back_bytes:  # (it restarted while its master was down: docs/replication.md)
                 verdicts.append(State.WARNING)
                 problems.append(
                     f"{name} slave {s.addr} holds back {s.held_back_bytes} bytes past its replica mark "
                     "until its master has checked them"
                 )
-            if s.lag_bytes is not None:
+            if s.connected and s.lag_bytes is not None:
                 max_bytes = max(max_bytes, s.lag_bytes)
                 state = threshold(s.lag_bytes, warn_bytes, crit_bytes)
                 verdicts.append(state)
