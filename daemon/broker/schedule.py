@@ -106,15 +106,8 @@ class ScheduleMessageService:
 
     async def deliver_due(self, level: int) -> int:
         """Deliver what is due in `level`; returns how many messages moved."""
-        store = self.broker.store
         moved = 0
-        while True:
-            offset = self.offsets.offset(level)
-            result = store.get_messages(SCHEDULE_GROUP, SCHEDULE_TOPIC, level - 1, offset, BATCH)
-            if not result.messages:
-                if self._moved_past(level, offset, result):
-                    continue
-                return moved
+        while (result := self._read(level)) is not None:
             now = int(time.time() * 1000)
             for selected in result.messages:
                 if selected.tags_code > now:  # the tags code holds the due time
@@ -131,19 +124,14 @@ class ScheduleMessageService:
                 self.offsets.set_offset(level, selected.queue_offset + 1)
                 moved += 1
             self.offsets.set_offset(level, max(self.offsets.offset(level), result.next_begin_offset))
+        return moved
 
     async def skip_delivered(self, level: int) -> int:
         """The takeover pass of `level`: move its offset past the entries delivered already; returns how
         many it skipped."""
-        store = self.broker.store
         skipped = 0
-        while True:
+        while (result := self._read(level)) is not None:
             offset = self.offsets.offset(level)
-            result = store.get_messages(SCHEDULE_GROUP, SCHEDULE_TOPIC, level - 1, offset, BATCH)
-            if not result.messages:
-                if self._moved_past(level, offset, result):
-                    continue
-                break
             for selected in result.messages:
                 if selected.queue_offset < offset:
                     continue
@@ -160,6 +148,17 @@ class ScheduleMessageService:
                 self.found += 1
             await asyncio.sleep(0)  # a batch at a time: requests are served between them
         return skipped
+
+    def _read(self, level: int) -> GetResult | None:
+        """The next batch of `level`'s entries at its offset, moved past any the store no longer has
+        (:meth:`_moved_past`); None at the queue's end."""
+        while True:
+            offset = self.offsets.offset(level)
+            result = self.broker.store.get_messages(SCHEDULE_GROUP, SCHEDULE_TOPIC, level - 1, offset, BATCH)
+            if result.messages:
+                return result
+            if not self._moved_past(level, offset, result):
+                return None
 
     def _moved_past(self, level: int, offset: int, result: GetResult) -> bool:
         """After a read of `level` at `offset` that returned no entry: move the offset to where 4.9.8's
